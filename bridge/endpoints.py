@@ -1,0 +1,134 @@
+"""`--gpu-telemetry` items → endpoint URLs; display keys; credential redaction.
+
+AIPerf's rules (aiperf-compat.md §8) with its bugs fixed: a query string survives `/metrics`
+being appended, and userinfo never reaches a display key, a log line or a file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
+
+DEFAULT_ENDPOINTS = ("http://localhost:9400/metrics", "http://localhost:9401/metrics")
+LOCAL_COLLECTORS = frozenset(["pynvml", "amdsmi"])
+# Query parameters whose values are secrets (exporter-toolkit and proxies use several spellings).
+_SECRET_PARAMS = re.compile(r"(token|secret|password|passwd|pwd|key|auth|signature|sig|credential)", re.I)
+REDACTED = "REDACTED"
+
+
+class TelemetryItemError(ValueError):
+    """A `--gpu-telemetry` item that is none of the accepted forms."""
+
+
+@dataclass(frozen=True)
+class TelemetryItems:
+    """What a list of `--gpu-telemetry` items asked for."""
+
+    urls: list[str] = field(default_factory=list)  # normalised, in the user's order, de-duplicated
+    discovery: list[str] = field(default_factory=list)  # k8s://namespace/service[:port]
+    metrics_files: list[str] = field(default_factory=list)  # custom-metrics CSVs
+    dashboard: bool = False
+
+
+def split_items(values: Iterable[str]) -> list[str]:
+    """`--gpu-telemetry a b,c` → [a, b, c]: flag values may hold several items each."""
+    return [part for value in values for part in re.split(r"[,\s]+", value.strip()) if part]
+
+
+def parse_items(values: Iterable[str]) -> TelemetryItems:
+    items = TelemetryItems()
+    for item in split_items(values):
+        lowered = item.lower()
+        if lowered == "dashboard":
+            items = TelemetryItems(items.urls, items.discovery, items.metrics_files, dashboard=True)
+        elif lowered in LOCAL_COLLECTORS:
+            raise TelemetryItemError(
+                f"--gpu-telemetry {item}: the local {lowered} collector is not supported by dcgm-bridge; "
+                "run NVIDIA dcgm-exporter on the node and pass its URL (e.g. --gpu-telemetry localhost:9400)"
+            )
+        elif lowered.startswith("k8s://"):
+            items.discovery.append(item)
+        elif lowered.endswith(".csv"):
+            items.metrics_files.append(item)
+        elif lowered.startswith("http") or ":" in item:
+            url = normalize_url(item)
+            if url not in items.urls:
+                items.urls.append(url)
+        else:
+            raise TelemetryItemError(
+                f"--gpu-telemetry {item!r} is not a DCGM exporter URL, a custom-metrics .csv, "
+                "k8s://namespace/service[:port] or a keyword (dashboard). Accepted forms: "
+                "http://host:9400/metrics, host:9400, metrics.csv, "
+                "k8s://gpu-operator/nvidia-dcgm-exporter:9400, dashboard"
+            )
+    return items
+
+
+def normalize_url(item: str) -> str:
+    """`host:9400` → `http://host:9400/metrics`; `h:9400?x=1` → `http://h:9400/metrics?x=1`."""
+    url = item if item.lower().startswith("http") else f"http://{item}"
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise TelemetryItemError(f"--gpu-telemetry {item!r}: no host in the URL (expected http://host:9400/metrics)")
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError as exc:
+        raise TelemetryItemError(f"--gpu-telemetry {item!r}: {exc}") from None
+    path = parts.path.rstrip("/")
+    if not path.endswith("/metrics"):
+        path += "/metrics"
+    return urlunsplit(parts._replace(path=path))
+
+
+def candidate_endpoints(user_urls: Sequence[str], defaults: Sequence[str] = DEFAULT_ENDPOINTS) -> list[str]:
+    """Defaults first, then the user's URLs, de-duplicated keeping the first position."""
+    out: list[str] = []
+    for url in [*map(normalize_url, defaults), *user_urls]:
+        if url not in out:
+            out.append(url)
+    return out
+
+
+def parse_default_endpoints(value: str) -> list[str]:
+    """`AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS`: a JSON list or comma-separated URLs."""
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TelemetryItemError(
+                f"AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS is not a valid JSON list: {exc}"
+            ) from None
+        if not isinstance(loaded, list) or not all(isinstance(x, str) for x in loaded):
+            raise TelemetryItemError("AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS must be a JSON list of URL strings")
+        return [normalize_url(x) for x in loaded]
+    return [normalize_url(x) for x in split_items([text])]
+
+
+def display_key(url: str) -> str:
+    """`http://u:p@h:9400/metrics` → `h:9400`; `http://h:9400/custom/metrics` → `h:9400/custom`."""
+    parts = urlsplit(url)
+    path = parts.path
+    if path.endswith("/metrics"):
+        path = path[: -len("/metrics")]
+    return _netloc_without_userinfo(parts) + path.rstrip("/")
+
+
+def redact_url(url: str) -> str:
+    """The URL with userinfo and secret-looking query values replaced, safe for logs and files."""
+    parts = urlsplit(url)
+    netloc = _netloc_without_userinfo(parts)
+    if parts.username is not None or parts.password is not None:
+        netloc = f"{REDACTED}@{netloc}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, REDACTED if _SECRET_PARAMS.search(k) else v) for k, v in pairs], safe="/:")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _netloc_without_userinfo(parts: SplitResult) -> str:
+    return parts.netloc.rpartition("@")[2]

@@ -1,0 +1,233 @@
+"""gpu_telemetry_export.jsonl: one line per GPU (or MIG instance) per scrape; and the events file.
+
+Lines are written whole: the writer buffers complete lines and hands each flush to one write(2),
+so a kill loses at most the last flush interval and never leaves half a line; readers still
+ignore a final line without its newline (a disk that filled up mid-write can leave one).
+`.jsonl.gz` paths are written gzip-compressed (sync-flushed, so readable while the run goes on).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from bridge.samples import GpuRecord
+
+logger = logging.getLogger(__name__)
+
+EXPORT_FILE = "gpu_telemetry_export.jsonl"
+EVENTS_FILE = "gpu_telemetry_events.jsonl"
+
+# AIPerf's keys in AIPerf's order (aiperf-compat.md §6), then ours.
+_AIPERF_IDENTITY = (
+    "gpu_index", "gpu_uuid", "gpu_model_name", "pci_bus_id", "device",
+    "hostname", "namespace", "pod_name", "platform",
+)
+_OURS = ("gpu_instance_id", "gpu_instance_profile", "run_id", "phase", "scrape_start_ns", "scrape_end_ns")
+
+
+class RecordLogError(OSError):
+    """The record log could not be written (disk full, permission): nothing already flushed is lost."""
+
+
+def record_to_dict(rec: GpuRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in _AIPERF_IDENTITY:
+        value = getattr(rec, key)
+        if value is not None:
+            out[key] = value
+    out["timestamp_ns"] = rec.timestamp_ns
+    out["telemetry_source_url"] = rec.telemetry_source_url
+    out["telemetry_data"] = dict(rec.telemetry_data)
+    for key in _OURS:
+        value = getattr(rec, key)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def record_to_line(rec: GpuRecord) -> bytes:
+    return orjson.dumps(record_to_dict(rec)) + b"\n"
+
+
+def dict_to_record(obj: Mapping[str, Any]) -> GpuRecord:
+    """A record from a line of ours or AIPerf's (`dcgm_url` was `telemetry_source_url` before 0.12)."""
+    data = obj.get("telemetry_data") or {}
+    return GpuRecord(
+        gpu_index=obj.get("gpu_index"),
+        gpu_uuid=str(obj.get("gpu_uuid") or f"unknown:{obj.get('hostname') or ''}:{obj.get('gpu_index')}"),
+        gpu_model_name=obj.get("gpu_model_name"),
+        pci_bus_id=obj.get("pci_bus_id"),
+        device=obj.get("device"),
+        hostname=obj.get("hostname"),
+        namespace=obj.get("namespace"),
+        pod_name=obj.get("pod_name"),
+        platform=obj.get("platform") or "nvidia",
+        timestamp_ns=int(obj["timestamp_ns"]),
+        telemetry_source_url=str(obj.get("telemetry_source_url") or obj.get("dcgm_url") or ""),
+        telemetry_data={k: float(v) for k, v in data.items() if isinstance(v, int | float)},
+        gpu_instance_id=obj.get("gpu_instance_id"),
+        gpu_instance_profile=obj.get("gpu_instance_profile"),
+        run_id=obj.get("run_id"),
+        phase=obj.get("phase"),
+        scrape_start_ns=obj.get("scrape_start_ns"),
+        scrape_end_ns=obj.get("scrape_end_ns"),
+    )
+
+
+def open_text_lines(path: Path) -> Iterator[bytes]:
+    """Complete lines of a .jsonl or .jsonl.gz file; a trailing partial line is skipped."""
+    raw: IO[bytes] = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # type: ignore[assignment]  # noqa: SIM115
+    with raw:
+        try:
+            for line in raw:
+                if line.endswith(b"\n"):
+                    yield line
+        except (EOFError, zlib.error, gzip.BadGzipFile):
+            # A gzip log cut by a kill ends mid-stream: everything sync-flushed before it is intact.
+            logger.warning("%s ends with an incomplete gzip stream; reading stopped there", path)
+
+
+def read_dicts(path: Path, errors: list[str] | None = None) -> Iterator[dict[str, Any]]:
+    for number, line in enumerate(open_text_lines(path), 1):
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if errors is not None:
+                errors.append(f"{path}:{number}: not JSON ({exc})")
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+def read_records(path: Path, errors: list[str] | None = None) -> Iterator[GpuRecord]:
+    """Records of our record log or AIPerf's own gpu_telemetry_export.jsonl (plain or .gz)."""
+    for number, obj in enumerate(read_dicts(path, errors), 1):
+        try:
+            yield dict_to_record(obj)
+        except (KeyError, TypeError, ValueError) as exc:
+            if errors is not None:
+                errors.append(f"{path}: record {number}: {exc!r}")
+
+
+class LineWriter:
+    """Buffered, thread-safe appender of whole JSON lines with a bounded buffer.
+
+    `write` never raises: when the disk refuses a flush, the lines stay buffered (bounded by
+    `max_buffered_lines`; beyond it the oldest are dropped and counted) and the error is kept in
+    `last_error` for the status and the report, so a full disk never stops collection.
+    """
+
+    def __init__(self, path: Path, *, flush_interval_s: float = 1.0, max_buffered_lines: int = 100_000,
+                 opener: Callable[[Path], IO[bytes]] | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.flush_interval_s = flush_interval_s
+        self.max_buffered_lines = max_buffered_lines
+        self._opener = opener or _open_append
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._buffer: deque[bytes] = deque()
+        self._file: IO[bytes] | None = None
+        self._last_flush = monotonic()
+        self.lines_written = 0
+        self.lines_dropped = 0
+        self.last_error: str | None = None
+
+    def write_lines(self, lines: Iterable[bytes]) -> None:
+        with self._lock:
+            self._buffer.extend(lines)
+            overflow = len(self._buffer) - self.max_buffered_lines
+            for _ in range(max(overflow, 0)):
+                self._buffer.popleft()
+                self.lines_dropped += 1
+            if self._monotonic() - self._last_flush >= self.flush_interval_s:
+                self._flush_locked()
+
+    def write_records(self, records: Iterable[GpuRecord]) -> None:
+        self.write_lines(record_to_line(r) for r in records)
+
+    def write_event(self, event: Mapping[str, Any]) -> None:
+        self.write_lines([orjson.dumps(dict(event)) + b"\n"])
+
+    def flush(self) -> bool:
+        """Write everything buffered; False (with `last_error`) when the disk refused it."""
+        with self._lock:
+            return self._flush_locked()
+
+    def close(self) -> bool:
+        with self._lock:
+            ok = self._flush_locked()
+            if self._file is not None:
+                try:
+                    self._file.close()
+                except OSError as exc:
+                    ok = self._fail(exc)
+                self._file = None
+            return ok
+
+    def _flush_locked(self) -> bool:
+        self._last_flush = self._monotonic()
+        if not self._buffer:
+            return True
+        chunk = b"".join(self._buffer)
+        try:
+            if self._file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._file = self._opener(self.path)
+            self._file.write(chunk)
+            self._file.flush()
+        except OSError as exc:
+            return self._fail(exc)
+        self.lines_written += len(self._buffer)
+        self._buffer.clear()
+        self.last_error = None
+        return True
+
+    def _fail(self, exc: OSError) -> bool:
+        message = f"cannot write {self.path}: {exc.strerror or exc}"
+        if message != self.last_error:
+            logger.error("%s; keeping %d lines in memory and retrying at the next flush", message,
+                         len(self._buffer))
+        self.last_error = message
+        return False
+
+
+class _SyncGzip(io.RawIOBase):
+    """gzip output whose every flush is a Z_SYNC_FLUSH: a reader sees all flushed lines."""
+
+    def __init__(self, path: Path) -> None:
+        self._raw = open(path, "ab")  # noqa: SIM115 - owned by this object
+        self._gz = gzip.GzipFile(fileobj=self._raw, mode="ab")
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return self._gz.write(data)
+
+    def flush(self) -> None:
+        self._gz.flush(zlib.Z_SYNC_FLUSH)
+        self._raw.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._gz.close()
+            self._raw.close()
+        super().close()
+
+
+def _open_append(path: Path) -> IO[bytes]:
+    if path.suffix == ".gz":
+        return _SyncGzip(path)  # type: ignore[return-value]
+    return open(path, "ab", buffering=0)  # noqa: SIM115 - owned by LineWriter

@@ -1,0 +1,98 @@
+"""The records that cross the pipeline's stages.
+
+scrape ──bytes──▶ parse ──ParsedPage(samples)──▶ normalize ──GpuRecord──▶ record log / report
+
+Everything here is immutable. Label mappings are read-only views shared between
+scrapes (the parser caches them by their raw bytes), so no stage may mutate them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal, NamedTuple
+
+
+class Sample(NamedTuple):
+    """One exposition line as written: the parser neither renames nor drops sentinels."""
+
+    name: str
+    labels: Mapping[str, str]
+    value: float
+    timestamp_ms: int | None = None
+
+
+class Dropped(NamedTuple):
+    """A line the parser could not read; the rest of the page survives it."""
+
+    line: int  # 1-based line number in the page
+    text: str
+    reason: str
+
+
+class ParsedPage(NamedTuple):
+    samples: list[Sample]
+    types: Mapping[str, str]  # family name -> "gauge" | "counter" | "untyped" | ...
+    helps: Mapping[str, str]  # family name -> HELP text (escapes resolved)
+    dropped: list[Dropped]
+
+
+class MetricKind(StrEnum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+    CODE = "code"  # a value that is a code, not a quantity (DCGM_FI_DEV_XID_ERRORS): last value wins
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRecord:
+    """One GPU (or MIG instance) in one scrape: a line of gpu_telemetry_export.jsonl.
+
+    The first twelve fields are AIPerf's, in AIPerf's order (aiperf-compat.md §6); the rest are ours.
+    """
+
+    gpu_index: int | None
+    gpu_uuid: str
+    gpu_model_name: str | None
+    pci_bus_id: str | None
+    device: str | None
+    hostname: str | None
+    namespace: str | None
+    pod_name: str | None
+    platform: str
+    timestamp_ns: int
+    telemetry_source_url: str  # redacted
+    telemetry_data: Mapping[str, float]  # report key -> value in report units
+    gpu_instance_id: str | None = None
+    gpu_instance_profile: str | None = None
+    run_id: str | None = None
+    phase: str | None = None
+    scrape_start_ns: int | None = None
+    scrape_end_ns: int | None = None
+
+    @property
+    def identity(self) -> tuple[str, str | None]:
+        """GPU UUID plus MIG instance: never the index alone."""
+        return (self.gpu_uuid, self.gpu_instance_id)
+
+
+PhaseKind = Literal["warmup", "profiling", "cooldown"]
+PhaseEvent = Literal["start", "end"]
+
+
+class PhaseMark(NamedTuple):
+    """A phase boundary as the benchmark saw it: `time_ns` is its own wall-clock boundary time."""
+
+    name: str
+    kind: PhaseKind
+    event: PhaseEvent
+    time_ns: int
+
+
+class ScrapeFailure(NamedTuple):
+    """A failed scrape: an event that reaches the report's error_summary; the loop goes on."""
+
+    endpoint: str  # redacted URL
+    time_ns: int
+    kind: str  # connect | timeout | http_status | too_large | content_type | truncated | empty | parse
+    message: str
