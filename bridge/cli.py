@@ -1,0 +1,188 @@
+"""The `dcgm-bridge` command. Subcommands import their heavy parts lazily: the sidecar starts under a
+25m CPU limit, and `--help` should never pay for numpy, rich or the OTLP SDK."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bridge import __version__
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="dcgm-bridge")
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+def main(verbose: int) -> None:
+    """GPU telemetry for LLM benchmark runs: scrape dcgm-exporter, record, report, forward as OTLP."""
+    _setup_logging(verbose)
+
+
+# -- parse -------------------------------------------------------------------------------------------
+def _json_value(value: float) -> float | str | None:
+    if math.isnan(value):
+        return None
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return value
+
+
+@main.command()
+@click.argument("source")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: samples, dropped lines, normalised GPUs.")
+@click.option("--metrics-csv", type=click.Path(exists=True, dir_okay=False), multiple=True,
+              help="Custom-metrics CSV (dcgm-exporter format) to map extra fields.")
+def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...]) -> None:
+    """Show what the bridge sees in one page: SOURCE is a file or a URL."""
+    from bridge.custom_metrics import CustomMetricsError, table_with_custom
+    from bridge.endpoints import normalize_url, redact_url
+    from bridge.fetch import FetchError, FetchSettings, Urllib3Fetcher
+    from bridge.fields import default_table
+    from bridge.normalize import Normalizer
+    from bridge.parse import parse_page
+    from bridge.record_log import record_to_dict
+
+    if Path(source).exists():
+        body, origin = Path(source).read_bytes(), source
+    elif source.startswith("http") or ":" in source:
+        url = normalize_url(source)
+        fetcher = Urllib3Fetcher(FetchSettings())
+        try:
+            body, origin = fetcher.fetch(url).body, redact_url(url)
+        except FetchError as exc:
+            raise click.ClickException(exc.message) from None
+        finally:
+            fetcher.close()
+    else:
+        raise click.ClickException(f"{source}: no such file, and not a URL (expected host:port or http://…)")
+    try:
+        table = table_with_custom(default_table(), list(metrics_csv))
+    except CustomMetricsError as exc:
+        raise click.ClickException(str(exc)) from None
+    page = parse_page(body)
+    records = Normalizer(table).records(page, source_url=origin, timestamp_ns=0)
+    if as_json:
+        out = {
+            "samples": [{"name": s.name, "labels": dict(s.labels), "value": _json_value(s.value),
+                         "timestamp_ms": s.timestamp_ms} for s in page.samples],
+            "dropped": [{"line": d.line, "text": d.text, "reason": d.reason} for d in page.dropped],
+            "gpus": [{k: v for k, v in record_to_dict(r).items() if k != "timestamp_ns"} for r in records],
+        }
+        click.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    families = {s.name for s in page.samples}
+    click.echo(f"{origin}: {len(page.samples)} samples in {len(families)} families, "
+               f"{len(page.dropped)} lines dropped, {len(records)} GPUs")
+    for d in page.dropped:
+        click.echo(f"  dropped line {d.line}: {d.reason}: {d.text[:100]}")
+    for r in records:
+        mig = f" MIG {r.gpu_instance_id} ({r.gpu_instance_profile})" if r.gpu_instance_id else ""
+        click.echo(f"  GPU {r.gpu_index} {r.gpu_uuid}{mig} {r.gpu_model_name or '(no model name)'} "
+                   f"host={r.hostname or '-'}")
+        for key, value in r.telemetry_data.items():
+            spec = table.by_key.get(key)
+            click.echo(f"      {spec.label if spec else key:<45} {value:,.6g}")
+
+
+# -- sidecar ----------------------------------------------------------------------------------------
+def telemetry_options(func: Any) -> Any:
+    options = [
+        click.option("--gpu-telemetry", multiple=True, metavar="ITEM",
+                     help="DCGM exporter URL(s), a custom-metrics .csv, k8s://ns/svc[:port] or 'dashboard'. "
+                          "Several per flag (space or comma separated)."),
+        click.option("--no-gpu-telemetry", is_flag=True, default=None, help="Disable GPU telemetry."),
+        click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="YAML file with a gpu_telemetry: block (AIPerf's shape plus our settings)."),
+        click.option("--run-id", help="Run id on every record and OTLP point (default: generated)."),
+        click.option("--artifact-dir", help="Where the outputs go (default ./artifacts)."),
+        click.option("--counter-mode", type=click.Choice(["interpolated", "aiperf"])),
+        click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix."),
+        click.option("--live", is_flag=True, help="Show a refreshing per-GPU table while collecting."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def resolve_config(flags: dict[str, Any]) -> Any:
+    from bridge.config import ConfigError, resolve
+
+    config_file = flags.pop("config_file", None)
+    flags["gpu_telemetry"] = flags.get("gpu_telemetry") or None
+    try:
+        return resolve(flags, config_file=config_file)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def build_session(config: Any) -> Any:
+    from bridge.custom_metrics import CustomMetricsError, table_with_custom
+    from bridge.fields import default_table
+    from bridge.lifecycle import Session
+
+    try:
+        table = table_with_custom(default_table(), config.telemetry.metrics_files)
+    except CustomMetricsError as exc:
+        raise click.ClickException(str(exc)) from None
+    return Session(config, table)
+
+
+@main.command()
+@telemetry_options
+@click.option("--health-port", type=int, help="Control API port (default 8086).")
+def sidecar(live: bool, **flags: Any) -> None:
+    """The container entry point: configure, serve the control API, collect until complete or a signal."""
+    from bridge.control import ControlServer
+
+    config = resolve_config(flags)
+    if not config.enabled:
+        click.echo("GPU telemetry is disabled (--no-gpu-telemetry); nothing to do.")
+        return
+    session = build_session(config)
+    done = threading.Event()
+    server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
+                           on_complete=done.set)
+    server.start()
+    click.echo(f"dcgm-bridge sidecar: run {session.run_id}, control API on port {server.port}", err=True)
+
+    def _signal(signum: int, _frame: object) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, _signal)
+    signal.signal(signal.SIGINT, _signal)
+    session.configure()
+    session.start()
+    done_file = Path(config.done_file) if config.done_file else None
+    while not done.wait(0.5):
+        if done_file is not None and done_file.exists():
+            break
+    session.complete()
+    server.stop()
+    click.echo(f"dcgm-bridge sidecar: run {session.run_id} complete; outputs in {session.artifact_dir}", err=True)
+
+
+def register(group: click.Group) -> None:
+    """Commands that live in their own packages."""
+    from bridge.kube.cli import kube
+    from bridge.report.cli import report
+    from bridge.simulator.cli import simulate
+
+    for command in (simulate, report, kube):
+        group.add_command(command)
+
+
+try:
+    register(main)
+except ImportError:  # pragma: no cover - TEMPORARY while the packages are being written
+    pass

@@ -1,0 +1,152 @@
+"""The control API on the health port (default 8086).
+
+GET /healthz, /readyz, /status answer anyone (the kubelet probes the pod IP); POST /phases and
+/complete accept only clients in `control_allow` (loopback by default: the benchmark shares the pod).
+Bad requests get a 4xx with a JSON body that says what is wrong; nothing a client sends crashes it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from bridge.lifecycle import LifecycleError, Session
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY = 64 * 1024
+_GET = ("/healthz", "/readyz", "/status", "/metrics")
+_POST = ("/phases", "/complete")
+
+
+class ControlServer:
+    """Serves the control API for a Session in a background thread."""
+
+    def __init__(self, session: Session, host: str, port: int, allow: list[str],
+                 on_complete: Callable[[], None] | None = None,
+                 metrics_text: Callable[[], str] | None = None) -> None:
+        self.session = session
+        self.allow = [ipaddress.ip_network(net, strict=False) for net in allow]
+        self.on_complete = on_complete
+        self.metrics_text = metrics_text
+        handler = type("Handler", (_Handler,), {"control": self})
+        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd.daemon_threads = True
+        self.port = int(self.httpd.server_address[1])
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="control api", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def allowed(self, client: str) -> bool:
+        try:
+            address = ipaddress.ip_address(client.split("%", 1)[0])
+        except ValueError:
+            return False
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+            address = address.ipv4_mapped
+        return any(address in net for net in self.allow)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    control: ControlServer
+    server_version = "dcgm-bridge"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        logger.debug("control %s %s", self.client_address[0], format % args)
+
+    def _send(self, status: int, payload: Any, content_type: str = "application/json") -> None:
+        body = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, status: int, message: str) -> None:
+        self._send(status, {"error": message})
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        session = self.control.session
+        if path == "/healthz":
+            self._send(200, {"status": "alive"})
+        elif path == "/readyz":
+            ready = session.ready
+            self._send(200 if ready else 503, {"ready": ready, "state": session.state})
+        elif path == "/status":
+            self._send(200, session.status())
+        elif path == "/metrics" and self.control.metrics_text is not None:
+            self._send(200, self.control.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
+        elif path in _POST:
+            self._error(405, f"{path} takes POST")
+        else:
+            self._error(404, f"no such endpoint {path}; try /healthz, /readyz, /status, POST /phases, /complete")
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path in _GET:
+            self._error(405, f"{path} takes GET")
+            return
+        if path not in _POST:
+            self._error(404, f"no such endpoint {path}")
+            return
+        if not self.control.allowed(self.client_address[0]):
+            self._error(403, f"{path} accepts only clients in DCGM_BRIDGE_CONTROL_ALLOW "
+                        f"({', '.join(map(str, self.control.allow))})")
+            return
+        body = self._json_body()
+        if body is None:
+            return
+        try:
+            if path == "/phases":
+                mark = self.control.session.mark_phase(body.get("name"), body.get("kind"), body.get("event"),
+                                                       body.get("time_ns"))
+                self._send(200, {"accepted": mark._asdict()})
+            else:
+                end = body.get("requests_end_ns")
+                if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end <= 0):
+                    raise LifecycleError("requests_end_ns must be a positive integer (wall-clock ns)")
+                outputs = self.control.session.complete(end)
+                self._send(200, {"completed": True, "files": [str(f) for f in outputs.files]})
+                if self.control.on_complete is not None:
+                    self.control.on_complete()
+        except LifecycleError as exc:
+            self._error(400, str(exc))
+
+    def _json_body(self) -> dict[str, Any] | None:
+        length_text = self.headers.get("Content-Length")
+        if length_text is None or not length_text.isdigit():
+            self._error(411, "a JSON body with a Content-Length is required")
+            return None
+        length = int(length_text)
+        if length > MAX_BODY:
+            self.close_connection = True
+            self._error(413, f"body of {length} bytes is larger than {MAX_BODY}")
+            return None
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            self._error(400, f"body is not valid JSON: {exc}")
+            return None
+        if not isinstance(body, dict):
+            self._error(400, "body must be a JSON object")
+            return None
+        return body
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._error(405, "use GET for /healthz, /readyz, /status and POST for /phases, /complete")
+
+    do_DELETE = do_PUT
+    do_PATCH = do_PUT

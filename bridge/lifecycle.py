@@ -1,0 +1,261 @@
+"""The run's lifecycle: configure → start → phase marks → complete (the seed's sequence).
+
+`Session` is the Python API for in-process use; the control API (control.py) and the CLI drive the
+same object. Records go to gpu_telemetry_export.jsonl (AIPerf's readers keep reading it); everything
+else that happens — configuration, phase marks, failed scrapes, endpoint state, completion — goes to
+gpu_telemetry_events.jsonl, from which the report is built.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bridge.config import Config
+from bridge.endpoints import candidate_endpoints, display_key, redact_url
+from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, Urllib3Fetcher
+from bridge.fields import FieldTable
+from bridge.normalize import Normalizer
+from bridge.parse import PageParser
+from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
+from bridge.samples import ParsedPage, PhaseMark
+from bridge.scrape import ScrapeLoop
+
+logger = logging.getLogger(__name__)
+
+PHASE_KINDS = ("warmup", "profiling", "cooldown")
+
+
+class LifecycleError(ValueError):
+    """A control request that does not fit the run's state (a 400 for the control API)."""
+
+
+@dataclass
+class Probe:
+    url: str
+    reachable: bool
+    reason: str | None = None
+
+
+PageListener = Callable[[str, ParsedPage, int, str | None], None]
+
+
+@dataclass
+class SessionOutputs:
+    artifact_dir: Path
+    files: list[Path] = field(default_factory=list)
+    report: Any = None
+
+
+class Session:
+    """One benchmark run's telemetry. Thread-safe; every method may be called from any thread."""
+
+    def __init__(self, config: Config, table: FieldTable, *, fetcher: Fetcher | None = None,
+                 now_ns: Callable[[], int] = time.time_ns, monotonic: Callable[[], float] = time.monotonic,
+                 listeners: Sequence[PageListener] = ()) -> None:
+        self.config = config
+        self.table = table
+        self.run_id = config.effective_run_id()
+        self.artifact_dir = Path(config.artifact_dir)
+        self.fetcher = fetcher or Urllib3Fetcher(_fetch_settings(config), now_ns=now_ns)
+        self._now_ns = now_ns
+        self._monotonic = monotonic
+        self.listeners = list(listeners)
+        self.state = "created"
+        self.probes: list[Probe] = []
+        self.loops: dict[str, ScrapeLoop] = {}
+        self.marks: list[PhaseMark] = []
+        self.phase: str | None = None
+        self.requests_end_ns: int | None = None
+        self.outputs: SessionOutputs | None = None
+        self._lock = threading.RLock()
+        self._parsers: dict[str, PageParser] = {}
+        self._normalizer = Normalizer(table)
+        export_name = EXPORT_FILE if not config.profile_export_prefix else \
+            f"{config.profile_export_prefix}_gpu_telemetry.jsonl"
+        if config.record_log_gzip:
+            export_name += ".gz"
+        self.records = LineWriter(self.artifact_dir / export_name, flush_interval_s=config.flush_interval,
+                                  monotonic=monotonic)
+        self.events = LineWriter(self.artifact_dir / EVENTS_FILE, flush_interval_s=0.0, monotonic=monotonic)
+        self.records_written = 0
+
+    # -- configure ---------------------------------------------------------------------------------
+    def configure(self) -> list[Probe]:
+        with self._lock:
+            if self.state != "created":
+                return self.probes
+            urls = candidate_endpoints(self.config.telemetry.urls, self.config.default_endpoints)
+            defaults = set(candidate_endpoints([], self.config.default_endpoints))
+            self.probes = [self._probe(url) for url in urls]
+            for probe in self.probes:
+                # Defaults are only scraped when they answer; a user URL is scraped even when the probe
+                # failed, so an exporter that comes up late is still collected (and shown as down).
+                if probe.reachable or probe.url not in defaults:
+                    self.loops[probe.url] = ScrapeLoop(probe.url, self.fetcher, self.config.collection_interval,
+                                                       self._on_page, self._on_failure,
+                                                       monotonic=self._monotonic, now_ns=self._now_ns)
+            configured = [redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults]
+            successful = [redact_url(p.url) for p in self.probes if p.reachable]
+            self.events.write_event({"type": "configured", "time_ns": self._now_ns(), "run_id": self.run_id,
+                                     "endpoints_configured": configured, "endpoints_successful": successful,
+                                     "counter_mode": self.config.counter_mode})
+            for probe in self.probes:
+                if probe.reachable:
+                    self.loops[probe.url].scrape_now()  # the baseline scrape
+                elif probe.url in self.loops:
+                    logger.warning("endpoint %s is not reachable: %s", redact_url(probe.url), probe.reason)
+            self.events.flush()
+            self.state = "configured"
+            return self.probes
+
+    def _probe(self, url: str) -> Probe:
+        try:
+            self.fetcher.fetch(url)
+        except FetchError as exc:
+            reachable = exc.kind not in ("connect", "timeout", "http_status")
+            return Probe(url, reachable, exc.message)
+        return Probe(url, True)
+
+    # -- start -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        with self._lock:
+            if self.state == "created":
+                self.configure()
+            if self.state != "configured":
+                return
+            for loop in self.loops.values():
+                loop.start()
+            self.state = "collecting"
+
+    # -- phase marks -------------------------------------------------------------------------------
+    def mark_phase(self, name: Any, kind: Any, event: Any, time_ns: Any) -> PhaseMark:
+        """Validates its arguments itself: they come straight from a POST body."""
+        if kind not in PHASE_KINDS:
+            raise LifecycleError(f"kind must be one of {', '.join(PHASE_KINDS)}, got {kind!r}")
+        if event not in ("start", "end"):
+            raise LifecycleError(f"event must be 'start' or 'end', got {event!r}")
+        if not name or not isinstance(name, str):
+            raise LifecycleError("name must be a non-empty string")
+        if not isinstance(time_ns, int) or isinstance(time_ns, bool) or time_ns <= 0:
+            raise LifecycleError("time_ns must be a positive integer (wall-clock ns of the boundary)")
+        mark = PhaseMark(name, kind, event, time_ns)  # type: ignore[arg-type]
+        with self._lock:
+            if self.state == "completed":
+                raise LifecycleError("the run is already complete")
+            self.marks.append(mark)
+            self.phase = name if event == "start" else (None if self.phase == name else self.phase)
+            self.events.write_event({"type": "phase", "name": name, "kind": kind, "event": event,
+                                     "time_ns": time_ns})
+            self.events.flush()
+            loops = list(self.loops.values())
+        threading.Thread(target=self._boundary, args=(mark, loops), daemon=True,
+                         name=f"boundary {name} {event}").start()
+        return mark
+
+    def _boundary(self, mark: PhaseMark, loops: list[ScrapeLoop]) -> None:
+        waits = [(loop, loop.request_boundary(mark.time_ns)) for loop in loops]
+        for loop, boundary in waits:
+            finished = boundary.done.wait(self.config.scrape_timeout + self.config.connect_timeout + 1)
+            reason = boundary.error if finished else "timed out waiting for the boundary scrape"
+            if reason:
+                logger.warning("Baseline capture failed for phase '%s' %s: %s (%s)", mark.name, mark.kind,
+                               reason, loop.stats.url)
+
+    # -- complete ----------------------------------------------------------------------------------
+    def complete(self, requests_end_ns: int | None = None) -> SessionOutputs:
+        with self._lock:
+            if self.outputs is not None:
+                return self.outputs
+            if self.state == "created":
+                self.configure()
+            now = self._now_ns()
+            self.requests_end_ns = requests_end_ns
+            deadline = self._monotonic() + self.config.shutdown_delay
+            finals = [loop.request_boundary(now) for loop in self.loops.values()]
+            for boundary in finals:
+                boundary.done.wait(max(0.0, deadline - self._monotonic()))
+            for loop in self.loops.values():
+                loop.stop(timeout=max(0.1, deadline - self._monotonic()))
+            self.events.write_event({"type": "complete", "time_ns": self._now_ns(),
+                                     "requests_end_ns": requests_end_ns, "collection_complete": True,
+                                     "endpoints": [loop.stats.as_json() for loop in self.loops.values()]})
+            self.records.close()
+            self.events.close()
+            self.fetcher.close()
+            self.state = "completed"
+            self.outputs = SessionOutputs(self.artifact_dir)
+            self.outputs.files = [self.records.path, self.events.path]
+            self._write_report(self.outputs)
+            return self.outputs
+
+    def _write_report(self, outputs: SessionOutputs) -> None:
+        from bridge.report_glue import write_session_report  # lazy: numpy and rich load only here
+
+        try:
+            write_session_report(self, outputs)
+        except Exception:  # the record log is already safe; a report bug must not lose it
+            logger.exception("building the report failed; rebuild it with `dcgm-bridge report --jsonl %s "
+                             "--events %s`", self.records.path, self.events.path)
+
+    # -- pipeline callbacks ------------------------------------------------------------------------
+    def _on_page(self, url: str, page: FetchedPage) -> None:
+        parser = self._parsers.get(url)
+        if parser is None:
+            parser = self._parsers[url] = PageParser()
+        parsed = parser.parse(page.body, openmetrics="openmetrics" in page.content_type or None)
+        phase = self.phase
+        records = self._normalizer.records(parsed, source_url=redact_url(url), timestamp_ns=page.start_ns,
+                                           run_id=self.run_id, phase=phase, scrape_end_ns=page.end_ns)
+        self.records.write_records(records)
+        self.records_written += len(records)
+        if parsed.dropped:
+            first = parsed.dropped[0]
+            logger.debug("%s: dropped %d lines (first: line %d, %s)", redact_url(url), len(parsed.dropped),
+                         first.line, first.reason)
+        for listener in self.listeners:
+            listener(url, parsed, page.start_ns, phase)
+
+    def _on_failure(self, url: str, exc: FetchError, start_ns: int) -> None:
+        self.events.write_event({"type": "scrape_error", "endpoint": redact_url(url), "time_ns": start_ns,
+                                 "kind": exc.kind, "message": exc.message})
+
+    # -- status ------------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "state": self.state,
+                "run_id": self.run_id,
+                "phase": self.phase,
+                "artifact_dir": str(self.artifact_dir),
+                "records_written": self.records_written,
+                "record_log": {"path": str(self.records.path), "lines_written": self.records.lines_written,
+                               "lines_dropped": self.records.lines_dropped, "error": self.records.last_error},
+                "endpoints": [
+                    {**loop.stats.as_json(), "display": display_key(url),
+                     "reachable_at_configure": any(p.url == url and p.reachable for p in self.probes)}
+                    for url, loop in self.loops.items()
+                ],
+                "marks": [m._asdict() for m in self.marks],
+            }
+
+    @property
+    def ready(self) -> bool:
+        return self.state in ("configured", "collecting")
+
+
+def _fetch_settings(config: Config) -> FetchSettings:
+    token = config.bearer_token
+    if token is None and config.bearer_token_file:
+        token = Path(config.bearer_token_file).read_text(encoding="utf-8").strip()
+    basic = None
+    if config.basic_auth_user and config.basic_auth_password_file:
+        basic = (config.basic_auth_user, Path(config.basic_auth_password_file).read_text(encoding="utf-8").strip())
+    return FetchSettings(connect_timeout=config.connect_timeout, read_timeout=config.scrape_timeout,
+                         max_body_bytes=config.max_body_bytes, ca_file=config.ca_file,
+                         insecure_skip_verify=config.insecure_skip_verify, bearer_token=token, basic_auth=basic)
