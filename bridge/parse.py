@@ -47,7 +47,7 @@ class PageParser:
     def parse(self, body: bytes | str, *, openmetrics: bool | None = None) -> ParsedPage:
         text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
         if openmetrics is None:
-            openmetrics = text.rstrip().endswith("# EOF")
+            openmetrics = text.startswith("# EOF") or "\n# EOF" in text
         if len(self._labels) > self.max_cached:
             self._labels.clear()
         samples: list[Sample] = []
