@@ -9,7 +9,6 @@ ignore a final line without its newline (a disk that filled up mid-write can lea
 from __future__ import annotations
 
 import gzip
-import io
 import logging
 import threading
 import time
@@ -17,7 +16,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
 
@@ -87,15 +86,36 @@ def dict_to_record(obj: Mapping[str, Any]) -> GpuRecord:
 
 def open_text_lines(path: Path) -> Iterator[bytes]:
     """Complete lines of a .jsonl or .jsonl.gz file; a trailing partial line is skipped."""
-    raw: IO[bytes] = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # type: ignore[assignment]  # noqa: SIM115
-    with raw:
-        try:
-            for line in raw:
-                if line.endswith(b"\n"):
-                    yield line
-        except (EOFError, zlib.error, gzip.BadGzipFile):
-            # A gzip log cut by a kill ends mid-stream: everything sync-flushed before it is intact.
-            logger.warning("%s ends with an incomplete gzip stream; reading stopped there", path)
+    chunks = _gunzip_chunks(path) if path.suffix == ".gz" else _raw_chunks(path)
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line + b"\n"
+
+
+def _raw_chunks(path: Path) -> Iterator[bytes]:
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            yield chunk
+
+
+def _gunzip_chunks(path: Path) -> Iterator[bytes]:
+    """Decompress every gzip member (each writer session appends one); a stream cut short by a kill
+    yields everything that was sync-flushed before the cut."""
+    decoder = zlib.decompressobj(wbits=31)
+    for chunk in _raw_chunks(path):
+        while chunk:
+            try:
+                yield decoder.decompress(chunk)
+            except zlib.error:
+                logger.warning("%s: corrupt gzip data; reading stopped there", path)
+                return
+            if not decoder.eof:
+                break
+            chunk = decoder.unused_data
+            decoder = zlib.decompressobj(wbits=31)
 
 
 def read_dicts(path: Path, errors: list[str] | None = None) -> Iterator[dict[str, Any]]:
@@ -203,17 +223,14 @@ class LineWriter:
         return False
 
 
-class _SyncGzip(io.RawIOBase):
+class _SyncGzip:
     """gzip output whose every flush is a Z_SYNC_FLUSH: a reader sees all flushed lines."""
 
     def __init__(self, path: Path) -> None:
         self._raw = open(path, "ab")  # noqa: SIM115 - owned by this object
         self._gz = gzip.GzipFile(fileobj=self._raw, mode="ab")
 
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
+    def write(self, data: bytes) -> int:
         return self._gz.write(data)
 
     def flush(self) -> None:
@@ -221,13 +238,11 @@ class _SyncGzip(io.RawIOBase):
         self._raw.flush()
 
     def close(self) -> None:
-        if not self.closed:
-            self._gz.close()
-            self._raw.close()
-        super().close()
+        self._gz.close()
+        self._raw.close()
 
 
 def _open_append(path: Path) -> IO[bytes]:
     if path.suffix == ".gz":
-        return _SyncGzip(path)  # type: ignore[return-value]
+        return cast(IO[bytes], _SyncGzip(path))
     return open(path, "ab", buffering=0)  # noqa: SIM115 - owned by LineWriter
