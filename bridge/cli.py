@@ -182,7 +182,19 @@ def register(group: click.Group) -> None:
         group.add_command(command)
 
 
-try:
-    register(main)
-except ImportError:  # pragma: no cover - TEMPORARY while the packages are being written
-    pass
+
+
+@main.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("artifacts"),
+              show_default=True, help="Where the artifacts go.")
+@click.option("--duration", type=float, default=15.0, show_default=True, help="Seconds of collection.")
+@click.option("--gpus", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option("--mig", type=click.IntRange(0, 7), default=0, help="MIG instances per simulated GPU.")
+def demo(out: Path, duration: float, gpus: int, mig: int) -> None:
+    """Run a warmup + profiling collection against the embedded simulated exporter and report it."""
+    from bridge.demo import run_demo
+
+    run_demo(out, duration, gpus=gpus, mig=mig)
+
+
+register(main)

@@ -1,0 +1,58 @@
+"""`dcgm-bridge demo`: the whole pipeline against the embedded simulator (8 GPUs), no GPU needed.
+
+A warmup phase, then a profiling phase; then the console report and the written artifacts. This is
+the one place that waits on real time: it is a demonstration of a run, not a test.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from bridge.config import Config
+from bridge.endpoints import TelemetryItems
+from bridge.fields import default_table
+from bridge.lifecycle import Session, SessionOutputs
+
+
+def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333, console: Any = None,
+             mig: int = 0) -> SessionOutputs:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from bridge.simulator import SimulatedExporter, SimulatorConfig
+
+    console = console or Console()
+    out.mkdir(parents=True, exist_ok=True)
+    with SimulatedExporter(SimulatorConfig(gpus=gpus, seed=7, mig=mig)) as exporter:
+        config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[],
+                        artifact_dir=str(out), collection_interval=interval,
+                        run_id=f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
+        session = Session(config, default_table())
+        console.print(f"[bold]dcgm-bridge demo[/]: simulated dcgm-exporter with {gpus} GPUs at {exporter.url}, "
+                      f"run {session.run_id}")
+        session.configure()
+        session.start()
+        warmup = max(1.0, duration * 0.25)
+        phases = [("warmup", "warmup", warmup), ("profiling", "profiling", max(1.0, duration - warmup))]
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[records]} records"),
+                      TimeRemainingColumn(), console=console, transient=True) as progress:
+            for name, kind, seconds in phases:
+                session.mark_phase(name, kind, "start", time.time_ns())
+                task = progress.add_task(f"{name:>9}", total=seconds, records=session.records_written)
+                started = time.monotonic()
+                while (elapsed := time.monotonic() - started) < seconds:
+                    time.sleep(min(0.2, seconds - elapsed))
+                    progress.update(task, completed=time.monotonic() - started, records=session.records_written)
+                end_ns = time.time_ns()
+                session.mark_phase(name, kind, "end", end_ns)
+        outputs = session.complete(requests_end_ns=end_ns)
+    if outputs.report is not None:
+        from bridge.report import render_console
+
+        render_console(outputs.report, console)
+    console.print(f"\n[bold]{session.records_written}[/] records from {gpus} GPUs. Artifacts in [bold]{out}[/]:")
+    for path in outputs.files:
+        console.print(f"  {path}")
+    return outputs
