@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -126,16 +127,20 @@ def resolve_config(flags: dict[str, Any]) -> Any:
         raise click.ClickException(str(exc)) from None
 
 
-def build_session(config: Any) -> Any:
+def build_session_table(config: Any) -> Any:
     from bridge.custom_metrics import CustomMetricsError, table_with_custom
     from bridge.fields import default_table
-    from bridge.lifecycle import Session
 
     try:
-        table = table_with_custom(default_table(), config.telemetry.metrics_files)
+        return table_with_custom(default_table(), config.telemetry.metrics_files)
     except CustomMetricsError as exc:
         raise click.ClickException(str(exc)) from None
-    return Session(config, table)
+
+
+def build_session(config: Any) -> Any:
+    from bridge.lifecycle import Session
+
+    return Session(config, build_session_table(config))
 
 
 @main.command()
@@ -163,13 +168,47 @@ def sidecar(live: bool, **flags: Any) -> None:
     signal.signal(signal.SIGINT, _signal)
     session.configure()
     session.start()
+    view = _live_view(session, live or config.telemetry.dashboard)
     done_file = Path(config.done_file) if config.done_file else None
-    while not done.wait(0.5):
+    while not done.wait(0.25):
         if done_file is not None and done_file.exists():
             break
+    if view is not None:
+        view.stop()
     session.complete()
     server.stop()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id} complete; outputs in {session.artifact_dir}", err=True)
+
+
+def _live_view(session: Any, wanted: bool) -> Any:
+    if not wanted:
+        return None
+    from bridge.live import LiveView
+
+    view = LiveView(session)
+    view.start()
+    return view
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@telemetry_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def profile(command: tuple[str, ...], live: bool, **flags: Any) -> None:
+    """Run a benchmark command with GPU telemetry: dcgm-bridge profile [OPTIONS] -- CMD [ARGS]…
+
+    CMD gets DCGM_BRIDGE_CONTROL_URL to post phase marks; without marks the phases come from a
+    phase_manifest.json below the artifact directory (AIPerf writes one), else the whole run is
+    reported. The exit code is CMD's.
+    """
+    from bridge.run import run_profile
+
+    config = resolve_config(flags)
+    session_table = build_session_table(config)
+    try:
+        code = run_profile(config, session_table, list(command), live=live)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None
+    sys.exit(code)
 
 
 def register(group: click.Group) -> None:
@@ -198,3 +237,5 @@ def demo(out: Path, duration: float, gpus: int, mig: int) -> None:
 
 
 register(main)
+if __name__ == "__main__":
+    main()

@@ -23,7 +23,7 @@ from bridge.fields import FieldTable
 from bridge.normalize import Normalizer
 from bridge.parse import PageParser
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
-from bridge.samples import ParsedPage, PhaseMark
+from bridge.samples import GpuRecord, ParsedPage, PhaseMark
 from bridge.scrape import ScrapeLoop
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ class Session:
                                   monotonic=monotonic)
         self.events = LineWriter(self.artifact_dir / EVENTS_FILE, flush_interval_s=0.0, monotonic=monotonic)
         self.records_written = 0
+        self._latest: dict[tuple[str, tuple[str, str | None]], tuple[GpuRecord, GpuRecord]] = {}
 
     # -- configure ---------------------------------------------------------------------------------
     def configure(self) -> list[Probe]:
@@ -144,7 +145,7 @@ class Session:
             raise LifecycleError("name must be a non-empty string")
         if not isinstance(time_ns, int) or isinstance(time_ns, bool) or time_ns <= 0:
             raise LifecycleError("time_ns must be a positive integer (wall-clock ns of the boundary)")
-        mark = PhaseMark(name, kind, event, time_ns)  # type: ignore[arg-type]
+        mark = PhaseMark(name, kind, event, time_ns)
         with self._lock:
             if self.state == "completed":
                 raise LifecycleError("the run is already complete")
@@ -214,6 +215,11 @@ class Session:
                                            run_id=self.run_id, phase=phase, scrape_end_ns=page.end_ns)
         self.records.write_records(records)
         self.records_written += len(records)
+        display = display_key(url)
+        for record in records:
+            key = (display, record.identity)
+            seen = self._latest.get(key)
+            self._latest[key] = (seen[0] if seen else record, record)
         if parsed.dropped:
             first = parsed.dropped[0]
             logger.debug("%s: dropped %d lines (first: line %d, %s)", redact_url(url), len(parsed.dropped),
@@ -243,6 +249,10 @@ class Session:
                 ],
                 "marks": [m._asdict() for m in self.marks],
             }
+
+    def latest_records(self) -> dict[tuple[str, tuple[str, str | None]], tuple[GpuRecord, GpuRecord]]:
+        """(display key, identity) → (first, latest) record: what the live view shows."""
+        return dict(self._latest)
 
     @property
     def ready(self) -> bool:

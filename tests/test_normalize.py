@@ -150,14 +150,14 @@ def test_xid_is_a_code_and_unmapped_families_are_left_to_otlp():
 
 
 def test_the_custom_metrics_csv_honours_type_unit_and_scale():
-    csv = ("# custom\nDCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Volatile double-bit errors.\n"
+    csv = ("# custom\nDCGM_FI_DEV_RETIRED_DBE, counter, Retired pages from double-bit errors.\n"
            "DCGM_FI_PROF_NVLINK_TX_BYTES_X, gauge, NVLink TX (in MiB).\n"
            "DCGM_FI_DEV_THERMAL_X, counter, Thermal throttling (in ns).\n"
            "DCGM_FI_DEV_POWER_USAGE, gauge, already mapped (in W).\n"
            "DCGM_FI_DRIVER_VERSION, label, Driver Version\n")
     specs = {s.key: s for s in parse_custom_metrics(csv, "m.csv", TABLE)}
-    assert set(specs) == {"nvidia_ecc_dbe_vol_total", "nvidia_nvlink_tx_bytes_x", "nvidia_thermal_x"}
-    assert specs["nvidia_ecc_dbe_vol_total"].kind.value == "counter"
+    assert set(specs) == {"nvidia_retired_dbe", "nvidia_nvlink_tx_bytes_x", "nvidia_thermal_x"}
+    assert specs["nvidia_retired_dbe"].kind.value == "counter"
     assert (specs["nvidia_nvlink_tx_bytes_x"].unit, specs["nvidia_nvlink_tx_bytes_x"].scale) == ("GB", 1.048576e-3)
     assert (specs["nvidia_thermal_x"].unit, specs["nvidia_thermal_x"].scale) == ("us", 1e-3)
     table = TABLE.with_custom(specs.values())

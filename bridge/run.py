@@ -1,0 +1,79 @@
+"""`dcgm-bridge profile -- CMD …`: run any benchmark command with GPU telemetry around it.
+
+The command gets `DCGM_BRIDGE_CONTROL_URL` so it can post phase marks. When it exits, the phases come
+from its marks, else from a `phase_manifest.json` below the artifact directory (AIPerf writes one),
+else the whole run is reported. AIPerf itself is passed `--no-gpu-telemetry`, so the two do not both
+scrape and both write `telemetry_data` (aiperf-compat.md §15).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bridge.config import Config
+from bridge.fields import FieldTable
+
+logger = logging.getLogger(__name__)
+
+
+def is_aiperf(command: Sequence[str]) -> bool:
+    if not command:
+        return False
+    program = Path(command[0]).name
+    return program == "aiperf" or (program.startswith("python") and list(command[1:3]) == ["-m", "aiperf"])
+
+
+def with_aiperf_flags(command: Sequence[str]) -> list[str]:
+    """AIPerf must not collect GPU telemetry itself (it would scrape too and write telemetry_data)."""
+    out = list(command)
+    if is_aiperf(out) and "--no-gpu-telemetry" not in out:
+        out.append("--no-gpu-telemetry")
+    return out
+
+
+def run_profile(config: Config, table: FieldTable, command: Sequence[str], *, live: bool = False) -> int:
+    """Collect while `command` runs; returns its exit code."""
+    if not command:
+        raise ValueError("no command to run: dcgm-bridge profile [options] -- CMD [ARGS…]")
+    artifact_dir = str(Path(config.artifact_dir).resolve())
+    command = with_aiperf_flags(command)
+    if not config.enabled:
+        return subprocess.call(command)
+
+    from bridge.control import ControlServer
+    from bridge.lifecycle import Session
+
+    config = replace(config, phase_manifest=config.phase_manifest or artifact_dir)
+    session = Session(config, table)
+    server = ControlServer(session, "127.0.0.1", 0, config.control_allow)
+    server.start()
+    env = {**os.environ, "DCGM_BRIDGE_CONTROL_URL": f"http://127.0.0.1:{server.port}",
+           "DCGM_BRIDGE_RUN_ID": session.run_id}
+    view: Any = None
+    try:
+        session.configure()
+        session.start()
+        if live or config.telemetry.dashboard:
+            from bridge.live import LiveView
+
+            view = LiveView(session)
+            view.start()
+        process = subprocess.Popen(command, env=env)
+        try:
+            code = process.wait()
+        except KeyboardInterrupt:
+            process.send_signal(signal.SIGINT)
+            code = process.wait()
+    finally:
+        if view is not None:
+            view.stop()
+        session.complete()  # the requests end is the last profiling end mark, or the manifest's
+        server.stop()
+    return code

@@ -1,0 +1,166 @@
+"""End to end: `dcgm-bridge profile -- CMD` with a benchmark that posts phase marks, and the sidecar as a
+real process that completes on POST /complete, on SIGTERM, and on a done-marker file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from bridge.cli import main
+from bridge.record_log import read_dicts, read_records
+from bridge.run import is_aiperf, with_aiperf_flags
+from bridge.simulator import SimulatedExporter, SimulatorConfig
+from tests.conftest import free_port
+
+BENCHMARK = """
+import json, os, sys, time, urllib.request
+url = os.environ["DCGM_BRIDGE_CONTROL_URL"]
+def post(kind, event, t):
+    body = json.dumps({"name": kind, "kind": kind, "event": event, "time_ns": t}).encode()
+    urllib.request.urlopen(urllib.request.Request(url + "/phases", data=body)).read()
+post("warmup", "start", time.time_ns())
+status = json.loads(urllib.request.urlopen(url + "/status").read())
+while json.loads(urllib.request.urlopen(url + "/status").read())["records_written"] < status["records_written"] + 4:
+    time.sleep(0.02)
+t = time.time_ns()
+post("warmup", "end", t)
+post("profiling", "start", t)
+status = json.loads(urllib.request.urlopen(url + "/status").read())
+while json.loads(urllib.request.urlopen(url + "/status").read())["records_written"] < status["records_written"] + 8:
+    time.sleep(0.02)
+post("profiling", "end", time.time_ns())
+sys.exit(7)
+"""
+
+
+def _env(monkeypatch, exporter):
+    monkeypatch.setenv("AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS", f"127.0.0.1:{exporter.port}")
+    monkeypatch.setenv("AIPERF_GPU_COLLECTION_INTERVAL", "0.05")
+
+
+def test_profile_runs_a_benchmark_that_posts_marks_and_reports_its_phases(tmp_path, monkeypatch):
+    script = tmp_path / "bench.py"
+    script.write_text(BENCHMARK)
+    out = tmp_path / "out"
+    with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
+        _env(monkeypatch, exporter)
+        result = CliRunner().invoke(main, ["profile", "--artifact-dir", str(out), "--run-id", "r-42", "--",
+                                           sys.executable, str(script)])
+    assert result.exit_code == 7, result.output  # the benchmark's own exit code
+    report = orjson.loads((out / "profile_export_aiperf.json").read_bytes())
+    telemetry = report["telemetry_data"]
+    gpus = telemetry["endpoints"][f"127.0.0.1:{exporter.port}"]["gpus"]
+    assert len(gpus) == 2 and all(g["metrics"]["nvidia_power_usage"]["count"] >= 2 for g in gpus.values())
+    assert {p.name for p in (out / "phases").iterdir()} == {"warmup", "profiling"}
+    marks = [e for e in read_dicts(out / "gpu_telemetry_events.jsonl") if e["type"] == "phase"]
+    assert [(m["name"], m["event"]) for m in marks] == [("warmup", "start"), ("warmup", "end"),
+                                                        ("profiling", "start"), ("profiling", "end")]
+    assert {r.run_id for r in read_records(out / "gpu_telemetry_export.jsonl")} == {"r-42"}
+
+
+def test_profile_without_marks_takes_the_phases_from_a_phase_manifest(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    nested = out / "model-concurrency1"
+    script = tmp_path / "bench.py"
+    # A benchmark that, like AIPerf, posts nothing and writes phase_manifest.json in a sub-folder.
+    script.write_text(f"""
+import json, os, time, urllib.request
+url = os.environ["DCGM_BRIDGE_CONTROL_URL"]
+start = time.time_ns()
+def written():
+    return json.loads(urllib.request.urlopen(url + "/status").read())["records_written"]
+first = written()
+while written() < first + 6:
+    time.sleep(0.02)
+end = time.time_ns()
+os.makedirs({str(nested)!r}, exist_ok=True)
+json.dump({{"schema_version": 1, "phases": [{{"phase_index": 0, "phase_kind": "profiling",
+    "phase_name": "profiling", "profiling_index": 0, "start_ns": start, "end_ns": end,
+    "was_cancelled": False}}]}}, open(os.path.join({str(nested)!r}, "phase_manifest.json"), "w"))
+""")
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
+        _env(monkeypatch, exporter)
+        result = CliRunner().invoke(main, ["profile", "--artifact-dir", str(out), "--", sys.executable, str(script)])
+    assert result.exit_code == 0, result.output
+    manifest = orjson.loads((nested / "phase_manifest.json").read_bytes())["phases"][0]
+    summary = orjson.loads((out / "profile_export_aiperf.json").read_bytes())["telemetry_data"]["summary"]
+    from datetime import datetime
+
+    start = datetime.fromisoformat(summary["start_time"])
+    assert start == datetime.fromtimestamp(manifest["start_ns"] / 1e9).replace(microsecond=start.microsecond)
+
+
+def test_aiperf_is_told_not_to_collect_gpu_telemetry_itself():
+    assert is_aiperf(["/usr/bin/aiperf", "profile"]) and is_aiperf(["python3", "-m", "aiperf", "profile"])
+    assert not is_aiperf(["python3", "bench.py"])
+    assert with_aiperf_flags(["aiperf", "profile", "-m", "x"]) == ["aiperf", "profile", "-m", "x", "--no-gpu-telemetry"]
+    assert with_aiperf_flags(["vllm", "bench"]) == ["vllm", "bench"]
+
+
+# -- the sidecar as a process --------------------------------------------------------------------------
+def _start_sidecar(tmp_path: Path, exporter: SimulatedExporter, *extra: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "AIPERF_GPU_COLLECTION_INTERVAL": "0.05", "DCGM_BRIDGE_HEALTH_HOST": "127.0.0.1"}
+    log = (tmp_path / "sidecar.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", exporter.url, "--artifact-dir",
+         str(tmp_path / "out"), "--health-port", str(port), *extra],
+        env=env, stdout=subprocess.DEVNULL, stderr=log)
+    log.close()  # the child holds its own descriptor
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
+                return process, base
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    pytest.fail(f"sidecar not ready: {(tmp_path / 'sidecar.log').read_text()}")
+
+
+def _wait_records(base: str, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while httpx.get(base + "/status", timeout=2).json()["records_written"] < count:
+        assert time.monotonic() < deadline, "no records"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "post-complete", "done-file"])
+def test_the_sidecar_process_completes_and_writes_its_report(tmp_path, how):
+    done_file = tmp_path / "done"
+    extra = ["--config", str(tmp_path / "c.yaml")]
+    (tmp_path / "c.yaml").write_text(f"gpu_telemetry:\n  done_file: {done_file}\n  shutdown_delay: 5\n")
+    with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
+        process, base = _start_sidecar(tmp_path, exporter, *extra)
+        try:
+            _wait_records(base, 6)
+            if how == "sigterm":
+                process.send_signal(signal.SIGTERM)
+            elif how == "post-complete":
+                assert httpx.post(base + "/complete", json={}, timeout=30).json()["completed"]
+            else:
+                done_file.write_text("done")
+            assert process.wait(60) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    out = tmp_path / "out"
+    events = list(read_dicts(out / "gpu_telemetry_events.jsonl"))
+    assert events[-1]["type"] == "complete" and events[-1]["collection_complete"] is True
+    assert json.loads((out / "profile_export_aiperf.json").read_text())["telemetry_data"]["endpoints"]
