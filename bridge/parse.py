@@ -33,77 +33,117 @@ class LabelError(ValueError):
 
 
 class PageParser:
-    """Parses pages; keeps the label cache (and so the mapping objects) across pages.
+    """Parses pages; keeps its caches (and so the label mapping objects) across pages.
 
-    One parser per endpoint: its cache holds that exporter's label sets. `max_cached` bounds it
-    against an exporter whose labels never repeat (pod churn); past it the cache starts over.
+    One parser per endpoint: its caches hold that exporter's series heads (`name{labels}`), label
+    sets and HELP/TYPE lines, which repeat scrape after scrape. `max_cached` bounds them against an
+    exporter whose labels never repeat (pod churn); past it they start over.
     """
 
     def __init__(self, max_cached: int = 50_000) -> None:
         self._labels: dict[str, Mapping[str, str] | str] = {}
-        self._names: set[str] = set()
+        self._heads: dict[str, tuple[str, Mapping[str, str]] | str] = {}
+        self._comments: dict[str, tuple[str, str, str] | str | None] = {}
         self.max_cached = max_cached
 
     def parse(self, body: bytes | str, *, openmetrics: bool | None = None) -> ParsedPage:
         text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
         if openmetrics is None:
             openmetrics = text.startswith("# EOF") or "\n# EOF" in text
-        if len(self._labels) > self.max_cached:
+        if "\r" in text:
+            text = text.replace("\r\n", "\n")
+        if len(self._heads) > self.max_cached or len(self._labels) > self.max_cached:
+            self._heads.clear()
             self._labels.clear()
+            self._comments.clear()
         samples: list[Sample] = []
         types: dict[str, str] = {}
         helps: dict[str, str] = {}
         dropped: list[Dropped] = []
-        labels_cache = self._labels
-        names = self._names
+        heads = self._heads
         append = samples.append
-        for number, raw in enumerate(text.split("\n"), 1):
-            line = raw.strip()
+        for number, line in enumerate(text.split("\n"), 1):
             if not line:
                 continue
+            if line[0] in " \t" or line[-1] in " \t\r":
+                line = line.strip()
+                if not line:
+                    continue
             if line[0] == "#":
                 if openmetrics and line == "# EOF":
                     break
-                _comment(line, number, types, helps, dropped)
+                self._comment(line, number, types, helps, dropped)
                 continue
-            brace = line.find("{")
-            if brace >= 0:
-                name = line[:brace].rstrip()
-                close = line.rfind("}")
-                if close < brace:
-                    dropped.append(_drop(number, line, "no closing '}' in the label set"))
-                    continue
-                raw_labels = line[brace + 1 : close]
-                labels = labels_cache.get(raw_labels)
-                if labels is None:
-                    labels = _labels_or_reason(raw_labels)
-                    labels_cache[raw_labels] = labels
-                if isinstance(labels, str):
-                    dropped.append(_drop(number, line, labels))
-                    continue
-                rest = line[close + 1 :].split()
+            close = line.rfind("}")
+            if close >= 0:
+                key, rest = line[: close + 1], line[close + 1 :]
             else:
-                parts = line.split()
-                name, rest, labels = parts[0], parts[1:], _EMPTY
-            if name not in names:
-                if not _NAME.fullmatch(name):
-                    dropped.append(_drop(number, line, f"invalid metric name {name[:60]!r}"))
+                key, _, rest = line.partition(" ")
+                if "\t" in key:
+                    key, _, tail = key.partition("\t")
+                    rest = f"{tail} {rest}"
+            head = heads.get(key)
+            if head is None:
+                head = heads[key] = self._head(key)
+            if isinstance(head, str):
+                dropped.append(_drop(number, line, head))
+                continue
+            name, labels = head
+            tokens = rest.split()
+            if len(tokens) == 1 and "_" not in tokens[0]:
+                try:
+                    append(Sample(name, labels, float(tokens[0]), None))
                     continue
-                names.add(name)
-            if openmetrics and len(rest) > 2 and rest[2] == "#":
-                rest = rest[:2]  # an OpenMetrics exemplar follows " # "
-            if not rest or len(rest) > 2:
-                reason = "no value" if not rest else "unexpected text after the timestamp"
+                except ValueError:
+                    pass
+            if openmetrics and len(tokens) > 2 and tokens[2] == "#":
+                tokens = tokens[:2]  # an OpenMetrics exemplar follows " # "
+            if not tokens or len(tokens) > 2:
+                reason = "no value" if not tokens else "unexpected text after the timestamp"
                 dropped.append(_drop(number, line, reason))
                 continue
             try:
-                value = _number(rest[0])
-                timestamp = None if len(rest) == 1 else _timestamp_ms(rest[1], openmetrics)
+                value = _number(tokens[0])
+                timestamp = None if len(tokens) == 1 else _timestamp_ms(tokens[1], openmetrics)
             except ValueError as exc:
                 dropped.append(_drop(number, line, str(exc)))
                 continue
             append(Sample(name, labels, value, timestamp))
         return ParsedPage(samples, types, helps, dropped)
+
+    def _head(self, key: str) -> tuple[str, Mapping[str, str]] | str:
+        """`name{labels}` (or a bare name) → (name, read-only labels), or the reason it is bad."""
+        brace = key.find("{")
+        if brace < 0:
+            name, labels = key, _EMPTY
+        else:
+            name = key[:brace].rstrip()
+            if not key.endswith("}"):
+                return "no closing '}' in the label set"
+            raw = key[brace + 1 : -1]
+            cached = self._labels.get(raw)
+            if cached is None:
+                cached = self._labels[raw] = _labels_or_reason(raw)
+            if isinstance(cached, str):
+                return cached
+            labels = cached
+        if not _NAME.fullmatch(name):
+            return f"invalid metric name {name[:60]!r}"
+        return name, labels
+
+    def _comment(self, line: str, number: int, types: dict[str, str], helps: dict[str, str],
+                 dropped: list[Dropped]) -> None:
+        if line in self._comments:
+            entry = self._comments[line]
+        else:
+            entry = self._comments[line] = _read_comment(line)
+        if entry is None:
+            return
+        if isinstance(entry, str):
+            dropped.append(_drop(number, line, entry))
+            return
+        kind, name, text = entry
+        (helps if kind == "HELP" else types)[name] = text
 
 
 def parse_page(body: bytes | str, *, openmetrics: bool | None = None) -> ParsedPage:
@@ -175,22 +215,20 @@ def _unescape(match: re.Match[str]) -> str:
     return _ESCAPES[match.group(0)]
 
 
-def _comment(line: str, number: int, types: dict[str, str], helps: dict[str, str],
-             dropped: list[Dropped]) -> None:
+def _read_comment(line: str) -> tuple[str, str, str] | str | None:
+    """A HELP/TYPE line → (kind, name, text); a bad one → its reason; any other comment → None."""
     parts = line.split(None, 3)
     if len(parts) < 3 or parts[0] != "#" or parts[1] not in ("TYPE", "HELP"):
-        return  # a plain comment (or # UNIT, which dcgm-exporter never writes)
+        return None  # a plain comment (or # UNIT, which dcgm-exporter never writes)
     name = parts[2]
     if not _NAME.fullmatch(name):
-        dropped.append(_drop(number, line, f"invalid metric name {name[:60]!r} in {parts[1]}"))
-        return
+        return f"invalid metric name {name[:60]!r} in {parts[1]}"
     if parts[1] == "HELP":
         text = parts[3] if len(parts) == 4 else ""
-        helps[name] = _HELP_ESCAPE.sub(_unescape, text) if "\\" in text else text
-    elif len(parts) < 4:
-        dropped.append(_drop(number, line, "TYPE without a type"))
-    else:
-        types[name] = parts[3].strip()
+        return "HELP", name, _HELP_ESCAPE.sub(_unescape, text) if "\\" in text else text
+    if len(parts) < 4:
+        return "TYPE without a type"
+    return "TYPE", name, parts[3].strip()
 
 
 def _drop(number: int, line: str, reason: str) -> Dropped:
