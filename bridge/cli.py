@@ -156,8 +156,10 @@ def sidecar(live: bool, **flags: Any) -> None:
         return
     session = build_session(config)
     done = threading.Event()
+    # A native sidecar that exits is restarted by the kubelet (and would overwrite the finished run):
+    # with exit_on_complete false it stays up after POST /complete until SIGTERM.
     server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
-                           on_complete=done.set)
+                           on_complete=done.set if config.exit_on_complete else None)
     server.start()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id}, control API on port {server.port}", err=True)
 

@@ -106,6 +106,8 @@ SETTINGS: tuple[Setting, ...] = (
             help="AIPerf phase_manifest.json (or a folder to search) to take the phases from"),
     Setting("done_file", ("DCGM_BRIDGE_DONE_FILE",), str, None,
             help="complete when this file appears (legacy sidecar)"),
+    Setting("exit_on_complete", ("DCGM_BRIDGE_EXIT_ON_COMPLETE",), _bool, True,
+            help="exit after POST /complete; false for a native sidecar, which the kubelet would restart"),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -140,6 +142,7 @@ class Config:
     control_allow: list[str] = field(default_factory=lambda: ["127.0.0.1/8", "::1/128"])
     phase_manifest: str | None = None
     done_file: str | None = None
+    exit_on_complete: bool = True
 
     def effective_run_id(self) -> str:
         return self.run_id or _generated_run_id()

@@ -108,9 +108,11 @@ def test_aiperf_is_told_not_to_collect_gpu_telemetry_itself():
 
 
 # -- the sidecar as a process --------------------------------------------------------------------------
-def _start_sidecar(tmp_path: Path, exporter: SimulatedExporter, *extra: str) -> tuple[subprocess.Popen, str]:
+def _start_sidecar(tmp_path: Path, exporter: SimulatedExporter, *extra: str,
+                   **env_extra: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**os.environ, "AIPERF_GPU_COLLECTION_INTERVAL": "0.05", "DCGM_BRIDGE_HEALTH_HOST": "127.0.0.1"}
+    env = {**os.environ, "AIPERF_GPU_COLLECTION_INTERVAL": "0.05", "DCGM_BRIDGE_HEALTH_HOST": "127.0.0.1",
+           **env_extra}
     log = (tmp_path / "sidecar.log").open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", exporter.url, "--artifact-dir",
@@ -164,3 +166,23 @@ def test_the_sidecar_process_completes_and_writes_its_report(tmp_path, how):
     events = list(read_dicts(out / "gpu_telemetry_events.jsonl"))
     assert events[-1]["type"] == "complete" and events[-1]["collection_complete"] is True
     assert json.loads((out / "profile_export_aiperf.json").read_text())["telemetry_data"]["endpoints"]
+
+
+def test_a_native_sidecar_stays_up_after_complete_until_sigterm(tmp_path):
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
+        process, base = _start_sidecar(tmp_path, exporter, DCGM_BRIDGE_EXIT_ON_COMPLETE="false")
+        try:
+            _wait_records(base, 2)
+            assert httpx.post(base + "/complete", json={}, timeout=30).json()["completed"]
+            # Still serving (the kubelet would restart an exited native sidecar): complete, not ready.
+            assert httpx.get(base + "/healthz", timeout=5).status_code == 200
+            assert httpx.get(base + "/status", timeout=5).json()["state"] == "completed"
+            assert process.poll() is None
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(60) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    completes = [e for e in read_dicts(tmp_path / "out" / "gpu_telemetry_events.jsonl") if e["type"] == "complete"]
+    assert len(completes) == 1  # complete is idempotent

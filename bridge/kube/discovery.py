@@ -1,0 +1,124 @@
+"""`k8s://<namespace>/<service>[:port]` → one scrape URL per ready endpoint of that Service.
+
+Opt-in, at submit time, with the user's credentials (AIPerf does no discovery, and a load-balanced
+Service URL lands each scrape on a random node — kubernetes.md §4). We list the Service's
+EndpointSlices (label `kubernetes.io/service-name`), which needs only `list` on
+`endpointslices.discovery.k8s.io` in that namespace (deploy/rbac/discovery-role.yaml).
+The API is passed in: anything with `list_namespaced_endpoint_slice(namespace, label_selector=...)`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+DEFAULT_PORT = 9400
+# Port names dcgm-exporter uses: the GPU Operator's pods say "metrics", its Service "gpu-metrics".
+PORT_NAMES = ("gpu-metrics", "metrics")
+_ITEM = re.compile(r"^k8s://(?P<ns>[^/]+)/(?P<svc>[^/:]+)(?::(?P<port>[^/]+))?/?$", re.I)
+RBAC_HINT = ("grant `list` on endpointslices (apiGroup discovery.k8s.io) in namespace {ns}: "
+             "kubectl apply -n {ns} -f deploy/rbac/discovery-role.yaml (then bind it to you), "
+             "or pass the exporter URLs yourself")
+
+
+class DiscoveryError(RuntimeError):
+    """A k8s:// item that cannot be expanded; the message says why and what to do."""
+
+
+class EndpointSliceLister(Protocol):
+    def list_namespaced_endpoint_slice(self, namespace: str, **kwargs: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ServiceRef:
+    namespace: str
+    service: str
+    port: str | None  # a number or a port name; None = pick by name, then 9400
+
+    @classmethod
+    def parse(cls, item: str) -> ServiceRef:
+        match = _ITEM.match(item.strip())
+        if not match:
+            raise DiscoveryError(f"--gpu-telemetry {item!r}: expected k8s://<namespace>/<service>[:port]")
+        return cls(match["ns"], match["svc"], match["port"])
+
+
+def expand(items: Iterable[str], api: EndpointSliceLister) -> list[str]:
+    """Every k8s:// item's URLs, in item order, each item's URLs sorted by node then address."""
+    urls: list[str] = []
+    for item in items:
+        for url in service_urls(ServiceRef.parse(item), api, item):
+            if url not in urls:
+                urls.append(url)
+    return urls
+
+
+def service_urls(ref: ServiceRef, api: EndpointSliceLister, item: str) -> list[str]:
+    from kubernetes.client.exceptions import ApiException  # lazy: only submission imports the client
+    from urllib3.exceptions import HTTPError
+
+    try:
+        slices = api.list_namespaced_endpoint_slice(
+            ref.namespace, label_selector=f"{SERVICE_NAME_LABEL}={ref.service}").items or []
+    except HTTPError as exc:
+        raise DiscoveryError(f"--gpu-telemetry {item}: cannot reach the Kubernetes API server: {exc}") from None
+    except ApiException as exc:
+        if exc.status in (401, 403):
+            raise DiscoveryError(f"--gpu-telemetry {item}: not allowed to list EndpointSlices in namespace "
+                                 f"{ref.namespace} (HTTP {exc.status}); {RBAC_HINT.format(ns=ref.namespace)}") from None
+        if exc.status == 404:
+            raise DiscoveryError(f"--gpu-telemetry {item}: the cluster does not serve discovery.k8s.io/v1 "
+                                 f"EndpointSlices or namespace {ref.namespace} does not exist") from None
+        raise DiscoveryError(f"--gpu-telemetry {item}: listing EndpointSlices failed: "
+                             f"HTTP {exc.status} {exc.reason}") from None
+    if not slices:
+        raise DiscoveryError(f"--gpu-telemetry {item}: no EndpointSlices for Service {ref.service} in namespace "
+                             f"{ref.namespace} (is the Service name right? kubectl -n {ref.namespace} get svc)")
+    found: list[tuple[str, str, str]] = []  # (node, address, url)
+    for eps in slices:
+        port = _pick_port(eps.ports or [], ref)
+        if port is None:
+            continue
+        for endpoint in eps.endpoints or []:
+            # `ready` unset means ready (EndpointConditions API); terminating endpoints are not ready.
+            if endpoint.conditions is not None and endpoint.conditions.ready is False:
+                continue
+            for address in endpoint.addresses or []:
+                found.append((endpoint.node_name or "", address, f"http://{_host(address)}:{port}/metrics"))
+    if not found:
+        on_port = "" if ref.port is None else f" on port {ref.port}"
+        raise DiscoveryError(f"--gpu-telemetry {item}: Service {ref.namespace}/{ref.service} has no ready endpoint"
+                             f"{on_port} (kubectl -n {ref.namespace} get endpointslices "
+                             f"-l {SERVICE_NAME_LABEL}={ref.service})")
+    return [url for _, _, url in sorted(set(found))]
+
+
+def _pick_port(ports: list[Any], ref: ServiceRef) -> int | None:
+    """The slice port to scrape: the one asked for, else a dcgm-exporter-named one, else 9400, else the only."""
+    numbered = [p for p in ports if p.port is not None]
+    if ref.port is not None:
+        for p in numbered:
+            if (ref.port.isdigit() and p.port == int(ref.port)) or p.name == ref.port:
+                return int(p.port)
+        # A Service port that maps to another targetPort isn't visible in the slice; a number the
+        # user gave is still the best guess when the slice has a single port.
+        return int(ref.port) if ref.port.isdigit() and not numbered else None
+    for name in PORT_NAMES:
+        for p in numbered:
+            if p.name == name:
+                return int(p.port)
+    for p in numbered:
+        if p.port == DEFAULT_PORT:
+            return DEFAULT_PORT
+    return int(numbered[0].port) if len(numbered) == 1 else None
+
+
+def _host(address: str) -> str:
+    try:
+        return f"[{address}]" if isinstance(ipaddress.ip_address(address), ipaddress.IPv6Address) else address
+    except ValueError:
+        return address  # an FQDN endpoint (addressType FQDN)

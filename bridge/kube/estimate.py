@@ -1,0 +1,121 @@
+"""Memory of the controller pod by component: a display heuristic, like AIPerf's estimator.
+
+The GPU-telemetry component follows the seed's rule: it is 0 when telemetry is disabled *or* when no
+`--gpu-telemetry` URL was given, because the built-in localhost defaults never count (in a pod they
+point at the pod itself, which runs no exporter). That is display only: with telemetry enabled and no
+URL the sidecar still runs and still tries the defaults; `--no-gpu-telemetry` is what removes it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bridge.kube.validate import quantity_value
+
+MIB = 2**20
+# AIPerf runs a controller, dataset, timing, records and worker processes: ~10 interpreters with
+# numpy/pydantic/zmq loaded, measured at 100-180 MiB RSS each.
+BENCHMARK_BASE_MIB = 1536
+INFLIGHT_KIB_STREAMING = 256  # SSE chunks are kept per request until the response completes
+INFLIGHT_KIB_TEXT = 64
+RECORD_KIB = 4  # one parsed request record held by the records manager
+# Our sidecar: one interpreter with httpx, the parser and the accumulator.
+TELEMETRY_BASE_MIB = 72
+SAMPLE_BYTES = 16  # float64 value + int64 timestamp per metric per GPU per scrape
+DEFAULT_GPUS_PER_ENDPOINT = 8
+DEFAULT_METRICS = 24
+DEFAULT_DURATION_S = 600.0
+# Scrape + parse + record CPU per GPU on a page: an 8-GPU simulated page at 100 Hz cost 15.9 CPU-s per
+# 5,328 scrapes, ~0.375 ms per GPU per scrape; rounded up.
+SCRAPE_CPU_SECONDS_PER_GPU = 0.0004
+CPU_WARN_FRACTION = 0.8
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    mib: int
+    formula: str
+
+
+@dataclass(frozen=True)
+class Estimate:
+    components: tuple[Component, ...]
+    telemetry_limit_mib: int | None = None
+    telemetry_records: int = 0  # GPU records the sidecar will write (0 = no URL given)
+    telemetry_cpu_need: float = 0.0  # cores the scrape loop needs at the collection interval
+    telemetry_cpu_limit: float | None = None
+
+    @property
+    def total_mib(self) -> int:
+        return sum(c.mib for c in self.components)
+
+    def component(self, name: str) -> Component:
+        return next(c for c in self.components if c.name == name)
+
+    def warnings(self) -> list[str]:
+        out: list[str] = []
+        telemetry = self.component("gpu-telemetry")
+        if self.telemetry_limit_mib is not None and telemetry.mib > self.telemetry_limit_mib:
+            out.append(f"the gpu-telemetry estimate ({telemetry.mib} MiB) exceeds its memory limit "
+                       f"({self.telemetry_limit_mib} MiB): raise AIPERF_K8S_GPU_TELEMETRY_MANAGER_MEMORY")
+        limit = self.telemetry_cpu_limit
+        if limit is not None and self.telemetry_cpu_need > limit * CPU_WARN_FRACTION:
+            out.append(f"scraping needs about {self.telemetry_cpu_need * 1000:.0f}m CPU at this collection interval, "
+                       f"near or above the sidecar's {limit * 1000:.0f}m limit, so scrapes would fall behind: "
+                       "raise AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU or AIPERF_GPU_COLLECTION_INTERVAL")
+        return out
+
+    def lines(self) -> list[str]:
+        width = max(len(c.name) for c in self.components)
+        out = ["controller pod memory estimate (heuristic):"]
+        out += [f"  {c.name:<{width}}  {c.mib:>6} MiB  {c.formula}" for c in self.components]
+        out.append(f"  {'total':<{width}}  {self.total_mib:>6} MiB")
+        out += [f"  warning: {w}" for w in self.warnings()]
+        return out
+
+
+def estimate_controller(*, concurrency: int | None, request_count: int | None, streaming: bool,
+                        telemetry_enabled: bool, telemetry_urls: int,
+                        gpus_per_endpoint: int = DEFAULT_GPUS_PER_ENDPOINT, metrics: int = DEFAULT_METRICS,
+                        collection_interval_s: float = 0.333, duration_s: float = DEFAULT_DURATION_S,
+                        telemetry_memory: str | None = None, telemetry_cpu: str | None = None) -> Estimate:
+    """`telemetry_urls` counts only user-given URLs (a k8s:// item not yet expanded counts as one)."""
+    conc = concurrency or 1
+    requests = request_count or 0
+    per_request = INFLIGHT_KIB_STREAMING if streaming else INFLIGHT_KIB_TEXT
+    inflight = math.ceil(conc * per_request / 1024)
+    held = math.ceil(requests * RECORD_KIB / 1024)
+    benchmark = Component(
+        "benchmark", BENCHMARK_BASE_MIB + inflight + held,
+        f"base {BENCHMARK_BASE_MIB} + {conc} in flight x {per_request} KiB "
+        f"({'streaming' if streaming else 'text'}) + {requests} records x {RECORD_KIB} KiB",
+    )
+    scrapes = math.ceil(duration_s / max(collection_interval_s, 0.01))
+    records = 0
+    if not telemetry_enabled:
+        telemetry = Component("gpu-telemetry", 0, "disabled (--no-gpu-telemetry): container not deployed")
+    elif telemetry_urls == 0:
+        telemetry = Component("gpu-telemetry", 0, "no --gpu-telemetry URL (defaults never count)")
+    else:
+        records = scrapes * telemetry_urls * gpus_per_endpoint
+        series = telemetry_urls * gpus_per_endpoint * metrics
+        variable = math.ceil(series * scrapes * SAMPLE_BYTES / MIB)
+        telemetry = Component(
+            "gpu-telemetry", TELEMETRY_BASE_MIB + variable,
+            f"base {TELEMETRY_BASE_MIB} + {telemetry_urls} endpoints x {gpus_per_endpoint} GPUs x {metrics} "
+            f"metrics x {scrapes} scrapes ({duration_s:g} s / {collection_interval_s:g} s) x {SAMPLE_BYTES} B",
+        )
+    limit = None
+    if telemetry_enabled and telemetry_memory:
+        limit = int(quantity_value(telemetry_memory) / MIB)
+    cpu_limit = float(quantity_value(telemetry_cpu)) if telemetry_enabled and telemetry_cpu else None
+    need = telemetry_urls * gpus_per_endpoint * SCRAPE_CPU_SECONDS_PER_GPU / max(collection_interval_s, 0.01)
+    return Estimate((benchmark, telemetry), limit, records, need if records else 0.0, cpu_limit)
+
+
+def benchmark_memory_request(estimate: Estimate) -> str:
+    """The control-plane container's memory request: its estimate rounded up to 256 MiB."""
+    mib = estimate.component("benchmark").mib
+    return f"{math.ceil(mib / 256) * 256}Mi"

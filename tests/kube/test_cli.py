@@ -1,0 +1,121 @@
+"""`dcgm-bridge kube …` from the command line: --dry-run needs no cluster, prints valid YAML, leaks nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from bridge.kube.cli import expand_variadic, kube
+from tests.kube.crd_schema import schema_errors
+
+BASE = ["profile", "--model", "Qwen/Qwen3-0.6B", "--url", "frontend:8000", "--job-id", "bench-1", "--dry-run"]
+
+
+def dry_run(*args: str, env: dict[str, str] | None = None) -> Any:
+    return CliRunner().invoke(kube, [*BASE, *args], env=env, catch_exceptions=False)
+
+
+def sidecar_of(jobset: dict[str, Any]) -> dict[str, Any] | None:
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    return next((c for c in [*pod.get("initContainers", []), *pod["containers"]]
+                 if c["name"] == "gpu-telemetry-manager"), None)
+
+
+def test_gpu_telemetry_takes_several_values_like_aiperf() -> None:
+    assert expand_variadic(["--gpu-telemetry", "a", "b", "--streaming", "--gpu-telemetry", "c"]) == [
+        "--gpu-telemetry", "a", "--gpu-telemetry", "b", "--streaming", "--gpu-telemetry", "c"]
+    assert expand_variadic(["--gpu-telemetry", "--streaming"]) == ["--streaming"]  # alone: on, defaults
+    assert expand_variadic(["--gpu-telemetry=a,b"]) == ["--gpu-telemetry=a,b"]
+
+
+def test_dry_run_prints_one_yaml_document_that_the_crd_schema_accepts() -> None:
+    result = dry_run("--gpu-telemetry", "node1:9400", "node2:9400")
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert len(docs) == 1 and docs[0]["kind"] == "JobSet"
+    assert schema_errors(docs[0]) == []
+    sidecar = sidecar_of(docs[0])
+    assert sidecar is not None
+    assert sidecar["args"][-1] == "http://node1:9400/metrics,http://node2:9400/metrics"
+
+
+def test_dry_run_shows_the_memory_estimate_as_yaml_comments() -> None:
+    out = dry_run("--gpu-telemetry", "node1:9400").stdout
+    assert out.startswith("# controller pod memory estimate (heuristic):")
+    assert "#   gpu-telemetry" in out
+
+
+def test_no_gpu_telemetry_leaves_the_sidecar_out_of_the_printed_jobset() -> None:
+    result = dry_run("--no-gpu-telemetry")
+    (jobset,) = yaml.safe_load_all(result.stdout)
+    assert sidecar_of(jobset) is None
+    assert "gpu-telemetry       0 MiB  disabled" in result.stdout
+
+
+def test_dry_run_applies_the_resource_overrides_from_the_environment() -> None:
+    env = {"AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU": "500m", "AIPERF_K8S_GPU_TELEMETRY_MANAGER_MEMORY": "1Gi"}
+    (jobset,) = yaml.safe_load_all(dry_run(env=env).stdout)
+    sidecar = sidecar_of(jobset)
+    assert sidecar is not None
+    assert sidecar["resources"]["limits"] == {"cpu": "500m", "memory": "1Gi"}
+
+
+def test_dry_run_never_prints_a_secret_value() -> None:
+    env = {"OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer s3cret-value", "OTEL_SERVICE_NAME": "bench"}
+    result = dry_run("--otlp-headers-secret", "otlp-auth:headers", "--exporter-token-secret", "dcgm", env=env)
+    assert result.exit_code == 0
+    assert "s3cret-value" not in result.output
+    (jobset,) = yaml.safe_load_all(result.stdout)
+    env_vars = {e["name"]: e for e in (sidecar_of(jobset) or {})["env"]}
+    assert env_vars["OTEL_EXPORTER_OTLP_HEADERS"]["valueFrom"] == {
+        "secretKeyRef": {"name": "otlp-auth", "key": "headers"}}
+    assert env_vars["DCGM_BRIDGE_BEARER_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "dcgm", "key": "token"}}
+
+
+def test_invalid_options_exit_2_listing_every_flag_to_fix() -> None:
+    result = CliRunner().invoke(kube, ["profile", "--model", "m", "--url", "ftp://x", "--job-id", "Bad",
+                                       "--dry-run"], env={"AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU": "lots"})
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: invalid options:")
+    for name in ("--job-id 'Bad'", "--url 'ftp://x'", "AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU"):
+        assert name in result.stderr
+
+
+def test_a_discovery_item_stays_in_a_dry_run_with_a_note() -> None:
+    result = dry_run("--gpu-telemetry", "k8s://gpu-operator/nvidia-dcgm-exporter")
+    assert result.exit_code == 0
+    assert "stay unexpanded in --dry-run" in result.stderr
+
+
+def test_estimate_prints_the_components() -> None:
+    result = CliRunner().invoke(kube, ["estimate", "--concurrency", "8", "--gpu-telemetry", "n1:9400", "n2:9400"])
+    assert result.exit_code == 0, result.output
+    assert "benchmark" in result.stdout and "2 endpoints x 8 GPUs" in result.stdout
+    none = CliRunner().invoke(kube, ["estimate", "--concurrency", "8"])
+    assert "no --gpu-telemetry URL (defaults never count)" in none.stdout
+
+
+def test_dry_run_does_not_import_the_kubernetes_client() -> None:
+    code = ("import sys; from bridge.kube.cli import kube\n"
+            "try:\n"
+            "    kube(['profile', '--model', 'm', '--url', 'h:8000', '--job-id', 'j', '--dry-run'])\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "assert 'kubernetes' not in sys.modules, 'kubernetes imported'\n"
+            "print('ok', file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().endswith("ok")
+
+
+@pytest.mark.parametrize("command", [["status", "x"], ["delete", "x"], ["results", "x"]])
+def test_commands_that_need_a_cluster_explain_a_missing_kubeconfig(command: list[str], tmp_path: Any) -> None:
+    missing = tmp_path / "nope.kubeconfig"
+    result = CliRunner().invoke(kube, [*command, "--kubeconfig", str(missing)])
+    assert result.exit_code == 1
+    assert f"cannot load kubeconfig {missing}" in result.stderr
