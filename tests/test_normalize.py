@@ -80,7 +80,8 @@ def test_aiperf_scale_factors_are_applied():
     ("hostname", "uuid", 'pod_name="p",pod_namespace="ns",container_name="c"'),
 ])
 def test_identity_and_pod_labels_in_every_dialect(host_label, uuid_label, pod_labels):
-    text = f'DCGM_FI_DEV_GPU_TEMP{{gpu="3",{uuid_label}="{UUID0}",modelName="M",{host_label}="node-a",{pod_labels}}} 40\n'
+    labels = f'gpu="3",{uuid_label}="{UUID0}",modelName="M",{host_label}="node-a",{pod_labels}'
+    text = f"DCGM_FI_DEV_GPU_TEMP{{{labels}}} 40\n"
     (gpu,) = records(text)
     assert (gpu.gpu_index, gpu.gpu_uuid, gpu.hostname, gpu.pod_name, gpu.namespace) == (3, UUID0, "node-a", "p", "ns")
 

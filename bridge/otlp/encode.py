@@ -1,0 +1,460 @@
+"""ParsedPage → OTLP protobuf wire bytes, written directly (no message objects on the hot path).
+
+Every family of a page is forwarded (DESIGN-otlp.md has the table):
+- gauge, unknown, untyped, no TYPE → Gauge (untyped also gets `metadata["prometheus.type"]`);
+- counter → cumulative monotonic Sum with a start time (starttime.py), except the code-valued
+  `…XID_ERRORS` and the windowed `DCGM_EXP_*_COUNT` (they go down: dcgm-exporter.md §2.7) → Gauge;
+- info, stateset → cumulative non-monotonic Sum; histogram, summary → Histogram, Summary;
+  gaugehistogram → not forwarded (the spec drops it).
+Names are written exactly as the exporter wrote them, unit "" unless `units="ucum"`; HELP becomes
+the description. Data-point attributes are the exporter's labels (empty and DCGM sentinel values
+dropped, relabelled), then `run_id`, `phase` and the static attributes; an exporter label with one of
+those names is kept as `exported_<name>` (Prometheus' rule for clashing target labels).
+Sentinel values are not sent; a series that vanishes gets one NoRecordedValue point.
+
+Why bytes by hand: a data point is `attributes + start + time + value`; the attribute bytes of a
+series never change between scrapes, so each series caches `tag + length + attributes` and a point
+costs one `struct.pack` of its times and value (≈1 µs; the SDK path costs ≈50 µs, otlp.md §2).
+An ExportMetricsServiceRequest is a repeated field 1, so encoded ResourceMetrics chunks of several
+pages concatenate into one request. tests/otlp decode everything with opentelemetry-proto.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from bridge.fields import BLANK_VALUES, is_blank_label
+from bridge.otlp.starttime import ROUTE_ALIAS, ROUTE_DROP, ROUTE_RENAMED, Series, SeriesTable, StartTimeMode
+from bridge.otlp.wire import (
+    CUMULATIVE,
+    GAUGE_FIXED,
+    NDP_FLAGS_NO_VALUE,
+    PACK_GAUGE,
+    PACK_SUM,
+    SUM_FIXED,
+    SUM_MONOTONIC,
+    T_DATA_POINTS,
+    T_M_DESC,
+    T_M_GAUGE,
+    T_M_HIST,
+    T_M_META,
+    T_M_NAME,
+    T_M_SUM,
+    T_M_SUMMARY,
+    T_M_UNIT,
+    T_NDP_ATTR,
+    T_REQ_RESOURCE_METRICS,
+    T_RM_SCOPE_METRICS,
+    T_SM_METRICS,
+    T_START,
+    T_TIME,
+    Group,
+    attributes,
+    field_bytes,
+    histogram_point,
+    key_value,
+    resource_bytes,
+    scope_bytes,
+    summary_point,
+    varint,
+)
+from bridge.relabel import NO_RELABEL, RelabelConfig, relabel
+from bridge.samples import ParsedPage
+
+# Family kinds.
+GAUGE, MONOTONIC_SUM, SUM, HISTOGRAM, SUMMARY, SKIP = range(6)
+_SCALAR = (GAUGE, MONOTONIC_SUM, SUM)
+
+_NO_SUFFIX_CODES = re.compile(r"(XID_ERRORS|^DCGM_EXP_.*_COUNT)$", re.IGNORECASE)
+_HELP_UNIT = re.compile(r"\(in ([^)]+)\)")
+# dcgm-exporter's HELP units (default-counters.csv "(in X)") → UCUM.
+UCUM = {
+    "C": "Cel", "W": "W", "mJ": "mJ", "J": "J", "MHz": "MHz", "%": "%", "MiB": "MiBy", "MB": "MBy",
+    "B": "By", "bytes": "By", "ns": "ns", "us": "us", "ms": "ms", "s": "s", "MB/s": "MBy/s",
+}
+
+
+
+@dataclass(frozen=True, eq=False)
+class PointContext:
+    """What every data point of a page carries besides the exporter's labels.
+
+    Build one per (run_id, phase) and reuse it (`ContextCache`): series rebuild their cached
+    attribute bytes only when the context object changes, i.e. at a phase boundary.
+    """
+
+    run_id: str
+    phase: str
+    static: tuple[tuple[str, str], ...] = ()
+    items: tuple[tuple[str, str], ...] = field(init=False, repr=False)
+    attr_bytes: bytes = field(init=False, repr=False)  # as NumberDataPoint.attributes fields
+    keys: frozenset[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        items = (("run_id", self.run_id), ("phase", self.phase), *self.static)
+        object.__setattr__(self, "items", items)
+        object.__setattr__(self, "attr_bytes", attributes(T_NDP_ATTR, items))
+        object.__setattr__(self, "keys", frozenset(k for k, _ in items))
+
+
+class ContextCache:
+    """One PointContext per (run_id, phase), so identity comparisons stay cheap."""
+
+    def __init__(self, static: Mapping[str, str] | None = None) -> None:
+        self.static = tuple((static or {}).items())
+        self._cache: dict[tuple[str, str], PointContext] = {}
+
+    def get(self, run_id: str, phase: str) -> PointContext:
+        ctx = self._cache.get((run_id, phase))
+        if ctx is None:
+            if len(self._cache) > 256:
+                self._cache.clear()
+            ctx = self._cache[(run_id, phase)] = PointContext(run_id, phase, self.static)
+        return ctx
+
+
+class EncodedPage(NamedTuple):
+    chunk: bytes  # a framed ResourceMetrics (field 1 of the request); b"" when there is nothing to send
+    points: int  # data points, staleness markers included
+    stale: int  # NoRecordedValue markers among them
+    blank: int  # sentinel values not sent
+    out_of_order: int  # points not newer than the series' last one (or a duplicate series), not sent
+    dropped: int  # points of series a relabel rule dropped
+
+
+class _Family:
+    """One metric of the page being encoded."""
+
+    __slots__ = ("name", "kind", "series", "points", "family")
+
+    def __init__(self, name: str, kind: int, series: dict[int, Series], family: str | None = None) -> None:
+        self.name = name
+        self.kind = kind
+        self.series = series
+        self.points: list[bytes] = []
+        self.family = family or name  # the TYPE/HELP name (`x` for `x_bucket`)
+
+
+def family_kind(name: str, types: Mapping[str, str]) -> tuple[int, str]:
+    """(kind, family name) of a sample name: `X_bucket` of a histogram X belongs to X."""
+    declared = types.get(name)
+    family = name
+    if declared is None:
+        for suffix in ("_bucket", "_count", "_sum", "_created", "_total", "_info"):
+            if name.endswith(suffix) and name[: -len(suffix)] in types:
+                family = name[: -len(suffix)]
+                declared = types[family]
+                if suffix == "_created":
+                    return SKIP, family  # OpenMetrics metadata of a counter, not a sample
+                break
+    if declared == "counter":
+        return (GAUGE if _NO_SUFFIX_CODES.search(name) else MONOTONIC_SUM), family
+    if declared in ("info", "stateset"):
+        return SUM, family
+    if declared == "histogram":
+        return HISTOGRAM, family
+    if declared == "summary":
+        return SUMMARY, family
+    if declared == "gaugehistogram":
+        return SKIP, family
+    return GAUGE, family  # gauge, unknown, untyped, none
+
+
+class EndpointEncoder:
+    """Encodes the pages of one endpoint and holds its series state. Not thread-safe: one caller."""
+
+    def __init__(
+        self,
+        resource: Mapping[str, str],
+        *,
+        relabel_config: RelabelConfig = NO_RELABEL,
+        units: str = "none",
+        start_time: StartTimeMode = "first_seen",
+    ) -> None:
+        self.table = SeriesTable()
+        self.relabel = relabel_config
+        self.units = units
+        self.start_mode: StartTimeMode = start_time
+        self._head = resource_bytes(resource) + bytes((T_RM_SCOPE_METRICS,))
+        self._scope = scope_bytes()
+        self._meta: dict[tuple[str, int, str], bytes] = {}  # Metric name, description, unit, metadata
+        self._labels: dict[int, tuple[Mapping[str, str], frozenset[str], bytes]] = {}
+        self._complex: dict[tuple[str, tuple[tuple[str, str], ...]], Series] = {}
+        self._heads: dict[str, bytes] = {}  # name -> its last Metric head
+        self._kinds: dict[str, int] = {}  # as last seen: a vanished family keeps its type
+        self._kind_of: dict[tuple[str, str | None], tuple[int, str]] = {}  # (name, TYPE) -> (kind, family)
+
+    def encode(self, page: ParsedPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
+        """One page scraped at `ts_ns` (samples without their own timestamp get it)."""
+        table = self.table
+        gen = table.begin_page()
+        types = page.types
+        families: dict[str, _Family] = {}
+        complex_samples: list[tuple[int, str, Mapping[str, str], float, int]] = []
+        blank_values = BLANK_VALUES
+        pack_gauge, pack_sum, mode = PACK_GAUGE, PACK_SUM, self.start_mode
+        blank = out_of_order = dropped = ended = 0
+        prev_name: str | None = None
+        kind = SKIP
+        smap: dict[int, Series] = {}
+        out: list[bytes] = []
+        append = out.append
+        target: list[bytes] | None
+        # The hot loop: per point a dict lookup, a few attribute reads, one struct.pack, two appends.
+        for name, labels, value, ts_ms in page.samples:
+            if name != prev_name:
+                prev_name = name
+                fam = families.get(name)
+                if fam is None:
+                    fam = families[name] = self._new_family(name, types)
+                kind, smap, out = fam.kind, fam.series, fam.points
+                append = out.append
+            if value in blank_values:
+                blank += 1
+                continue
+            if kind > 2:  # histogram, summary, skip
+                if kind != 5:
+                    t = ts_ns if ts_ms is None else ts_ms * 1_000_000
+                    complex_samples.append((kind, name, labels, value, t))
+                continue
+            series = smap.get(id(labels))
+            if series is None or series.labels is not labels:
+                series = self._new_series(smap, name, labels)
+            target = None
+            if series.route:  # not ROUTE_SEND
+                if series.route == ROUTE_ALIAS:
+                    series = series.canonical
+                if series.route == ROUTE_DROP:
+                    dropped += 1
+                    continue
+                if series.route == ROUTE_RENAMED:
+                    target = self._family_of(families, series.out_name, kind).points
+            series.seen = gen  # present on the page (even if its point is not sent): not stale
+            t = ts_ns if ts_ms is None else ts_ms * 1_000_000
+            if t <= series.last_ts:
+                out_of_order += 1
+                continue
+            if series.ctx is not ctx:  # first point, or a new phase / run: new attributes
+                old = series.ctx
+                if isinstance(old, PointContext) and series.last_ts and old.items != ctx.items:
+                    # The series under the old run_id/phase ends here: one staleness marker for it.
+                    self._marker(series, old, t, kind, out if target is None else target)
+                    ended += 1
+                self._build_prefix(series, ctx, kind)
+            if kind:  # a Sum: start time, time, value
+                packed = pack_sum(0x11, series.start_for(value, t, mode), 0x19, t, 0x21, value)
+            else:  # a Gauge: time (0x19), value (0x21)
+                packed = pack_gauge(0x19, t, 0x21, value)
+            series.last_ts = t
+            if target is None:
+                append(series.prefix)
+                append(packed)
+            else:
+                target.append(series.prefix)
+                target.append(packed)
+        stale = self._stale_points(families, ctx, ts_ns) + ended
+        points = 0
+        pieces: list[bytes] = []  # joined once: no copy of the points per nesting level
+        size = 0
+        for fam in families.values():
+            if fam.points:
+                points += len(fam.points) >> 1
+                size += self._metric_pieces(fam, page, pieces)
+        if complex_samples:
+            extra, n_extra = self._complex_metrics(complex_samples, ctx, page, gen)
+            for metric in extra:
+                pieces.append(metric)
+                size += len(metric)
+            points += n_extra
+        table.evict_stale(keep=max(4096, 4 * len(page.samples)))
+        if len(self._labels) > max(4096, 4 * table.size):
+            self._labels.clear()
+        if not pieces:
+            return EncodedPage(b"", 0, 0, blank, out_of_order, dropped)
+        scope_len = len(self._scope) + size
+        body_len = len(self._head) + len(varint(scope_len)) + scope_len
+        head = bytes((T_REQ_RESOURCE_METRICS,)) + varint(body_len) + self._head
+        chunk = b"".join([head, varint(scope_len), self._scope, *pieces])
+        return EncodedPage(chunk, points, stale, blank, out_of_order, dropped)
+
+    # -- once per series (and again at a phase boundary) ----------------------------------------
+    def _new_series(self, smap: dict[int, Series], name: str, labels: Mapping[str, str]) -> Series:
+        series = Series(name, labels, relabel(self.relabel, name, labels))
+        identity = (series.out_name, frozenset(_attribute_items(series.out_labels, frozenset())))
+        return self.table.add(smap, series, identity)
+
+    def _build_prefix(self, series: Series, ctx: PointContext, kind: int) -> None:
+        attrs = self._label_bytes(series.out_labels, ctx) + ctx.attr_bytes
+        fixed = GAUGE_FIXED if kind == GAUGE else SUM_FIXED
+        series.prefix = bytes((T_DATA_POINTS,)) + varint(len(attrs) + fixed) + attrs
+        series.ctx = ctx
+
+    def _label_bytes(self, labels: Mapping[str, str], ctx: PointContext, tag: int = T_NDP_ATTR) -> bytes:
+        """Attribute bytes of exporter labels; cached per mapping, which every family of a GPU shares."""
+        cached = self._labels.get(id(labels)) if tag == T_NDP_ATTR else None
+        if cached is not None and cached[0] is labels and cached[1] == ctx.keys:
+            return cached[2]
+        data = attributes(tag, _attribute_items(labels, ctx.keys))
+        if tag == T_NDP_ATTR:
+            self._labels[id(labels)] = (labels, ctx.keys, data)
+        return data
+
+    def _new_family(self, name: str, types: Mapping[str, str]) -> _Family:
+        declared = types.get(name)
+        key = (name, declared)
+        found = self._kind_of.get(key)
+        if found is None:
+            if len(self._kind_of) > 4096:
+                self._kind_of.clear()
+            found = self._kind_of[key] = family_kind(name, types)
+        self._kinds[name] = found[0]
+        return _Family(name, found[0], self.table.family(name), found[1])
+
+    def _family_of(
+        self, families: dict[str, _Family], name: str, kind: int, family: str | None = None
+    ) -> _Family:
+        fam = families.get(name)
+        if fam is None:
+            fam = families[name] = _Family(name, kind, self.table.family(name), family)
+        return fam
+
+    # -- staleness ------------------------------------------------------------------------------
+    def _stale_points(self, families: dict[str, _Family], ctx: PointContext, ts_ns: int) -> int:
+        count = 0
+        for series in self.table.vanished():
+            if ts_ns <= series.last_ts:
+                continue
+            fam = self._family_of(families, series.out_name, self._kinds.get(series.name, GAUGE))
+            # Under the attributes of its last point: a marker under the new phase would mark nothing.
+            last_ctx = series.ctx if isinstance(series.ctx, PointContext) else ctx
+            self._marker(series, last_ctx, ts_ns, fam.kind, fam.points)
+            series.last_ts = ts_ns
+            count += 1
+        return count
+
+    def _marker(self, series: Series, ctx: PointContext, ts_ns: int, kind: int, out: list[bytes]) -> None:
+        """A NumberDataPoint with the NoRecordedValue flag and no value (Prometheus: a StaleNaN)."""
+        body = self._label_bytes(series.out_labels, ctx) + ctx.attr_bytes
+        if kind != GAUGE:
+            body += struct.pack("<BQ", T_START, series.start)
+        body += struct.pack("<BQ", T_TIME, ts_ns) + NDP_FLAGS_NO_VALUE
+        out.append(bytes((T_DATA_POINTS,)) + varint(len(body)))
+        out.append(body)
+
+    # -- metric framing -------------------------------------------------------------------------
+    def _metric_head(self, name: str, kind: int, page: ParsedPage, family: str) -> bytes:
+        if family not in page.types and name in self._heads:
+            return self._heads[name]  # only staleness markers left: describe it as when it was there
+        help_text = page.helps.get(family, "")
+        key = (name, kind, help_text)
+        head = self._meta.get(key)
+        if head is None:
+            head = field_bytes(T_M_NAME, name.encode())
+            if help_text:
+                head += field_bytes(T_M_DESC, help_text.encode())
+            unit = self._unit(help_text)
+            if unit:
+                head += field_bytes(T_M_UNIT, unit.encode())
+            if page.types.get(family, "unknown") in ("unknown", "untyped"):
+                # The spec keeps the Prometheus type of an unknown-typed family in the metadata.
+                head += field_bytes(T_M_META, key_value("prometheus.type", "unknown"))
+            if len(self._meta) > 4096:
+                self._meta.clear()
+                self._heads.clear()
+            self._meta[key] = head
+        self._heads[name] = head
+        return head
+
+    def _unit(self, help_text: str) -> str:
+        if self.units != "ucum":
+            return ""
+        match = _HELP_UNIT.search(help_text)
+        return UCUM.get(match.group(1).strip(), "") if match else ""
+
+    def _metric_pieces(self, fam: _Family, page: ParsedPage, pieces: list[bytes]) -> int:
+        """Append a framed Metric as pieces (its data points by reference); return its framed size."""
+        kind = fam.kind
+        data_len = sum(map(len, fam.points))
+        if kind == GAUGE:
+            tag, trailer = T_M_GAUGE, b""
+        elif kind == MONOTONIC_SUM:
+            tag, trailer = T_M_SUM, CUMULATIVE + SUM_MONOTONIC
+        elif kind == SUM:
+            tag, trailer = T_M_SUM, CUMULATIVE
+        elif kind == HISTOGRAM:
+            tag, trailer = T_M_HIST, CUMULATIVE
+        else:
+            tag, trailer = T_M_SUMMARY, b""
+        data_len += len(trailer)
+        head = self._metric_head(fam.name, kind, page, fam.family) + bytes((tag,)) + varint(data_len)
+        metric_len = len(head) + data_len
+        framing = bytes((T_SM_METRICS,)) + varint(metric_len) + head
+        pieces.append(framing)
+        pieces += fam.points
+        if trailer:
+            pieces.append(trailer)
+        return len(framing) + data_len
+
+    def _metric(self, fam: _Family, page: ParsedPage) -> bytes:
+        pieces: list[bytes] = []
+        self._metric_pieces(fam, page, pieces)
+        return b"".join(pieces)
+
+    # -- histograms and summaries: the spec's mapping; dcgm-exporter writes none, so a slow path ----
+    def _complex_metrics(
+        self,
+        samples: list[tuple[int, str, Mapping[str, str], float, int]],
+        ctx: PointContext,
+        page: ParsedPage,
+        gen: int,
+    ) -> tuple[list[bytes], int]:
+        groups: dict[tuple[str, tuple[tuple[str, str], ...]], Group] = {}
+        for kind, name, labels, value, t in samples:
+            family = family_kind(name, page.types)[1]
+            rest = tuple((k, v) for k, v in labels.items() if k not in ("le", "quantile"))
+            group = groups.get((family, rest))
+            if group is None:
+                group = groups[(family, rest)] = Group(kind, t)
+            suffix = name[len(family):]
+            if suffix == "_count":
+                group.count = value
+            elif suffix == "_sum":
+                group.sum = value
+            else:
+                bound = labels.get("le" if kind == HISTOGRAM else "quantile")
+                try:
+                    group.buckets.append((float(bound or "nan"), value))
+                except ValueError:
+                    continue
+        families: dict[str, _Family] = {}
+        for (family, rest), group in groups.items():
+            series = self._complex.get((family, rest))
+            if series is None:
+                if len(self._complex) > 10_000:  # label churn: forget, as SeriesTable.evict_stale does
+                    self._complex.clear()
+                labels = dict(rest)
+                series = Series(family, labels, relabel(self.relabel, family, labels))
+                self._complex[(family, rest)] = series
+            if group.count is None or group.t <= series.last_ts or series.route == ROUTE_DROP:
+                continue  # the spec: no _count, no point
+            series.last_ts, series.seen = group.t, gen
+            start = series.start_for(group.count, group.t, self.start_mode)
+            body = histogram_point(group, start) if group.kind == HISTOGRAM else summary_point(group, start)
+            tag = 0x4A if group.kind == HISTOGRAM else T_NDP_ATTR  # HistogramDataPoint.attributes = 9
+            attrs = self._label_bytes(series.out_labels, ctx, tag) + attributes(tag, ctx.items)
+            fam = self._family_of(families, series.out_name, group.kind, family)
+            fam.points.append(field_bytes(T_DATA_POINTS, attrs + body))
+        metrics = [self._metric(f, page) for f in families.values()]
+        return metrics, sum(len(f.points) for f in families.values())
+
+
+def _attribute_items(labels: Mapping[str, str], reserved: frozenset[str]) -> list[tuple[str, str]]:
+    return [
+        (f"exported_{key}" if key in reserved else key, value)
+        for key, value in labels.items()
+        if not is_blank_label(value)
+    ]

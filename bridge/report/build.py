@@ -1,0 +1,134 @@
+"""The report builder's entry point: record log + phase marks (or manifest, or explicit ns) → `Report`.
+
+Pure: nothing here writes a file or prints; `write.py` and `console.py` take the `Report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import tzinfo
+from pathlib import Path
+from typing import Any
+
+from bridge.fields import FieldTable
+from bridge.report.energy import EnergyTotals, energy_totals
+from bridge.report.events import EndpointState, RunEvents, load_events
+from bridge.report.phases import PhaseFile, phase_files
+from bridge.report.series import Series, SeriesAccumulator
+from bridge.report.stats import COUNTER_MODES, CounterMode
+from bridge.report.telemetry_data import (
+    EndpointStatus,
+    MetricLabel,
+    RunInfo,
+    build_block,
+    label_for,
+    ordered_keys,
+)
+from bridge.report.window import DEFAULT_GRACE_NS, Phase, Window, phases_from_marks, window_from_phases
+from bridge.samples import GpuRecord, PhaseMark, ScrapeFailure
+
+
+@dataclass(frozen=True)
+class Report:
+    telemetry_data: dict[str, Any]
+    energy: EnergyTotals
+    phase_files: list[PhaseFile]
+    labels: dict[str, MetricLabel]  # report key → display name, unit, kind (for the CSV and the console)
+    endpoints: list[EndpointStatus]
+    counter_mode: CounterMode
+    window: Window  # resolved: no open bound unless there was no data at all
+    phases: list[Phase] = field(default_factory=list)
+    records: int = 0
+    read_errors: list[str] = field(default_factory=list)
+
+    @property
+    def writes_phase_files(self) -> bool:
+        """AIPerf writes phases/*/gpu_telemetry.json only when the run has more than one phase."""
+        return len(self.phases) > 1
+
+
+def build_report(
+    records: Path | Iterable[GpuRecord] | SeriesAccumulator,
+    *,
+    marks: Sequence[PhaseMark] = (),
+    phases: Sequence[Phase] | None = None,
+    window: Window | None = None,
+    requests_end_ns: int | None = None,
+    table: FieldTable | None = None,
+    counter_mode: CounterMode = "interpolated",
+    grace_ns: int = DEFAULT_GRACE_NS,
+    endpoints_configured: Sequence[str] | None = None,
+    endpoints_successful: Sequence[str] | None = None,
+    errors: Sequence[ScrapeFailure] = (),
+    endpoint_states: Sequence[EndpointState] = (),
+    tz: tzinfo | None = None,
+) -> Report:
+    """Build the whole report.
+
+    The window comes from, in order: `window` (explicit), `phases` (e.g. AIPerf's manifest), `marks`.
+    `requests_end_ns` ends the profiling window when known (else the last profiling end mark); a run with
+    no profiling phase reports all data. `endpoints_configured=None` takes the record log's source URLs,
+    `endpoints_successful=None` those that produced records. `tz` is for tests (default: local time).
+    """
+    if counter_mode not in COUNTER_MODES:
+        raise ValueError(f"counter_mode must be one of {', '.join(COUNTER_MODES)}, got {counter_mode!r}")
+    from bridge.fields import default_table
+
+    table = table or default_table()
+    read_errors: list[str] = []
+    series, count = _series_of(records, read_errors)
+    run_phases = list(phases) if phases is not None else phases_from_marks(marks)
+    if window is None:
+        window = window_from_phases(run_phases, requests_end_ns, grace_ns)
+    first, last = _span(series)
+    resolved = window.resolved(first, last)
+    info = RunInfo(endpoints_configured, endpoints_successful, errors, endpoint_states)
+    block = build_block(series, resolved, table, counter_mode, info, tz=tz)
+    files = phase_files(series, run_phases, resolved, table, counter_mode, info, last_sample_ns=last, tz=tz)
+    labels = {k: label_for(k, table) for k in ordered_keys(series, table)}
+    return Report(
+        telemetry_data=block.data,
+        energy=energy_totals(series, resolved, counter_mode),
+        phase_files=files,
+        labels=labels,
+        endpoints=block.endpoints,
+        counter_mode=counter_mode,
+        window=resolved,
+        phases=run_phases,
+        records=count,
+        read_errors=read_errors,
+    )
+
+
+def build_report_from_events(records: Path | Iterable[GpuRecord] | SeriesAccumulator, events: Path | RunEvents,
+                             **kwargs: Any) -> Report:
+    """`build_report` with marks, requests end, endpoints, errors and states read from the events file."""
+    run = events if isinstance(events, RunEvents) else load_events(events)
+    defaults: dict[str, Any] = {
+        "marks": run.marks,
+        "requests_end_ns": run.requests_end_ns,
+        "endpoints_configured": run.endpoints_configured,
+        "endpoints_successful": run.endpoints_successful,
+        "errors": run.errors,
+        "endpoint_states": run.states,
+    }
+    defaults.update(kwargs)
+    return build_report(records, **defaults)
+
+
+def _series_of(records: Path | Iterable[GpuRecord] | SeriesAccumulator,
+               read_errors: list[str]) -> tuple[list[Series], int]:
+    if isinstance(records, SeriesAccumulator):
+        return records.finish(), records.records
+    if isinstance(records, Path):
+        acc = SeriesAccumulator().add_path(records, read_errors)
+    else:
+        acc = SeriesAccumulator().add_all(records)
+    return acc.finish(), acc.records
+
+
+def _span(series: Sequence[Series]) -> tuple[int | None, int | None]:
+    firsts = [int(s.timestamps[0]) for s in series if len(s)]
+    lasts = [int(s.timestamps[-1]) for s in series if len(s)]
+    return (min(firsts) if firsts else None, max(lasts) if lasts else None)

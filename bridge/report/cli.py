@@ -1,0 +1,95 @@
+"""`dcgm-bridge report`: rebuild a report after the fact from any record log (ours or AIPerf's own).
+
+Imports numpy, rich and the builder only when the command runs, so `dcgm-bridge --help` stays cheap.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
+
+
+@click.command()
+@click.option("--jsonl", "jsonl", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Record log: gpu_telemetry_export.jsonl (ours or AIPerf's), plain or .gz.")
+@click.option("--start-ns", type=int, help="Profiling start, wall-clock ns (with --end-ns).")
+@click.option("--end-ns", type=int, help="Requests end, wall-clock ns; the grace is added on top.")
+@click.option("--phase-manifest", type=click.Path(exists=True, path_type=Path),
+              help="AIPerf's phase_manifest.json, or a directory to search below for it.")
+@click.option("--events", "events_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="gpu_telemetry_events.jsonl: phase marks, requests end, endpoints, errors.")
+@click.option("--counter-mode", type=click.Choice(["interpolated", "aiperf"]),
+              help="interpolated (default, or the live run's mode from --events): exact window, reset-aware; "
+                   "aiperf: AIPerf 0.13's rule.")
+@click.option("--grace-ns", type=click.IntRange(0, 60_000_000_000), envvar=GRACE_ENV, default=666_000_000,
+              show_default=True, help=f"Trailing grace after the requests end (env {GRACE_ENV}).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="profile_export_aiperf.json to merge into (created when missing; default beside --jsonl).")
+@click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix.")
+@click.option("--csv", "write_csv", is_flag=True, help="Also write the CSV section (profile_export_aiperf.csv).")
+@click.option("--console", "show_console", is_flag=True, help="Print the per-GPU tables.")
+@click.option("--metrics-csv", type=click.Path(exists=True, dir_okay=False), multiple=True,
+              help="Custom-metrics CSV (dcgm-exporter format) that names extra fields in the log.")
+def report(jsonl: Path, start_ns: int | None, end_ns: int | None, phase_manifest: Path | None,
+           events_path: Path | None, counter_mode: str | None, grace_ns: int, output: Path | None,
+           profile_export_prefix: str | None, write_csv: bool, show_console: bool,
+           metrics_csv: tuple[str, ...]) -> None:
+    """Rebuild telemetry_data (+ energy, CSV, phase files) from a record log and a window.
+
+    The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
+    --events; --events also supplies endpoints, errors and endpoint states when combined with the others.
+    """
+    from bridge.custom_metrics import CustomMetricsError, table_with_custom
+    from bridge.fields import default_table
+    from bridge.report.build import build_report
+    from bridge.report.console import render_console
+    from bridge.report.events import RunEvents, load_events
+    from bridge.report.window import WindowError, explicit_window, load_manifest
+    from bridge.report.write import ReportWriteError, output_names, write_report
+
+    if (start_ns is None) != (end_ns is None):
+        raise click.UsageError("--start-ns and --end-ns go together")
+    if start_ns is None and phase_manifest is None and events_path is None:
+        raise click.UsageError("give the window: --start-ns A --end-ns B, --phase-manifest FILE or --events FILE")
+    try:
+        table = table_with_custom(default_table(), list(metrics_csv))
+    except CustomMetricsError as exc:
+        raise click.ClickException(str(exc)) from None
+    run = load_events(events_path) if events_path is not None else RunEvents()
+    if counter_mode is None:
+        counter_mode = run.counter_mode if run.counter_mode in ("interpolated", "aiperf") else "interpolated"
+    kwargs: dict[str, Any] = {
+        "marks": run.marks, "requests_end_ns": run.requests_end_ns,
+        "endpoints_configured": run.endpoints_configured, "endpoints_successful": run.endpoints_successful,
+        "errors": run.errors, "endpoint_states": run.states,
+    }
+    try:
+        if start_ns is not None and end_ns is not None:
+            kwargs["window"] = explicit_window(start_ns, end_ns, grace_ns)
+        elif phase_manifest is not None:
+            kwargs["phases"] = load_manifest(phase_manifest)
+        built = build_report(jsonl, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
+                             grace_ns=grace_ns, **kwargs)
+    except WindowError as exc:
+        raise click.ClickException(str(exc)) from None
+    if built.read_errors:
+        click.echo(f"warning: {len(built.read_errors)} unreadable lines in {jsonl} were skipped "
+                   f"(first: {built.read_errors[0]})", err=True)
+    if run.skipped:
+        click.echo(f"warning: {run.skipped} unreadable or unknown events were skipped", err=True)
+    json_path = output or jsonl.parent / output_names(profile_export_prefix)[0]
+    try:
+        written = write_report(built, json_path.parent, profile_export_prefix, json_path=json_path,
+                               write_csv=write_csv)
+    except ReportWriteError as exc:
+        raise click.ClickException(str(exc)) from None
+    if show_console:
+        render_console(built)
+    gpus = sum(len(e["gpus"]) for e in built.telemetry_data["endpoints"].values())
+    click.echo(f"{built.records} records, {gpus} GPUs, counter mode {counter_mode}")
+    for path in written:
+        click.echo(f"wrote {path}")

@@ -1,0 +1,103 @@
+"""The console summary: `k/n telemetry sources reachable` with ✔/✘ per endpoint, then one table per GPU
+(rows `<display> (<unit>)`, columns avg min max p99 p90 p50 std), as AIPerf's GPU telemetry exporter.
+
+Energy is shown in a unit a person can read (J, kJ or MJ) instead of AIPerf's `0.00 MJ`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from bridge.samples import MetricKind
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from bridge.report.build import Report
+
+COLUMNS = ("avg", "min", "max", "p99", "p90", "p50", "std")
+_MJ_KEYS = frozenset(["nvidia_energy_consumption", "amd_energy_consumption"])
+
+
+def format_number(value: Any) -> str:
+    """AIPerf's console format: `{:,.2f}`, `{:.2e}` from 1e6, N/A when missing."""
+    if value is None:
+        return "N/A"
+    if isinstance(value, bool) or isinstance(value, int) and abs(value) < 1_000_000:
+        return f"{value:,}" if not isinstance(value, bool) else str(value)
+    number = float(value)
+    return f"{number:.2e}" if abs(number) >= 1e6 else f"{number:,.2f}"
+
+
+def readable_energy(joules: float) -> tuple[float, str]:
+    """(value, unit) in J, kJ or MJ so that the value reads as 1-999 where possible."""
+    magnitude = abs(joules)
+    if magnitude >= 1e6:
+        return joules / 1e6, "MJ"
+    if magnitude >= 1e3:
+        return joules / 1e3, "kJ"
+    return joules, "J"
+
+
+def render_console(report: Report, console: Console | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    statuses = report.endpoints
+    up = sum(1 for s in statuses if s.up_at_end)
+    console.print()
+    console.print("[bold]dcgm-bridge | GPU Telemetry Summary[/bold]")
+    console.print(f"{up}/{len(statuses)} telemetry sources reachable")
+    for status in statuses:
+        if status.up_at_end:
+            console.print(f"  [green]✔[/green] {status.display}")
+        else:
+            console.print(f"  [red]✘[/red] {status.display} ({status.reason or 'unreachable'})")
+    endpoints: dict[str, Any] = report.telemetry_data.get("endpoints", {})
+    for endpoint, body in endpoints.items():
+        for gpu_key, gpu in body.get("gpus", {}).items():
+            title = f"{endpoint} | GPU {gpu.get('gpu_index')} | {gpu.get('gpu_name') or 'unknown model'}"
+            if gpu_key != f"gpu_{gpu.get('gpu_index')}":
+                title += f" | {gpu_key}"
+            table = Table(title=title, title_justify="left")
+            table.add_column("Metric", style="cyan")
+            for column in COLUMNS:
+                table.add_column(column, justify="right")
+            for key, result in gpu.get("metrics", {}).items():
+                table.add_row(*_row(report, key, result))
+            console.print(table)
+    _print_energy(report, console)
+
+
+def _row(report: Report, key: str, result: dict[str, Any]) -> list[str]:
+    label = report.labels.get(key)
+    display = label.display if label else key
+    unit = str(result.get("unit", label.unit if label else ""))
+    if label is not None and label.kind == MetricKind.CODE and "last" in result:
+        cells = {"avg": f"last {format_number(result['last'])}", "max": format_number(result.get("max"))}
+        return [f"{display} ({unit})"] + [cells.get(c, "N/A") for c in COLUMNS]
+    if key in _MJ_KEYS and unit == "MJ":
+        cells = {}
+        joules = float(result["avg"]) * 1e6
+        value, unit = readable_energy(joules)
+        cells["avg"] = format_number(value)
+        if result.get("resets"):
+            cells["avg"] += f" ({result['resets']} reset{'s' if result['resets'] > 1 else ''})"
+        return [f"{display} ({unit})"] + [cells.get(c, "N/A") for c in COLUMNS]
+    cells = {c: format_number(result.get(c)) for c in COLUMNS}
+    if result.get("resets"):
+        cells["avg"] += f" ({result['resets']} reset{'s' if result['resets'] > 1 else ''})"
+    return [f"{display} ({unit})"] + [cells[c] for c in COLUMNS]
+
+
+def _print_energy(report: Report, console: Console) -> None:
+    energy = report.energy
+    if energy.total_energy_j is None:
+        return
+    value, unit = readable_energy(energy.total_energy_j)
+    parts = [f"total GPU energy {format_number(value)} {unit}"]
+    if energy.average_power_w is not None:
+        parts.append(f"average power {format_number(energy.average_power_w)} W")
+    parts.append(f"over {energy.duration_s:,.1f} s ({report.counter_mode} counters)")
+    console.print("Energy: " + ", ".join(parts))

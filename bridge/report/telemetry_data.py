@@ -1,0 +1,265 @@
+"""The `telemetry_data` block (aiperf-compat.md §5): summary, endpoints → GPUs → metrics, error_summary.
+
+GPU keys are `gpu_<index>` as AIPerf's, but two identities sharing an index under one endpoint never
+overwrite each other: a MIG instance is `gpu_<index>_mig<GPU_I_ID>`, and GPUs of several hosts behind
+one URL get `@<hostname>` (or `@<uuid>` when the hostname does not tell them apart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, tzinfo
+from typing import Any
+
+from bridge.endpoints import display_key, redact_url
+from bridge.fields import FieldSpec, FieldTable
+from bridge.report.events import EndpointState
+from bridge.report.series import GpuMeta, Series
+from bridge.report.stats import (
+    CounterMode,
+    code_stats,
+    counter_delta_aiperf,
+    counter_delta_interpolated,
+    gauge_stats,
+)
+from bridge.report.window import Window
+from bridge.samples import MetricKind, ScrapeFailure
+
+XID_KEY = "nvidia_xid_errors"
+
+# AIPerf's own keys that our field table does not carry (pynvml/amdsmi collectors): read from AIPerf logs.
+_AIPERF_EXTRA: Mapping[str, tuple[str, str, MetricKind]] = {
+    "nvidia_jpg_utilization": ("NVIDIA JPEG Utilization", "%", MetricKind.GAUGE),
+    "amd_power": ("AMD GPU Power", "W", MetricKind.GAUGE),
+    "amd_energy_consumption": ("AMD Energy Consumption", "MJ", MetricKind.COUNTER),
+    "amd_gfx_activity": ("AMD GFX Activity", "%", MetricKind.GAUGE),
+    "amd_umc_activity": ("AMD UMC Activity", "%", MetricKind.GAUGE),
+    "amd_mm_activity": ("AMD MM Activity", "%", MetricKind.GAUGE),
+    "amd_memory_used": ("AMD GPU Memory Used", "GB", MetricKind.GAUGE),
+    "amd_temperature": ("AMD GPU Temperature", "°C", MetricKind.GAUGE),
+    "amd_ecc_uncorrectable": ("AMD ECC Uncorrectable Errors", "count", MetricKind.COUNTER),
+    "amd_throttle_status": ("AMD Throttle Status", "count", MetricKind.GAUGE),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MetricLabel:
+    key: str
+    display: str
+    unit: str
+    kind: MetricKind
+
+    @property
+    def label(self) -> str:
+        return f"{self.display} ({self.unit})"
+
+
+def label_for(key: str, table: FieldTable) -> MetricLabel:
+    spec: FieldSpec | None = table.by_key.get(key)
+    if spec is not None:
+        return MetricLabel(key, spec.display, spec.unit, spec.kind)
+    extra = _AIPERF_EXTRA.get(key)
+    if extra is not None:
+        return MetricLabel(key, *extra)
+    return MetricLabel(key, key, "count", MetricKind.GAUGE)  # AIPerf's fallback unit for unknown fields
+
+
+def ordered_keys(series: Iterable[Series], table: FieldTable) -> list[str]:
+    """The field table's order (AIPerf's display order), then keys it does not know, as first seen."""
+    present: dict[str, None] = {}
+    for s in series:
+        for key in s.values:
+            present.setdefault(key, None)
+    known = [k for k in table.by_key if k in present]
+    return known + [k for k in present if k not in table.by_key]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the lifecycle knows about endpoints and failures (from the events file or in memory)."""
+
+    endpoints_configured: Sequence[str] | None = None  # URLs; None → the record log's source URLs
+    endpoints_successful: Sequence[str] | None = None  # reachable at configure; None → those with data
+    errors: Sequence[ScrapeFailure] = ()
+    states: Sequence[EndpointState] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointStatus:
+    url: str  # redacted
+    display: str
+    reachable: bool  # at configure time
+    up_at_end: bool  # reachable and not down at the window's end (or back up by then)
+    has_data: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Block:
+    data: dict[str, Any]
+    endpoints: list[EndpointStatus] = field(default_factory=list)
+
+
+def format_time(ns: int, tz: tzinfo | None = None) -> str:
+    """AIPerf's summary datetime: naive local time (or naive `tz` time), µs precision, ns truncated."""
+    seconds, rest = divmod(ns, 1_000_000_000)
+    stamp = datetime.fromtimestamp(seconds, tz) + timedelta(microseconds=rest // 1000)
+    return stamp.replace(tzinfo=None).isoformat()
+
+
+def endpoint_statuses(info: RunInfo, series: Sequence[Series], until_ns: int | None) -> list[EndpointStatus]:
+    with_data = {s.endpoint for s in series}
+    if info.endpoints_configured is not None:
+        urls = [redact_url(u) for u in info.endpoints_configured]
+    else:
+        urls = list(dict.fromkeys(redact_url(s.source_url) for s in series if s.source_url))
+    successful_keys = (
+        {display_key(u) for u in info.endpoints_successful} if info.endpoints_successful is not None else with_data
+    )
+    latest: dict[str, EndpointState] = {}
+    for state in sorted(info.states, key=lambda s: s.time_ns):
+        if until_ns is None or state.time_ns <= until_ns:
+            latest[display_key(state.endpoint)] = state
+    out: list[EndpointStatus] = []
+    for url in urls:
+        key = display_key(url)
+        reachable = key in successful_keys
+        last = latest.get(key)
+        up = last.state == "up" if last is not None else reachable
+        reason = None
+        if not up:
+            reason = (last.reason if last is not None and last.reason else None) or \
+                ("unreachable at configure time" if not reachable else "down")
+        out.append(EndpointStatus(url, key, reachable, up, key in with_data, reason))
+    return out
+
+
+def gpu_keys(series: Sequence[Series]) -> dict[tuple[str, str | None], str]:
+    """identity → `gpu_<index>[_mig<id>][@host]`, unique within one endpoint's series."""
+    by_index: dict[int | None, list[GpuMeta]] = {}
+    for s in series:
+        by_index.setdefault(s.meta.gpu_index, []).append(s.meta)
+    keys: dict[tuple[str, str | None], str] = {}
+    for index, metas in by_index.items():
+        base = f"gpu_{index if index is not None else 'unknown'}"
+        uuids = list(dict.fromkeys(m.gpu_uuid for m in metas))
+        hosts_tell = len({m.hostname for m in metas}) == len(uuids) and all(m.hostname for m in metas)
+        for meta in metas:
+            key = base
+            if meta.gpu_instance_id is not None:
+                key += f"_mig{meta.gpu_instance_id}"
+            if len(uuids) > 1:
+                key += f"@{meta.hostname}" if hosts_tell else f"@{meta.gpu_uuid}"
+            keys[meta.identity] = key
+    # Last resort (cannot happen with distinct identities, but a key must never be overwritten).
+    seen: dict[str, int] = {}
+    for identity, key in list(keys.items()):
+        if key in seen:
+            seen[key] += 1
+            keys[identity] = f"{key}#{seen[key]}"
+        else:
+            seen[key] = 0
+    return keys
+
+
+def metric_result(s: Series, key: str, label: MetricLabel, window: Window,
+                  mode: CounterMode) -> dict[str, Any] | None:
+    """One metric of one GPU over the window, by kind and counter mode."""
+    assert window.start_ns is not None and window.end_ns is not None
+    ts, values = s.timestamps, s.values[key]
+    start, end, grace = window.start_ns, window.end_ns, window.grace_ns
+    if mode == "aiperf":
+        # AIPerf's window [start, end + grace] for everything; XID is a counter there (unit "count").
+        if label.kind == MetricKind.COUNTER or key == XID_KEY:
+            delta = counter_delta_aiperf(ts, values, start, end + grace)
+            unit = "count" if key == XID_KEY else label.unit
+            return None if delta is None else {"unit": unit, "avg": delta.delta}
+        if label.kind == MetricKind.CODE:
+            return code_stats(ts, values, start, end + grace, label.unit)
+        return gauge_stats(ts, values, start, end + grace, label.unit, count_nan_slots=True)
+    if label.kind == MetricKind.COUNTER:
+        delta = counter_delta_interpolated(ts, values, start, end, grace)
+        if delta is None:
+            return None
+        out: dict[str, Any] = {"unit": label.unit, "avg": delta.delta}
+        if delta.resets:
+            out["resets"] = delta.resets
+        return out
+    if label.kind == MetricKind.CODE:
+        return code_stats(ts, values, start, end, label.unit)
+    return gauge_stats(ts, values, start, end, label.unit)
+
+
+def gpu_entry(s: Series, labels: Sequence[MetricLabel], window: Window, mode: CounterMode) -> dict[str, Any]:
+    meta = s.meta
+    entry: dict[str, Any] = {"gpu_index": meta.gpu_index, "gpu_name": meta.gpu_name, "gpu_uuid": meta.gpu_uuid,
+                             "platform": meta.platform, "hostname": meta.hostname, "namespace": meta.namespace,
+                             "pod_name": meta.pod_name, "gpu_instance_id": meta.gpu_instance_id,
+                             "gpu_instance_profile": meta.gpu_instance_profile}
+    entry = {k: v for k, v in entry.items() if v is not None}  # AIPerf dumps with exclude_none
+    metrics: dict[str, Any] = {}
+    for label in labels:
+        if label.key in s.values:
+            result = metric_result(s, label.key, label, window, mode)
+            if result is not None:
+                metrics[label.key] = result
+    entry["metrics"] = metrics
+    return entry
+
+
+def error_summary(info: RunInfo, since_ns: int | None = None, until_ns: int | None = None) -> list[dict[str, Any]]:
+    """Failed scrapes and endpoints lost mid-run, grouped by (type, message), first occurrence first."""
+    counts: dict[tuple[str, str], int] = {}
+
+    def inside(t: int) -> bool:
+        return (since_ns is None or t >= since_ns) and (until_ns is None or t <= until_ns)
+
+    for failure in info.errors:
+        if inside(failure.time_ns):
+            k = (failure.kind, f"{display_key(failure.endpoint)}: {failure.message}")
+            counts[k] = counts.get(k, 0) + 1
+    for state in info.states:
+        if state.state == "down" and inside(state.time_ns):
+            k = ("endpoint_down", f"{display_key(state.endpoint)}: {state.reason or 'down'}")
+            counts[k] = counts.get(k, 0) + 1
+    return [{"error_details": {"type": kind, "message": message}, "count": n} for (kind, message), n in counts.items()]
+
+
+def build_block(series: Sequence[Series], window: Window, table: FieldTable, mode: CounterMode, info: RunInfo,
+                *, tz: tzinfo | None = None, errors_between: tuple[int | None, int | None] = (None, None)) -> Block:
+    """`telemetry_data` for one window; `window` must be resolved (no open bound) unless there is no data."""
+    statuses = endpoint_statuses(info, series, None if window.end_ns is None else window.end_ns + window.grace_ns)
+    summary: dict[str, Any] = {
+        "endpoints_configured": [s.url for s in statuses],
+        "endpoints_successful": [s.url for s in statuses if s.up_at_end],
+    }
+    if window.start_ns is not None:
+        summary["start_time"] = format_time(window.start_ns, tz)
+    if window.end_ns is not None:
+        summary["end_time"] = format_time(window.end_ns + window.grace_ns, tz)
+    summary["counter_mode"] = mode
+    labels = [label_for(k, table) for k in ordered_keys(series, table)]
+    endpoints: dict[str, Any] = {}
+    by_endpoint: dict[str, list[Series]] = {}
+    for s in series:
+        by_endpoint.setdefault(s.endpoint, []).append(s)
+    order = [st.display for st in statuses if st.display in by_endpoint]
+    order += [e for e in by_endpoint if e not in order]
+    for endpoint in order:
+        members = sorted(by_endpoint[endpoint], key=_gpu_sort_key)
+        keys = gpu_keys(members)
+        gpus: dict[str, Any] = {}
+        if window.start_ns is not None and window.end_ns is not None:
+            for s in members:
+                gpus[keys[s.meta.identity]] = gpu_entry(s, labels, window, mode)
+        endpoints[endpoint] = {"gpus": gpus}
+    data = {"summary": summary, "endpoints": endpoints, "error_summary": error_summary(info, *errors_between)}
+    return Block(data, statuses)
+
+
+def _gpu_sort_key(s: Series) -> tuple[int, str, str]:
+    meta = s.meta
+    index = meta.gpu_index if meta.gpu_index is not None else 1 << 30
+    instance = meta.gpu_instance_id or ""
+    return (index, meta.hostname or "", f"{len(instance):03d}{instance}")

@@ -1,0 +1,163 @@
+"""The profiling window and the run's phases, from phase marks, AIPerf's phase_manifest.json or explicit ns.
+
+A window is `[start_ns, end_ns]`, inclusive at both ends, plus `grace_ns` of trailing grace. `end_ns` is
+the requests end (or the profiling end when the requests end is unknown). How the grace is used depends
+on the counter mode (see DESIGN-report.md): `interpolated` uses it only so the final scrape can bracket
+the end of a counter; `aiperf` widens the whole window to `[start, end + grace]`, as AIPerf does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bridge.samples import PhaseKind, PhaseMark
+
+DEFAULT_GRACE_NS = 666_000_000  # AIPERF_GPU_FINAL_SCRAPE_GRACE_NS
+MANIFEST_FILE = "phase_manifest.json"
+
+
+class WindowError(ValueError):
+    """The phase marks, manifest or explicit bounds do not describe a usable window."""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """`start_ns`/`end_ns` None means "all data": resolved to the data's first and last sample."""
+
+    start_ns: int | None
+    end_ns: int | None
+    grace_ns: int = DEFAULT_GRACE_NS
+
+    @property
+    def is_open(self) -> bool:
+        return self.start_ns is None or self.end_ns is None
+
+    def resolved(self, first_ns: int | None, last_ns: int | None) -> Window:
+        """Open bounds replaced by the data span (a run with no profiling phase reports all data)."""
+        start = self.start_ns if self.start_ns is not None else first_ns
+        end = self.end_ns if self.end_ns is not None else last_ns
+        return replace(self, start_ns=start, end_ns=end)
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One benchmark phase as AIPerf's manifest describes it (start/end are wall-clock ns)."""
+
+    name: str
+    kind: str  # warmup | profiling | cooldown
+    index: int
+    start_ns: int | None
+    end_ns: int | None
+    profiling_index: int | None = None
+    was_cancelled: bool = False
+
+
+def explicit_window(start_ns: int, end_ns: int, grace_ns: int = DEFAULT_GRACE_NS) -> Window:
+    if end_ns < start_ns:
+        raise WindowError(f"the window ends before it starts: end {end_ns} < start {start_ns}")
+    if grace_ns < 0:
+        raise WindowError(f"the grace must not be negative: {grace_ns}")
+    return Window(start_ns, end_ns, grace_ns)
+
+
+def phases_from_marks(marks: Iterable[PhaseMark]) -> list[Phase]:
+    """Pair start/end marks by phase name; a phase with no end mark was cancelled (end unknown)."""
+    starts: dict[str, PhaseMark] = {}
+    ends: dict[str, int] = {}
+    for mark in marks:
+        if mark.event == "start":
+            starts.setdefault(mark.name, mark)
+        else:
+            ends[mark.name] = mark.time_ns
+    ordered = sorted(starts.values(), key=lambda m: m.time_ns)
+    phases: list[Phase] = []
+    profiling = 0
+    for index, mark in enumerate(ordered):
+        kind: PhaseKind = mark.kind
+        profiling_index = None
+        if kind == "profiling":
+            profiling_index = profiling
+            profiling += 1
+        end = ends.get(mark.name)
+        phases.append(Phase(mark.name, kind, index, mark.time_ns, end, profiling_index, end is None))
+    return phases
+
+
+def window_from_phases(phases: Sequence[Phase], requests_end_ns: int | None = None,
+                       grace_ns: int = DEFAULT_GRACE_NS) -> Window:
+    """[first profiling start, requests end (else last profiling end)]; no profiling phase → all data."""
+    profiling = [p for p in phases if p.kind == "profiling" and p.start_ns is not None]
+    if not profiling:
+        return Window(None, None, grace_ns)
+    start = min(p.start_ns for p in profiling if p.start_ns is not None)
+    ends = [p.end_ns for p in profiling if p.end_ns is not None]
+    end = requests_end_ns if requests_end_ns is not None else (max(ends) if ends else None)
+    if end is not None and end < start:
+        raise WindowError(f"the requests end ({end}) is before the profiling start ({start})")
+    return Window(start, end, grace_ns)
+
+
+def window_from_marks(marks: Iterable[PhaseMark], requests_end_ns: int | None = None,
+                      grace_ns: int = DEFAULT_GRACE_NS) -> Window:
+    return window_from_phases(phases_from_marks(marks), requests_end_ns, grace_ns)
+
+
+def phase_window(phase: Phase, main: Window, phases: Sequence[Phase]) -> Window:
+    """A phase's own window; with a single profiling phase, exactly the main window (never two rules)."""
+    profiling = [p for p in phases if p.kind == "profiling"]
+    if phase.kind == "profiling" and len(profiling) == 1:
+        return main
+    return Window(phase.start_ns, phase.end_ns, main.grace_ns)
+
+
+def find_manifest(path: Path) -> Path:
+    """The manifest itself, or the first phase_manifest.json below a directory (AIPerf may nest it)."""
+    if path.is_file():
+        return path
+    if path.is_dir():
+        found = sorted(path.rglob(MANIFEST_FILE), key=lambda p: (len(p.parts), str(p)))
+        if found:
+            return found[0]
+    raise WindowError(f"no {MANIFEST_FILE} at or below {path}")
+
+
+def load_manifest(path: Path) -> list[Phase]:
+    """Phases of AIPerf's phase_manifest.json (aiperf-compat.md §15), in phase_index order."""
+    manifest = find_manifest(path)
+    try:
+        doc: Any = orjson.loads(manifest.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise WindowError(f"{manifest}: cannot read the phase manifest ({exc})") from None
+    raw = doc.get("phases") if isinstance(doc, dict) else None
+    if not isinstance(raw, list):
+        raise WindowError(f"{manifest}: no 'phases' list")
+    phases: list[Phase] = []
+    for position, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise WindowError(f"{manifest}: phase {position} is not an object")
+        try:
+            phases.append(Phase(
+                name=str(item.get("phase_name") or item.get("phase_kind") or f"phase_{position}"),
+                kind=str(item.get("phase_kind") or "profiling"),
+                index=int(item.get("phase_index", position)),
+                start_ns=_opt_int(item.get("start_ns")),
+                end_ns=_opt_int(item.get("end_ns")),
+                profiling_index=_opt_int(item.get("profiling_index")),
+                was_cancelled=bool(item.get("was_cancelled", False)),
+            ))
+        except (TypeError, ValueError) as exc:
+            raise WindowError(f"{manifest}: phase {position}: {exc}") from None
+    return sorted(phases, key=lambda p: p.index)
+
+
+def _opt_int(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise TypeError(f"not an integer: {value!r}")
+    return int(value)

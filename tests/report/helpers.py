@@ -1,0 +1,38 @@
+"""Helpers for the report tests: records built by hand, and the record log / events files they go to."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bridge.record_log import record_to_line
+from bridge.samples import GpuRecord
+
+MS = 1_000_000
+S = 1_000_000_000
+URL = "http://127.0.0.1:19401/metrics"
+T0 = 1_796_201_298_411_830_000  # run 1's profiling start (2026-12-02T08:48:18.411830 UTC)
+
+
+def rec(t_ns: int, data: Mapping[str, float], *, uuid: str = "GPU-0000aaaa-bbbb-cccc-dddd-000000000000",
+        index: int = 0, url: str = URL, host: str | None = "node-a", gi: str | None = None,
+        model: str = "NVIDIA H100 80GB HBM3", **extra: Any) -> GpuRecord:
+    return GpuRecord(
+        gpu_index=index, gpu_uuid=uuid, gpu_model_name=model, pci_bus_id="00000000:18:00.0", device="nvidia0",
+        hostname=host, namespace=extra.get("namespace"), pod_name=extra.get("pod_name"), platform="nvidia",
+        timestamp_ns=t_ns, telemetry_source_url=url, telemetry_data=dict(data), gpu_instance_id=gi,
+        gpu_instance_profile=extra.get("profile"),
+    )
+
+
+def write_log(path: Path, records: Iterable[GpuRecord]) -> Path:
+    path.write_bytes(b"".join(record_to_line(r) for r in records))
+    return path
+
+
+def write_events(path: Path, events: Iterable[Mapping[str, Any]]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(dict(e)) + b"\n" for e in events))
+    return path

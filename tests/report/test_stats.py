@@ -1,0 +1,194 @@
+"""Gauge stats, both counter rules, codes and power integrals, on hand-made series."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.report.stats import (
+    code_stats,
+    counter_delta_aiperf,
+    counter_delta_interpolated,
+    gauge_stats,
+    integrate_gauge,
+)
+
+S = 1_000_000_000
+NAN = float("nan")
+
+
+def arrays(times_s: list[float], values: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    return np.array([round(t * S) for t in times_s], dtype=np.int64), np.array(values, dtype=np.float64)
+
+
+# -- gauges -----------------------------------------------------------------------------------------
+def test_gauge_stats_have_aiperfs_keys_in_aiperfs_order() -> None:
+    ts, v = arrays([0, 1, 2], [1.0, 2.0, 3.0])
+    out = gauge_stats(ts, v, 0, 2 * S, "W")
+    assert out is not None
+    assert list(out) == ["unit", "avg", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99",
+                         "min", "max", "std", "count", "sum"]
+
+
+def test_gauge_percentiles_are_numpys_linear_ones_and_std_uses_ddof_1() -> None:
+    values = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6]
+    ts, v = arrays(list(range(6)), values)
+    out = gauge_stats(ts, v, 0, 5 * S, "W")
+    assert out is not None
+    for p in (1, 5, 10, 25, 50, 75, 90, 95, 99):
+        assert out[f"p{p}"] == pytest.approx(float(np.percentile(values, p)), rel=1e-15)
+    assert out["std"] == pytest.approx(float(np.std(values, ddof=1)), rel=1e-15)
+    assert (out["min"], out["max"], out["count"]) == (1.0, 9.0, 6)
+    assert out["sum"] == pytest.approx(sum(values))
+
+
+def test_a_single_sample_has_a_std_of_zero() -> None:
+    ts, v = arrays([1], [42.0])
+    out = gauge_stats(ts, v, 0, 2 * S, "W")
+    assert out is not None and out["std"] == 0.0 and out["count"] == 1
+
+
+def test_window_edges_are_inclusive_at_both_ends() -> None:
+    ts, v = arrays([0.999999999, 1, 2, 3, 3.000000001], [100.0, 1.0, 2.0, 3.0, 100.0])
+    out = gauge_stats(ts, v, 1 * S, 3 * S, "W")
+    assert out is not None and (out["count"], out["max"], out["min"]) == (3, 3.0, 1.0)
+
+
+def test_a_gauge_with_no_valid_sample_in_the_window_is_omitted() -> None:
+    ts, v = arrays([0, 1, 5], [1.0, NAN, 2.0])
+    assert gauge_stats(ts, v, S, 2 * S, "W") is None
+
+
+def test_aiperf_counts_nan_slots_but_interpolated_mode_counts_valid_samples() -> None:
+    ts, v = arrays([0, 1, 2], [1.0, NAN, 3.0])
+    aiperf = gauge_stats(ts, v, 0, 2 * S, "W", count_nan_slots=True)
+    ours = gauge_stats(ts, v, 0, 2 * S, "W")
+    assert aiperf is not None and ours is not None
+    assert (aiperf["count"], ours["count"]) == (3, 2)
+    assert aiperf["avg"] == ours["avg"] == 2.0
+
+
+# -- codes ------------------------------------------------------------------------------------------
+def test_an_xid_code_reports_the_last_and_largest_code_never_a_delta() -> None:
+    ts, v = arrays([0, 1, 2, 3], [0.0, 79.0, 13.0, 13.0])
+    assert code_stats(ts, v, 0, 3 * S, "code") == {"unit": "code", "last": 13, "max": 79}
+
+
+# -- AIPerf's counter rule ----------------------------------------------------------------------------
+def test_aiperf_counter_is_last_in_window_minus_last_before_it() -> None:
+    ts, v = arrays([-1, 0.5, 1, 2, 3], [10.0, 12.0, 13.0, 15.0, 99.0])
+    delta = counter_delta_aiperf(ts, v, S, 2 * S)
+    assert delta is not None and delta.delta == 3.0  # 15 (t=2) − 12 (t=0.5, the last before t=1)
+
+
+def test_aiperf_counter_falls_back_to_the_first_in_window_sample_without_a_reference() -> None:
+    ts, v = arrays([1, 2, 3], [13.0, 15.0, 18.0])
+    delta = counter_delta_aiperf(ts, v, S, 3 * S)
+    assert delta is not None and delta.delta == 5.0
+
+
+def test_aiperf_counter_walks_back_past_nan_slots_for_its_reference() -> None:
+    ts, v = arrays([0, 0.5, 1, 2], [10.0, NAN, 13.0, 15.0])
+    delta = counter_delta_aiperf(ts, v, S, 2 * S)
+    assert delta is not None and delta.delta == 5.0
+
+
+def test_aiperf_counter_clamps_a_reset_to_zero_as_aiperf_does() -> None:
+    ts, v = arrays([0, 1, 2, 3], [90.0, 100.0, 5.0, 8.0])
+    delta = counter_delta_aiperf(ts, v, 0, 3 * S)
+    assert delta is not None and delta.delta == 0.0
+
+
+def test_aiperf_counter_with_a_single_sample_and_no_reference_is_zero() -> None:
+    ts, v = arrays([1], [13.0])
+    delta = counter_delta_aiperf(ts, v, S, 2 * S)
+    assert delta is not None and delta.delta == 0.0
+
+
+def test_aiperf_counter_with_nothing_in_the_window_is_omitted() -> None:
+    ts, v = arrays([0, 5], [1.0, 2.0])
+    assert counter_delta_aiperf(ts, v, S, 2 * S) is None
+
+
+# -- interpolated counters ----------------------------------------------------------------------------
+def test_interpolated_counter_reads_the_value_at_both_edges() -> None:
+    # 10 units/s; samples at -0.2, 0.3, ..., bracketing [0, 2] on both sides.
+    times = [-0.2, 0.3, 0.8, 1.3, 1.8, 2.3]
+    ts, v = arrays(times, [1000 + 10 * t for t in times])
+    delta = counter_delta_interpolated(ts, v, 0, 2 * S, 666_000_000)
+    assert delta is not None and delta.delta == pytest.approx(20.0, rel=1e-12) and delta.resets == 0
+
+
+def test_the_grace_lets_a_final_scrape_after_the_end_bracket_it() -> None:
+    times = [-0.2, 0.3, 0.8, 1.3, 1.8, 2.5]
+    ts, v = arrays(times, [10 * t for t in times])
+    with_grace = counter_delta_interpolated(ts, v, 0, 2 * S, 666_000_000)
+    assert with_grace is not None and with_grace.delta == pytest.approx(20.0, rel=1e-12)
+    # Without grace the 2.5 s scrape is not used: the end is extrapolated from the last interval.
+    no_grace = counter_delta_interpolated(ts, v, 0, 2 * S, 0)
+    assert no_grace is not None and no_grace.delta == pytest.approx(20.0, rel=1e-12)
+
+
+def test_a_reset_inside_the_window_is_counted_and_the_increases_are_summed() -> None:
+    # 10 units/s, reset to 0 at t=1.05 s; samples every 0.1 s from -0.05 to 2.05.
+    times = [-0.05 + 0.1 * i for i in range(22)]
+    values = [500 + 10 * t if t < 1.05 else 10 * (t - 1.05) for t in times]
+    ts, v = arrays(times, values)
+    delta = counter_delta_interpolated(ts, v, 0, 2 * S, 666_000_000)
+    assert delta is not None and delta.resets == 1
+    assert delta.delta == pytest.approx(20.0, rel=1e-9)  # the pre-reset part of the interval is estimated
+
+
+def test_aiperf_mode_loses_everything_on_the_same_reset() -> None:
+    times = [-0.05 + 0.1 * i for i in range(22)]
+    values = [500 + 10 * t if t < 1.05 else 10 * (t - 1.05) for t in times]
+    ts, v = arrays(times, values)
+    delta = counter_delta_aiperf(ts, v, 0, 2 * S + 666_000_000)
+    assert delta is not None and delta.delta == 0.0
+
+
+def test_a_small_dip_from_out_of_order_scrapes_is_not_a_reset() -> None:
+    times = [0.0, 0.5, 1.0, 1.5, 2.0]
+    ts, v = arrays(times, [1000.0, 1005.0, 1004.9, 1015.0, 1020.0])
+    delta = counter_delta_interpolated(ts, v, 0, 2 * S, 0)
+    assert delta is not None and delta.resets == 0 and delta.delta == pytest.approx(20.0)
+
+
+def test_an_interpolated_counter_with_nothing_near_the_window_is_omitted() -> None:
+    ts, v = arrays([0, 10], [1.0, 2.0])
+    assert counter_delta_interpolated(ts, v, 2 * S, 3 * S, 666_000_000) is None
+
+
+def test_an_edge_without_a_bracket_is_extrapolated_by_at_most_half_an_interval_past_a_gap() -> None:
+    # Samples only inside [0.9, 1.1] of a [0, 2] window, 0.1 s apart: each edge is 0.9 s away, far more
+    # than 1.1 intervals, so each side is extrapolated by half an interval (PromQL's rule).
+    times = [0.9, 1.0, 1.1]
+    ts, v = arrays(times, [10 * t for t in times])
+    delta = counter_delta_interpolated(ts, v, 0, 2 * S, 0)
+    assert delta is not None and delta.delta == pytest.approx(3.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rate=st.floats(1.0, 1000.0),
+    phase=st.floats(0.0, 0.333),
+    jitter=st.lists(st.floats(-0.02, 0.02), min_size=80, max_size=80),
+)
+def test_a_constant_rate_counter_is_exact_whatever_the_scrape_phase(rate: float, phase: float,
+                                                                    jitter: list[float]) -> None:
+    times = sorted(-0.4 + phase + 0.333 * i + j for i, j in enumerate(jitter))
+    ts, v = arrays(times, [1e6 + rate * t for t in times])
+    delta = counter_delta_interpolated(ts, v, 0, 20 * S, 666_000_000)
+    assert delta is not None and delta.delta == pytest.approx(20 * rate, rel=1e-6)
+
+
+# -- integrals ----------------------------------------------------------------------------------------
+def test_power_integrates_to_joules_over_exactly_the_window() -> None:
+    times = [-0.5 + 0.25 * i for i in range(20)]
+    ts, v = arrays(times, [100.0 + 50.0 * t for t in times])  # linear: trapezoids are exact
+    joules = integrate_gauge(ts, v, 0, 4 * S, 666_000_000)
+    assert joules is not None and math.isclose(joules, 100 * 4 + 25 * 16, rel_tol=1e-9)
