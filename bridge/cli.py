@@ -111,9 +111,77 @@ def telemetry_options(func: Any) -> Any:
         click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix."),
         click.option("--live", is_flag=True, help="Show a refreshing per-GPU table while collecting."),
     ]
+    options += [
+        click.option("--otlp-endpoint", help="Forward every sample as OTLP here (else OTEL_EXPORTER_OTLP_"
+                     "[METRICS_]ENDPOINT; off when neither is set)."),
+        click.option("--otlp-protocol", type=click.Choice(["http/protobuf", "grpc"]),
+                     help="OTLP transport (default http/protobuf, or OTEL_EXPORTER_OTLP_PROTOCOL)."),
+        click.option("--otlp-headers", help="k=v,k2=v2 sent with every export (or OTEL_EXPORTER_OTLP_HEADERS)."),
+        click.option("--otlp-timeout", type=float, help="Seconds per export request."),
+        click.option("--otlp-compression", type=click.Choice(["gzip", "none"])),
+        click.option("--otlp-insecure", is_flag=True, default=None, help="gRPC without TLS."),
+        click.option("--otlp-units", type=click.Choice(["none", "ucum"]),
+                     help="Set UCUM units on metrics (changes their Prometheus names; default none)."),
+        click.option("--otlp-export-interval", type=float, help="Seconds between exports (default 1)."),
+        click.option("--otlp-max-queue-points", type=int, help="Queue bound; the oldest pages are dropped past it."),
+        click.option("--relabel-config", type=click.Path(exists=True, dir_okay=False),
+                     help="Prometheus-style relabel rules (YAML) applied to OTLP and the pull endpoint."),
+        click.option("--service-name", help="OTLP resource service.name (default dcgm-exporter)."),
+        click.option("--resource-attribute", multiple=True, metavar="K=V", help="Extra OTLP resource attribute."),
+        click.option("--attribute", multiple=True, metavar="K=V", help="Static attribute on every data point."),
+    ]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+_OTLP_FLAGS = ("otlp_endpoint", "otlp_protocol", "otlp_headers", "otlp_timeout", "otlp_compression",
+               "otlp_insecure", "otlp_units", "otlp_export_interval", "otlp_max_queue_points", "relabel_config",
+               "service_name", "resource_attribute", "attribute")
+
+
+def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
+    out = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise click.ClickException(f"{flag} {value!r}: expected KEY=VALUE")
+        out[key.strip()] = val.strip()
+    return out
+
+
+def build_forwarder(otlp: dict[str, Any]) -> tuple[Any, Any]:
+    """The OTLP forwarder (None when export is off) and the relabel rules, from the flags and OTEL_* env."""
+    import os
+
+    from bridge.otlp import OtlpConfigError, OtlpForwarder, base_attributes, resolve_config
+    from bridge.relabel import NO_RELABEL, load_config
+
+    try:
+        relabel = load_config(otlp["relabel_config"]) if otlp.get("relabel_config") else NO_RELABEL
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"--relabel-config {otlp['relabel_config']}: {exc}") from None
+    try:
+        config = resolve_config(os.environ, endpoint=otlp.get("otlp_endpoint"), protocol=otlp.get("otlp_protocol"),
+                                headers=otlp.get("otlp_headers"), timeout_s=otlp.get("otlp_timeout"),
+                                compression=otlp.get("otlp_compression"), insecure=otlp.get("otlp_insecure"),
+                                units=otlp.get("otlp_units"), export_interval_s=otlp.get("otlp_export_interval"),
+                                max_queue_points=otlp.get("otlp_max_queue_points"))
+    except OtlpConfigError as exc:
+        raise click.ClickException(f"OTLP configuration: {exc}") from None
+    if config is None:
+        return None, relabel
+    resource = base_attributes(os.environ, service_name=otlp.get("service_name"),
+                               attributes=_pairs(otlp.get("resource_attribute") or (), "--resource-attribute"))
+    forwarder = OtlpForwarder(config, base_resource=resource,
+                              static_attributes=_pairs(otlp.get("attribute") or (), "--attribute"),
+                              relabel_config=relabel)
+    return forwarder, relabel
+
+
+def split_flags(flags: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    otlp = {k: flags.pop(k) for k in _OTLP_FLAGS if k in flags}
+    return flags, otlp
 
 
 def resolve_config(flags: dict[str, Any]) -> Any:
@@ -137,10 +205,12 @@ def build_session_table(config: Any) -> Any:
         raise click.ClickException(str(exc)) from None
 
 
-def build_session(config: Any) -> Any:
+def build_session(config: Any, otlp: dict[str, Any]) -> Any:
     from bridge.lifecycle import Session
 
-    return Session(config, build_session_table(config))
+    table = build_session_table(config)
+    forwarder, relabel = build_forwarder(otlp)
+    return Session(config, table, forwarder=forwarder, relabel_config=relabel)
 
 
 @main.command()
@@ -150,16 +220,18 @@ def sidecar(live: bool, **flags: Any) -> None:
     """The container entry point: configure, serve the control API, collect until complete or a signal."""
     from bridge.control import ControlServer
 
+    flags, otlp = split_flags(flags)
     config = resolve_config(flags)
     if not config.enabled:
         click.echo("GPU telemetry is disabled (--no-gpu-telemetry); nothing to do.")
         return
-    session = build_session(config)
+    session = build_session(config, otlp)
     done = threading.Event()
     # A native sidecar that exits is restarted by the kubelet (and would overwrite the finished run):
     # with exit_on_complete false it stays up after POST /complete until SIGTERM.
     server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
-                           on_complete=done.set if config.exit_on_complete else None)
+                           on_complete=done.set if config.exit_on_complete else None,
+                           metrics_text=session.exposition)
     server.start()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id}, control API on port {server.port}", err=True)
 
@@ -204,10 +276,11 @@ def profile(command: tuple[str, ...], live: bool, **flags: Any) -> None:
     """
     from bridge.run import run_profile
 
+    flags, otlp = split_flags(flags)
     config = resolve_config(flags)
-    session_table = build_session_table(config)
+    session = build_session(config, otlp) if config.enabled else None
     try:
-        code = run_profile(config, session_table, list(command), live=live)
+        code = run_profile(config, session, list(command), live=live)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None
     sys.exit(code)

@@ -29,7 +29,7 @@ class ControlServer:
 
     def __init__(self, session: Session, host: str, port: int, allow: list[str],
                  on_complete: Callable[[], None] | None = None,
-                 metrics_text: Callable[[], str] | None = None) -> None:
+                 metrics_text: Callable[[], bytes | str] | None = None) -> None:
         self.session = session
         self.allow = [ipaddress.ip_network(net, strict=False) for net in allow]
         self.on_complete = on_complete
@@ -66,7 +66,10 @@ class _Handler(BaseHTTPRequestHandler):
         logger.debug("control %s %s", self.client_address[0], format % args)
 
     def _send(self, status: int, payload: Any, content_type: str = "application/json") -> None:
-        body = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+        if isinstance(payload, bytes):
+            body = payload
+        else:
+            body = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))

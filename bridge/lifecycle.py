@@ -57,7 +57,7 @@ class Session:
 
     def __init__(self, config: Config, table: FieldTable, *, fetcher: Fetcher | None = None,
                  now_ns: Callable[[], int] = time.time_ns, monotonic: Callable[[], float] = time.monotonic,
-                 listeners: Sequence[PageListener] = ()) -> None:
+                 listeners: Sequence[PageListener] = (), forwarder: Any = None, relabel_config: Any = None) -> None:
         self.config = config
         self.table = table
         self.run_id = config.effective_run_id()
@@ -66,6 +66,10 @@ class Session:
         self._now_ns = now_ns
         self._monotonic = monotonic
         self.listeners = list(listeners)
+        self.forwarder = forwarder  # bridge.otlp.OtlpForwarder, or None when OTLP export is off
+        self.relabel_config = relabel_config  # bridge.relabel.RelabelConfig for the pull endpoint
+        self._pages: dict[str, tuple[ParsedPage, str | None, int]] = {}  # url -> latest page (pull /metrics)
+        self._down: set[str] = set()
         self.state = "created"
         self.probes: list[Probe] = []
         self.loops: dict[str, ScrapeLoop] = {}
@@ -183,9 +187,11 @@ class Session:
                 boundary.done.wait(max(0.0, deadline - self._monotonic()))
             for loop in self.loops.values():
                 loop.stop(timeout=max(0.1, deadline - self._monotonic()))
+            otlp = self._close_forwarder(deadline)
             self.events.write_event({"type": "complete", "time_ns": self._now_ns(),
                                      "requests_end_ns": requests_end_ns, "collection_complete": True,
-                                     "endpoints": [loop.stats.as_json() for loop in self.loops.values()]})
+                                     "endpoints": [loop.stats.as_json() for loop in self.loops.values()],
+                                     "otlp": otlp})
             self.records.close()
             self.events.close()
             self.fetcher.close()
@@ -194,6 +200,33 @@ class Session:
             self.outputs.files = [self.records.path, self.events.path]
             self._write_report(self.outputs)
             return self.outputs
+
+    def _close_forwarder(self, deadline: float) -> dict[str, Any] | None:
+        if self.forwarder is None:
+            return None
+        end_ns = self._now_ns()
+        for url in self._pages:
+            if url not in self._down:  # the run is over: its series end here
+                self.forwarder.mark_stale(display_key(url), run_id=self.run_id, phase=self.phase or "none",
+                                          ts_ns=end_ns)
+        stats: dict[str, Any] = self.forwarder.close(max(0.5, deadline - self._monotonic())).as_dict()
+        return stats
+
+    def exposition(self) -> bytes:
+        """The pull endpoint's page: the latest relabelled samples of every endpoint plus our own health."""
+        from bridge.promexpo import BridgeHealth, EndpointHealth, LatestPage, render_exposition
+
+        latest = [LatestPage(display_key(url), page, self.run_id, phase or "none", ts)
+                  for url, (page, phase, ts) in list(self._pages.items())]
+        health = BridgeHealth(
+            [EndpointHealth(display_key(url), loop.stats.scrapes, loop.stats.last_duration_s,
+                            dict(loop.stats.failures)) for url, loop in self.loops.items()],
+            self.records_written,
+            self.forwarder.stats().as_dict() if self.forwarder is not None else None,
+        )
+        if self.relabel_config is not None:
+            return render_exposition(latest, health, relabel_config=self.relabel_config)
+        return render_exposition(latest, health)
 
     def _write_report(self, outputs: SessionOutputs) -> None:
         from bridge.report_glue import write_session_report  # lazy: numpy and rich load only here
@@ -224,12 +257,27 @@ class Session:
             first = parsed.dropped[0]
             logger.debug("%s: dropped %d lines (first: line %d, %s)", redact_url(url), len(parsed.dropped),
                          first.line, first.reason)
+        self._pages[url] = (parsed, phase, page.start_ns)
+        if url in self._down:
+            self._down.discard(url)
+            self.events.write_event({"type": "endpoint_state", "endpoint": redact_url(url), "time_ns": page.start_ns,
+                                     "state": "up", "reason": "scrape succeeded"})
+        if self.forwarder is not None:
+            self.forwarder.submit(display, parsed, run_id=self.run_id, phase=phase or "none", ts_ns=page.start_ns)
         for listener in self.listeners:
             listener(url, parsed, page.start_ns, phase)
 
     def _on_failure(self, url: str, exc: FetchError, start_ns: int) -> None:
         self.events.write_event({"type": "scrape_error", "endpoint": redact_url(url), "time_ns": start_ns,
                                  "kind": exc.kind, "message": exc.message})
+        if url not in self._down:
+            self._down.add(url)
+            self.events.write_event({"type": "endpoint_state", "endpoint": redact_url(url), "time_ns": start_ns,
+                                     "state": "down", "reason": exc.message})
+            if self.forwarder is not None and url in self._pages:
+                # Its series are gone: one staleness marker each, so stores stop showing the last value.
+                self.forwarder.mark_stale(display_key(url), run_id=self.run_id, phase=self.phase or "none",
+                                          ts_ns=start_ns)
 
     # -- status ------------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -248,6 +296,7 @@ class Session:
                     for url, loop in self.loops.items()
                 ],
                 "marks": [m._asdict() for m in self.marks],
+                "otlp": self.forwarder.stats().as_dict() if self.forwarder is not None else None,
             }
 
     def latest_records(self) -> dict[tuple[str, tuple[str, str | None]], tuple[GpuRecord, GpuRecord]]:

@@ -15,10 +15,12 @@ import subprocess
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.config import Config
-from bridge.fields import FieldTable
+
+if TYPE_CHECKING:
+    from bridge.lifecycle import Session
 
 logger = logging.getLogger(__name__)
 
@@ -38,21 +40,20 @@ def with_aiperf_flags(command: Sequence[str]) -> list[str]:
     return out
 
 
-def run_profile(config: Config, table: FieldTable, command: Sequence[str], *, live: bool = False) -> int:
-    """Collect while `command` runs; returns its exit code."""
+def run_profile(config: Config, session: Session | None, command: Sequence[str], *, live: bool = False) -> int:
+    """Collect while `command` runs (`session` None: telemetry disabled); returns its exit code."""
     if not command:
         raise ValueError("no command to run: dcgm-bridge profile [options] -- CMD [ARGS…]")
-    artifact_dir = str(Path(config.artifact_dir).resolve())
     command = with_aiperf_flags(command)
-    if not config.enabled:
+    if session is None or not config.enabled:
         return subprocess.call(command)
 
     from bridge.control import ControlServer
-    from bridge.lifecycle import Session
 
-    config = replace(config, phase_manifest=config.phase_manifest or artifact_dir)
-    session = Session(config, table)
-    server = ControlServer(session, "127.0.0.1", 0, config.control_allow)
+    if not session.config.phase_manifest:
+        # AIPerf writes phase_manifest.json below its artifact directory: look there when no marks came.
+        session.config = replace(session.config, phase_manifest=str(Path(config.artifact_dir).resolve()))
+    server = ControlServer(session, "127.0.0.1", 0, config.control_allow, metrics_text=session.exposition)
     server.start()
     env = {**os.environ, "DCGM_BRIDGE_CONTROL_URL": f"http://127.0.0.1:{server.port}",
            "DCGM_BRIDGE_RUN_ID": session.run_id}

@@ -14,8 +14,13 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
 
 
 @click.command()
-@click.option("--jsonl", "jsonl", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--jsonl", "jsonl", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Record log: gpu_telemetry_export.jsonl (ours or AIPerf's), plain or .gz.")
+@click.option("--prometheus", "prometheus_url", metavar="URL",
+              help="Instead of --jsonl: a PromQL store (Prometheus, VictoriaMetrics, Mimir) holding the run.")
+@click.option("--run-id", help="With --prometheus: the run's run_id label.")
+@click.option("--strip-suffix", type=click.Choice(["_total"]),
+              help="With --prometheus: counters arrived with Prometheus' _total suffix (OTLP into Prometheus).")
 @click.option("--start-ns", type=int, help="Profiling start, wall-clock ns (with --end-ns).")
 @click.option("--end-ns", type=int, help="Requests end, wall-clock ns; the grace is added on top.")
 @click.option("--phase-manifest", type=click.Path(exists=True, path_type=Path),
@@ -34,7 +39,8 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
 @click.option("--console", "show_console", is_flag=True, help="Print the per-GPU tables.")
 @click.option("--metrics-csv", type=click.Path(exists=True, dir_okay=False), multiple=True,
               help="Custom-metrics CSV (dcgm-exporter format) that names extra fields in the log.")
-def report(jsonl: Path, start_ns: int | None, end_ns: int | None, phase_manifest: Path | None,
+def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, strip_suffix: str | None,
+           start_ns: int | None, end_ns: int | None, phase_manifest: Path | None,
            events_path: Path | None, counter_mode: str | None, grace_ns: int, output: Path | None,
            profile_export_prefix: str | None, write_csv: bool, show_console: bool,
            metrics_csv: tuple[str, ...]) -> None:
@@ -51,6 +57,10 @@ def report(jsonl: Path, start_ns: int | None, end_ns: int | None, phase_manifest
     from bridge.report.window import WindowError, explicit_window, load_manifest
     from bridge.report.write import ReportWriteError, output_names, write_report
 
+    if (jsonl is None) == (prometheus_url is None):
+        raise click.UsageError("give one record source: --jsonl FILE or --prometheus URL --run-id ID")
+    if prometheus_url is not None and not run_id:
+        raise click.UsageError("--prometheus needs --run-id")
     if (start_ns is None) != (end_ns is None):
         raise click.UsageError("--start-ns and --end-ns go together")
     if start_ns is None and phase_manifest is None and events_path is None:
@@ -72,7 +82,10 @@ def report(jsonl: Path, start_ns: int | None, end_ns: int | None, phase_manifest
             kwargs["window"] = explicit_window(start_ns, end_ns, grace_ns)
         elif phase_manifest is not None:
             kwargs["phases"] = load_manifest(phase_manifest)
-        built = build_report(jsonl, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
+        source: Any = jsonl
+        if prometheus_url is not None:
+            source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix)
+        built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
                              grace_ns=grace_ns, **kwargs)
     except WindowError as exc:
         raise click.ClickException(str(exc)) from None
@@ -81,7 +94,7 @@ def report(jsonl: Path, start_ns: int | None, end_ns: int | None, phase_manifest
                    f"(first: {built.read_errors[0]})", err=True)
     if run.skipped:
         click.echo(f"warning: {run.skipped} unreadable or unknown events were skipped", err=True)
-    json_path = output or jsonl.parent / output_names(profile_export_prefix)[0]
+    json_path = output or (jsonl.parent if jsonl else Path(".")) / output_names(profile_export_prefix)[0]
     try:
         written = write_report(built, json_path.parent, profile_export_prefix, json_path=json_path,
                                write_csv=write_csv)
@@ -93,3 +106,24 @@ def report(jsonl: Path, start_ns: int | None, end_ns: int | None, phase_manifest
     click.echo(f"{built.records} records, {gpus} GPUs, counter mode {counter_mode}")
     for path in written:
         click.echo(f"wrote {path}")
+
+
+def _store_records(url: str, run_id: str, kwargs: dict[str, Any], grace_ns: int, table: Any,
+                   strip_suffix: str | None) -> list[Any]:
+    """The run's records from a PromQL store, over the span the window needs (with a margin for the
+    samples that bracket its edges)."""
+    from bridge.report.window import phases_from_marks
+    from bridge.report_store import records_from_store
+
+    window = kwargs.get("window")
+    phases = kwargs.get("phases") or phases_from_marks(kwargs.get("marks") or ())
+    starts = [window.start_ns] if window is not None else [p.start_ns for p in phases if p.start_ns]
+    ends = [window.end_ns] if window is not None else [p.end_ns for p in phases if p.end_ns]
+    if not starts or not ends:
+        raise click.UsageError("--prometheus needs a window: --start-ns/--end-ns, --phase-manifest or --events")
+    margin = 60 * 10**9
+    try:
+        return list(records_from_store(url, run_id, min(starts) - margin, max(ends) + grace_ns + margin, table,
+                                       strip_suffix=strip_suffix))
+    except Exception as exc:  # the store's client raises many kinds; name the store and the cause
+        raise click.ClickException(f"cannot read run {run_id!r} from {url}: {exc}") from None
