@@ -336,3 +336,40 @@ def test_parse_reads_a_url(tmp_path):
 def test_parse_of_a_missing_file_says_so():
     result = CliRunner().invoke(main, ["parse", "/nonexistent/page.txt"])
     assert result.exit_code != 0 and "no such file" in result.output
+
+
+def test_an_xid_and_a_counter_reset_reach_the_record_log(tmp_path):
+    clock = ManualClock()
+    with SimulatedExporter(SimulatorConfig(gpus=2), now_ns=clock) as exporter:
+        session = session_for([exporter.url], tmp_path)
+        session.configure()
+        clock.advance(NS)
+        exporter.add_fault(Fault("xid", gpu=1, xid=79))
+        exporter.add_fault(Fault("counter-reset"))
+        clock.advance(NS)
+        scrape_synchronously(session, 1)
+        session.complete()
+    records = list(read_records(session.records.path))
+    before, after = [r for r in records if r.gpu_index == 1][0], [r for r in records if r.gpu_index == 1][-1]
+    assert "nvidia_xid_errors" not in before.telemetry_data  # absent until the first XID, never 0
+    assert after.telemetry_data["nvidia_xid_errors"] == 79.0
+    assert after.telemetry_data["nvidia_energy_consumption"] < before.telemetry_data["nvidia_energy_consumption"]
+
+
+def test_the_live_view_shows_every_gpu_with_its_energy_so_far(tmp_path):
+    from rich.console import Console
+
+    from bridge.live import live_table
+
+    clock = ManualClock()
+    with SimulatedExporter(SimulatorConfig(gpus=2, mig=1), now_ns=clock) as exporter:
+        session = session_for([exporter.url], tmp_path)
+        session.configure()
+        clock.advance(10 * NS)
+        scrape_synchronously(session, 1)
+        console = Console(record=True, width=200)
+        console.print(live_table(session))
+        session.complete()
+    text = console.export_text()
+    assert text.count("NVIDIA H100") == 4  # two GPUs and their MIG instances
+    assert "mig" in text and " kJ" in text and "phase -" in text
