@@ -49,14 +49,15 @@ def base_attributes(
 ) -> dict[str, str]:
     """Every resource attribute except the per-endpoint `service.instance.id`."""
     out: dict[str, str] = {}
-    node = env.get("NODE_NAME", "").strip()
+    # `kube profile` sets the DCGM_BRIDGE_-prefixed names through the Downward API.
+    node = (env.get("NODE_NAME") or env.get("DCGM_BRIDGE_NODE_NAME") or "").strip()
     out["host.name"] = node or hostname()
     if node:
         out["k8s.node.name"] = node
-    pod = env.get("POD_NAME", "").strip()
+    pod = (env.get("POD_NAME") or env.get("DCGM_BRIDGE_POD_NAME") or "").strip()
     if pod:
         out["k8s.pod.name"] = pod
-    namespace = env.get("POD_NAMESPACE", "").strip()
+    namespace = (env.get("POD_NAMESPACE") or env.get("DCGM_BRIDGE_POD_NAMESPACE") or "").strip()
     if not namespace and pod:
         try:
             namespace = namespace_file.read_text(encoding="utf-8").strip()

@@ -139,3 +139,13 @@ def test_service_instance_id_is_always_the_endpoint():
 
 def test_resource_attribute_text_is_percent_decoded():
     assert parse_resource_attributes("a=b%3Dc, d = e ,=x,") == {"a": "b=c", "d": "e"}
+
+
+def test_the_downward_api_names_kube_profile_sets_become_resource_attributes():
+    from bridge.otlp import base_attributes
+
+    env = {"DCGM_BRIDGE_NODE_NAME": "gpu-node-7", "DCGM_BRIDGE_POD_NAME": "bench-controller-0-0-abcde",
+           "DCGM_BRIDGE_POD_NAMESPACE": "bench"}
+    attrs = base_attributes(env, hostname=lambda: "container")
+    assert attrs["host.name"] == "gpu-node-7" and attrs["k8s.node.name"] == "gpu-node-7"
+    assert attrs["k8s.pod.name"] == "bench-controller-0-0-abcde" and attrs["k8s.namespace.name"] == "bench"
