@@ -373,3 +373,47 @@ def test_the_live_view_shows_every_gpu_with_its_energy_so_far(tmp_path):
     text = console.export_text()
     assert text.count("NVIDIA H100") == 4  # two GPUs and their MIG instances
     assert "mig" in text and " kJ" in text and "phase -" in text
+
+
+@pytest.fixture
+def header_recorder():
+    """A one-page exporter on loopback that records the Authorization header of every request."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str | None] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append(self.headers.get("Authorization"))
+            body = b'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 40\n'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
+
+
+def test_userinfo_becomes_basic_auth_and_never_reaches_the_request_line(header_recorder):
+    address, seen = header_recorder
+    Urllib3Fetcher(FetchSettings()).fetch(f"http://alice:s3cret@{address}/metrics")
+    assert seen == ["Basic YWxpY2U6czNjcmV0"]
+
+
+def test_a_bearer_token_from_a_file_is_sent(header_recorder, tmp_path):
+    address, seen = header_recorder
+    (tmp_path / "token").write_text("t0ken\n")
+    config = Config(telemetry=TelemetryItems(urls=[f"http://{address}/metrics"]), default_endpoints=[],
+                    artifact_dir=str(tmp_path / "out"), bearer_token_file=str(tmp_path / "token"))
+    session = Session(config, default_table())
+    session.configure()
+    session.complete()
+    assert seen and set(seen) == {"Bearer t0ken"}
