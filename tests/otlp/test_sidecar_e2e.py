@@ -142,3 +142,43 @@ def _assert_same_numbers(a, b, path="endpoints"):
         assert math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9), (path, a, b)
     else:
         assert a == b, (path, a, b)
+
+
+def test_a_receiver_outage_mid_run_loses_no_record_and_no_point_inside_the_queue_bound(tmp_path):
+    from bridge.otlp import OtlpConfig
+    from tests.conftest import require_binary
+    from tests.otlp.conftest import VictoriaMetrics
+
+    vm = VictoriaMetrics(require_binary("victoria-metrics"), tmp_path / "vm" / "data")
+    (tmp_path / "vm").mkdir(exist_ok=True)
+    vm.start()
+    run_id = "outage-run"
+    try:
+        with SimulatedExporter(SimulatorConfig(gpus=2, seed=9)) as exporter:
+            otlp = OtlpConfig(endpoint=vm.otlp_url, export_interval_s=0.05, retry_initial_backoff_s=0.05,
+                              retry_max_backoff_s=0.3)
+            forwarder = OtlpForwarder(otlp, base_resource={"service.name": "dcgm-exporter"})
+            config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[],
+                            artifact_dir=str(tmp_path / "out"), collection_interval=0.05, run_id=run_id,
+                            shutdown_delay=20.0)
+            session = Session(config, default_table(), forwarder=forwarder)
+            session.configure()
+            session.start()
+            _wait_records(session, 2 * 5)
+            vm.stop()
+            during = session.records_written
+            wait_until(lambda: forwarder.stats().retried_requests >= 3, 30.0, "three failed exports")
+            assert session.records_written > during + 2  # scraping goes on while the receiver is down
+            vm.start()
+            _wait_records(session, session.records_written + 2 * 5)
+            session.complete()
+        stats = session.status()["otlp"]
+        assert stats["dropped_points"] == 0 and stats["rejected_points"] == 0
+        vm.flush()
+        records = [r for r in read_records(tmp_path / "out" / "gpu_telemetry_export.jsonl") if r.gpu_index == 0]
+        stored = prom_query(vm.base, f'DCGM_FI_DEV_POWER_USAGE{{run_id="{run_id}",gpu="0"}}[10m]', time.time())
+        times = {int(round(float(t) * 1000)) for s in stored for t, v in s["values"] if v != "NaN"}
+        assert {r.timestamp_ns // 1_000_000 for r in records} == times
+        assert len(records) == session.loops[exporter.url].stats.scrapes  # every scrape is in the record log
+    finally:
+        vm.stop()
