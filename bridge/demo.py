@@ -6,6 +6,7 @@ the one place that waits on real time: it is a demonstration of a run, not a tes
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
 
     from bridge.simulator import SimulatedExporter, SimulatorConfig
 
-    console = console or Console()
+    # Piped output (make demo in CI, a log) would be 80 columns and wrap every metric name.
+    console = console or Console(width=None if sys.stdout.isatty() else 140)
     out.mkdir(parents=True, exist_ok=True)
     with SimulatedExporter(SimulatorConfig(gpus=gpus, seed=7, mig=mig)) as exporter:
         config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[],
