@@ -51,6 +51,10 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
                 session.mark_phase(name, kind, "end", end_ns)
         outputs = session.complete(requests_end_ns=end_ns)
     if outputs.report is not None:
+        from bridge.html_report import write_html
+
+        outputs.files.append(write_html(outputs.report, session.records.path, out / "gpu_telemetry.html",
+                                        title=f"dcgm-bridge demo · {session.run_id}"))
         from bridge.report import render_console
 
         render_console(outputs.report, console)

@@ -417,3 +417,24 @@ def test_a_bearer_token_from_a_file_is_sent(header_recorder, tmp_path):
     session.configure()
     session.complete()
     assert seen and set(seen) == {"Bearer t0ken"}
+
+
+def test_report_rebuilds_from_the_logs_and_writes_the_html_page(tmp_path):
+    clock = ManualClock()
+    with SimulatedExporter(SimulatorConfig(gpus=2), now_ns=clock) as exporter:
+        session = session_for([exporter.url], tmp_path / "run")
+        session.configure()
+        session.mark_phase("profiling", "profiling", "start", clock())
+        scrape_synchronously(session, 3)
+        session.mark_phase("profiling", "profiling", "end", clock() + 1)
+        session.complete()
+    html = tmp_path / "report.html"
+    result = CliRunner().invoke(main, ["report", "--jsonl", str(session.records.path), "--events",
+                                       str(session.events.path), "-o", str(tmp_path / "rebuilt.json"),
+                                       "--html", str(html)])
+    assert result.exit_code == 0, result.output
+    page = html.read_text(encoding="utf-8")
+    assert page.lower().startswith("<!doctype html>") and "<svg" in page
+    assert "<script src" not in page and "<link" not in page  # self-contained: nothing loaded from elsewhere
+    assert json.loads((tmp_path / "rebuilt.json").read_text())["telemetry_data"] == \
+        json.loads((tmp_path / "run" / "profile_export_aiperf.json").read_text())["telemetry_data"]

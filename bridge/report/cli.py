@@ -37,13 +37,15 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
 @click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix.")
 @click.option("--csv", "write_csv", is_flag=True, help="Also write the CSV section (profile_export_aiperf.csv).")
 @click.option("--console", "show_console", is_flag=True, help="Print the per-GPU tables.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a self-contained HTML page: summary, per-GPU charts with the phases, energy per phase.")
 @click.option("--metrics-csv", type=click.Path(exists=True, dir_okay=False), multiple=True,
               help="Custom-metrics CSV (dcgm-exporter format) that names extra fields in the log.")
 def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, strip_suffix: str | None,
            start_ns: int | None, end_ns: int | None, phase_manifest: Path | None,
            events_path: Path | None, counter_mode: str | None, grace_ns: int, output: Path | None,
            profile_export_prefix: str | None, write_csv: bool, show_console: bool,
-           metrics_csv: tuple[str, ...]) -> None:
+           metrics_csv: tuple[str, ...], html_path: Path | None) -> None:
     """Rebuild telemetry_data (+ energy, CSV, phase files) from a record log and a window.
 
     The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
@@ -100,6 +102,10 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
                                write_csv=write_csv)
     except ReportWriteError as exc:
         raise click.ClickException(str(exc)) from None
+    if html_path is not None:
+        from bridge.html_report import write_html
+
+        written.append(write_html(built, source, html_path))
     if show_console:
         render_console(built)
     gpus = sum(len(e["gpus"]) for e in built.telemetry_data["endpoints"].values())

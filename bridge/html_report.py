@@ -1,0 +1,429 @@
+"""The report as one self-contained HTML page: console summary, per-GPU charts with the phases shaded,
+energy per phase. Nothing is fetched when the page opens (no CDN, no fonts, no images): the charts are
+inline SVG drawn here, and a small inline script adds a hover read-out (the page works without it).
+
+    html = render_html(report, "out/gpu_telemetry_export.jsonl")     # pure: str in, str out
+    write_html(report, records_path, "out/gpu_telemetry.html")       # the same, written to a file
+
+Series come from the record log through the report's own SeriesAccumulator (one line per endpoint and
+GPU identity, MIG instances apart), so the page and the report never disagree about what a GPU is.
+Utilisation is DCGM_FI_DEV_GPU_UTIL, or GR_ENGINE_ACTIVE where that is absent (MIG instances). Energy
+per phase uses the report's counter rule (bridge.report.energy) over each phase's window.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bridge.samples import GpuRecord
+
+if TYPE_CHECKING:
+    from bridge.report.build import Report
+    from bridge.report.series import Series
+
+MAX_POINTS = 600  # per line: min and max of each bucket, so spikes survive the thinning
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf")
+DASHES = ("", "6 3", "2 2", "8 3 2 3")
+PHASE_FILL = {"warmup": "#f5a623", "profiling": "#4a90e2", "cooldown": "#9b9b9b"}
+W, H, LEFT, RIGHT, TOP, BOTTOM = 660, 240, 58, 14, 14, 30
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    key: str
+    fallback: str | None  # used for a series that lacks `key` entirely
+    title: str
+    unit: str
+    y_min: float | None  # None: from the data
+    y_max: float | None
+
+
+CHARTS = (
+    ChartSpec("nvidia_gpu_utilization", "nvidia_gr_engine_active", "Utilisation", "%", 0.0, 100.0),
+    ChartSpec("nvidia_power_usage", None, "Power", "W", 0.0, None),
+    ChartSpec("nvidia_temperature", None, "GPU temperature", "°C", None, None),
+    ChartSpec("nvidia_memory_used", None, "Memory used", "GB", 0.0, None),
+)
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str
+    color: str
+    dash: str
+    points: list[tuple[float, float]]  # (seconds since the first sample, value)
+
+
+@dataclass(frozen=True)
+class Band:
+    name: str
+    kind: str
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class PhaseEnergy:
+    name: str
+    kind: str
+    start_s: float
+    duration_s: float
+    energy_j: float | None
+    mean_power_w: float | None
+    source: str
+
+
+def render_html(report: Report, records: Path | str | Iterable[GpuRecord], *,
+                title: str = "dcgm-bridge · GPU telemetry") -> str:
+    """The whole page for `report`, with the time series read from `records` (a record log path or records)."""
+    series = [s for s in _series(records) if len(s)]
+    origin = min((int(s.timestamps[0]) for s in series), default=0)
+    last = max((int(s.timestamps[-1]) for s in series), default=origin)
+    span_s = max((last - origin) / 1e9, 1e-9)
+    bands = _bands(report, origin, last)
+    styles = {_identity(s): (PALETTE[i % len(PALETTE)], DASHES[i // len(PALETTE) % len(DASHES)])
+              for i, s in enumerate(sorted(series, key=_sort_key))}
+    charts, chart_data = [], {}
+    for n, spec in enumerate(CHARTS):
+        lines = _lines(series, spec, origin, styles)
+        if lines:
+            svg, data = _chart(f"c{n}", spec, lines, bands, span_s)
+            charts.append(svg)
+            chart_data[f"c{n}"] = data
+    legend = "".join(
+        f'<li><svg width="26" height="10"><line x1="0" y1="5" x2="26" y2="5" stroke="{c}" stroke-width="2.5"'
+        f' stroke-dasharray="{d}"/></svg>{_e(label)}</li>' for label, (c, d) in styles.items())
+    started = datetime.fromtimestamp(origin / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if series else "-"
+    energy = report.energy
+    cards = [("Records", f"{report.records:,}"), ("GPUs", str(len(styles))), ("Started", started),
+             ("Duration", _clock(span_s)), ("Counter mode", report.counter_mode)]
+    if energy.total_energy_j is not None:
+        cards.append(("Energy (profiling)", _joules(energy.total_energy_j)))
+    if energy.average_power_w is not None:
+        cards.append(("Average power", f"{energy.average_power_w:,.0f} W"))
+    card_html = "".join(f'<div class="card"><span>{_e(k)}</span><b>{_e(v)}</b></div>' for k, v in cards)
+    phases = _phase_energy(report, series, origin, last)
+    return _PAGE.format(
+        title=_e(title), cards=card_html, legend=legend, charts="\n".join(charts),
+        phases=_phase_table(phases), console=_console(report),
+        data=json.dumps(chart_data, separators=(",", ":")).replace("</", "<\\/"), script=_SCRIPT, style=_STYLE,
+    )
+
+
+def write_html(report: Report, records_path: Path | str, out_path: Path | str, *,
+               title: str = "dcgm-bridge · GPU telemetry") -> Path:
+    """render_html written to `out_path` (parent directories created); returns the path."""
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_html(report, Path(records_path), title=title), encoding="utf-8")
+    return out
+
+
+# -- data -------------------------------------------------------------------------------------------
+def _series(records: Path | str | Iterable[GpuRecord]) -> list[Series]:
+    from bridge.report import SeriesAccumulator
+
+    if isinstance(records, str | Path):
+        from bridge.record_log import read_records
+
+        records = read_records(Path(records))
+    return SeriesAccumulator().add_all(records).finish()
+
+
+def _identity(s: Series) -> str:
+    m = s.meta
+    name = f"{m.hostname or s.endpoint} gpu {m.gpu_index if m.gpu_index is not None else '?'}"
+    if m.gpu_instance_id is not None:
+        name += f" {m.gpu_instance_profile or 'mig'} #{m.gpu_instance_id}"
+    return name
+
+
+def _sort_key(s: Series) -> tuple[str, int, str]:
+    m = s.meta
+    return (m.hostname or s.endpoint, m.gpu_index if m.gpu_index is not None else -1, m.gpu_instance_id or "")
+
+
+def _lines(series: Sequence[Series], spec: ChartSpec, origin: int,
+           styles: dict[str, tuple[str, str]]) -> list[Line]:
+    lines = []
+    for s in sorted(series, key=_sort_key):
+        key = spec.key if spec.key in s.values else spec.fallback
+        if key is None or key not in s.values:
+            continue
+        values = s.values[key].tolist()  # report units: GR_ENGINE_ACTIVE is a percentage there too
+        times = s.timestamps.tolist()
+        points = [((t - origin) / 1e9, v) for t, v in zip(times, values, strict=True) if not math.isnan(v)]
+        if points:
+            color, dash = styles[_identity(s)]
+            lines.append(Line(_identity(s), color, dash, _thin(points)))
+    return lines
+
+
+def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    if len(points) <= MAX_POINTS:
+        return points
+    size = math.ceil(len(points) / (MAX_POINTS // 2))
+    out: list[tuple[float, float]] = []
+    for i in range(0, len(points), size):
+        bucket = points[i:i + size]
+        low, high = min(bucket, key=lambda p: p[1]), max(bucket, key=lambda p: p[1])
+        out.extend(sorted({low, high}))
+    return out
+
+
+def _bands(report: Report, origin: int, last: int) -> list[Band]:
+    bands = []
+    for phase in report.phases:
+        if phase.start_ns is None:
+            continue
+        end = phase.end_ns if phase.end_ns is not None else last
+        bands.append(Band(phase.name, phase.kind, (phase.start_ns - origin) / 1e9, (end - origin) / 1e9))
+    window = report.window
+    if not bands and window.start_ns is not None and window.end_ns is not None:
+        bands.append(Band("profiling window", "profiling", (window.start_ns - origin) / 1e9,
+                          (window.end_ns - origin) / 1e9))
+    return bands
+
+
+def _phase_energy(report: Report, series: Sequence[Series], origin: int, last: int) -> list[PhaseEnergy]:
+    from bridge.report.energy import energy_totals
+    from bridge.report.window import phase_window
+
+    out = []
+    for phase in report.phases:
+        if phase.start_ns is None:
+            continue
+        window = phase_window(phase, report.window, report.phases)
+        if window.end_ns is None:
+            window = window.resolved(None, max(last, phase.start_ns))
+        totals = energy_totals(series, window, report.counter_mode)
+        out.append(PhaseEnergy(phase.name, phase.kind, (phase.start_ns - origin) / 1e9, totals.duration_s,
+                               totals.total_energy_j, totals.average_power_w, totals.source))
+    return out
+
+
+# -- drawing --------------------------------------------------------------------------------------------
+def _nice_step(span: float, target: int) -> float:
+    raw = span / max(target, 1)
+    base = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    return next((m * base for m in (1, 2, 2.5, 5, 10) if m * base >= raw), 10 * base)
+
+
+def _time_step(span_s: float) -> float:
+    return next((s for s in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
+                 if span_s / s <= 8), 14400.0)
+
+
+def _chart(chart_id: str, spec: ChartSpec, lines: list[Line], bands: list[Band],
+           span_s: float) -> tuple[str, dict[str, object]]:
+    values = [v for line in lines for _, v in line.points]
+    low = spec.y_min if spec.y_min is not None else math.floor(min(values) - 2)
+    high = spec.y_max if spec.y_max is not None else max(values) * 1.08 + 1e-9
+    if high <= low:
+        high = low + 1.0
+    step = _nice_step(high - low, 5)
+    low = math.floor(low / step + 1e-9) * step
+    high = math.ceil(high / step - 1e-9) * step
+    plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
+
+    def x(t: float) -> float:
+        return LEFT + plot_w * t / span_s
+
+    def y(v: float) -> float:
+        return TOP + plot_h * (1 - (v - low) / (high - low))
+
+    parts = [f'<svg class="chart" data-chart="{chart_id}" viewBox="0 0 {W} {H}" role="img" '
+             f'aria-label="{_e(spec.title)} per GPU">']
+    for band in bands:
+        x0, x1 = x(max(band.start_s, 0.0)), x(min(band.end_s, span_s))
+        if x1 > x0:
+            fill = PHASE_FILL.get(band.kind, "#9b9b9b")
+            parts.append(f'<rect class="phase" x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" height="{plot_h}" '
+                         f'fill="{fill}" fill-opacity="0.13"><title>{_e(band.name)}</title></rect>'
+                         f'<text class="phase-label" x="{x0 + 4:.1f}" y="{TOP + 12}">{_e(band.name)}</text>')
+    tick = low
+    while tick <= high + step / 2:
+        parts.append(f'<line class="grid" x1="{LEFT}" x2="{W - RIGHT}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
+                     f'<text class="axis" x="{LEFT - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{_num(tick)}</text>')
+        tick += step
+    t_step = _time_step(span_s)
+    t = 0.0
+    while t <= span_s + 1e-9:
+        parts.append(f'<text class="axis" x="{x(t):.1f}" y="{H - 10}" text-anchor="middle">{_clock(t)}</text>')
+        t += t_step
+    for line in lines:
+        path = " ".join(f"{'M' if i == 0 else 'L'}{x(t):.1f},{y(v):.1f}" for i, (t, v) in enumerate(line.points))
+        parts.append(f'<path d="{path}" fill="none" stroke="{line.color}" stroke-width="1.6" '
+                     f'stroke-dasharray="{line.dash}"><title>{_e(line.label)}</title></path>')
+    parts.append(f'<text class="unit" x="{LEFT}" y="{TOP - 3}">{_e(spec.unit)}</text></svg>')
+    svg = (f'<figure class="panel"><figcaption>{_e(spec.title)} ({_e(spec.unit)})</figcaption>'
+           f'<div class="plot">{"".join(parts)}<div class="tip" hidden></div></div></figure>')
+    data: dict[str, object] = {
+        "unit": spec.unit, "span": span_s, "low": low, "high": high,
+        "box": [LEFT, TOP, plot_w, plot_h, W, H],
+        "lines": [{"label": ln.label, "color": ln.color, "t": [round(p[0], 3) for p in ln.points],
+                   "v": [round(p[1], 3) for p in ln.points]} for ln in lines],
+    }
+    return svg, data
+
+
+def _phase_table(phases: Sequence[PhaseEnergy]) -> str:
+    if not phases:
+        return "<p>No phases were marked: the report covers the whole recording.</p>"
+    top = max((p.energy_j or 0.0 for p in phases), default=0.0) or 1.0
+    rows = []
+    for p in phases:
+        bar = f'<span class="bar" style="width:{100 * (p.energy_j or 0) / top:.1f}%;' \
+              f'background:{PHASE_FILL.get(p.kind, "#9b9b9b")}"></span>'
+        energy = _joules(p.energy_j) if p.energy_j is not None else "n/a"
+        power = f"{p.mean_power_w:,.0f} W" if p.mean_power_w is not None else "n/a"
+        joules = f"{p.energy_j:.3f}" if p.energy_j is not None else ""
+        rows.append(f'<tr data-phase="{_e(p.name)}" data-energy-j="{joules}"><td>{_e(p.name)}</td>'
+                    f"<td>{_e(p.kind)}</td><td>{_clock(p.start_s)}</td>"
+                    f"<td>{p.duration_s:,.1f} s</td><td class='num'>{energy}</td><td class='num'>{power}</td>"
+                    f"<td class='bars'>{bar}</td><td>{_e(p.source)}</td></tr>")
+    head = ("<tr><th>Phase</th><th>Kind</th><th>Start</th><th>Duration</th><th>Energy</th>"
+            "<th>Mean power</th><th></th><th>Source</th></tr>")
+    return f'<table class="phases">{head}{"".join(rows)}</table>'
+
+
+def _console(report: Report) -> str:
+    from rich.console import Console
+
+    from bridge.report import render_console
+
+    console = Console(record=True, width=118, file=io.StringIO(), force_terminal=True, color_system="truecolor")
+    render_console(report, console)
+    return console.export_html(inline_styles=True, code_format="{code}")
+
+
+# -- formatting -------------------------------------------------------------------------------------
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 or value == int(value) else f"{value:,.2g}"
+
+
+def _clock(seconds: float) -> str:
+    if seconds < 10 and seconds != int(seconds):
+        return f"{seconds:.1f}s"
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def _joules(joules: float) -> str:
+    if abs(joules) >= 1e6:
+        return f"{joules / 1e6:,.2f} MJ ({joules / 3.6e6:,.3f} kWh)"
+    return f"{joules / 1e3:,.2f} kJ" if abs(joules) >= 1e3 else f"{joules:,.1f} J"
+
+
+_STYLE = """
+body{font-family:"DejaVu Sans",Arial,sans-serif;margin:24px;color:#222;background:#fafafa}
+h1{font-size:22px;margin:0 0 12px}h2{font-size:17px;margin:28px 0 10px}
+.cards{display:flex;flex-wrap:wrap;gap:10px}.card{background:#fff;border:1px solid #ddd;border-radius:6px;
+padding:8px 14px}.card span{display:block;font-size:11px;color:#666}.card b{font-size:16px}
+.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:4px 16px;font-size:12px}
+.legend li{display:flex;align-items:center;gap:6px}
+.grid2{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:14px}
+.panel{margin:0;background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px}
+.panel figcaption{font-weight:bold;font-size:13px;margin-bottom:4px}.plot{position:relative}
+svg.chart{width:100%;height:auto;display:block}.grid{stroke:#e6e6e6}.axis,.unit{font-size:10px;fill:#666}
+.phase-label{font-size:10px;fill:#555}.cursor{stroke:#333;stroke-width:0.8}
+.tip{position:absolute;pointer-events:none;background:rgba(255,255,255,.95);border:1px solid #bbb;
+border-radius:4px;padding:4px 6px;font-size:11px;white-space:nowrap}
+table.phases{border-collapse:collapse;background:#fff;font-size:13px}
+table.phases td,table.phases th{border:1px solid #ddd;padding:4px 10px;text-align:left}
+td.num{text-align:right}td.bars{width:220px}.bar{display:block;height:12px;border-radius:2px}
+pre.console{background:#fff;border:1px solid #ddd;padding:10px;font-size:12px;overflow-x:auto;
+font-family:"DejaVu Sans Mono",monospace;line-height:1.25}
+"""
+
+# Progressive enhancement only: hover read-out of every line at the nearest sample. The page records
+# how it went on <html> (data-report-status="ok" / "error: …"): tests read it with --dump-dom.
+_SCRIPT = r"""
+(function () {
+  var root = document.documentElement;
+  function fail(message) { root.setAttribute("data-report-status", "error: " + message); }
+  window.addEventListener("error", function (event) { fail(event.message); });
+  function nearest(ts, t) {
+    var lo = 0, hi = ts.length - 1;
+    while (hi - lo > 1) { var mid = (lo + hi) >> 1; if (ts[mid] < t) { lo = mid; } else { hi = mid; } }
+    return Math.abs(ts[lo] - t) <= Math.abs(ts[hi] - t) ? lo : hi;
+  }
+  function attach(svg, spec) {
+    var ns = "http://www.w3.org/2000/svg", box = spec.box, tip = svg.parentNode.querySelector(".tip");
+    var cursor = document.createElementNS(ns, "line");
+    cursor.setAttribute("class", "cursor"); cursor.setAttribute("y1", box[1]);
+    cursor.setAttribute("y2", box[1] + box[3]); cursor.style.display = "none"; svg.appendChild(cursor);
+    svg.addEventListener("mousemove", function (event) {
+      var rect = svg.getBoundingClientRect(), sx = (event.clientX - rect.left) * box[4] / rect.width;
+      var t = (sx - box[0]) / box[2] * spec.span;
+      if (t < 0 || t > spec.span) { cursor.style.display = "none"; tip.hidden = true; return; }
+      cursor.setAttribute("x1", sx); cursor.setAttribute("x2", sx); cursor.style.display = "";
+      tip.textContent = "";
+      var head = document.createElement("div");
+      head.textContent = "t = " + t.toFixed(1) + " s"; tip.appendChild(head);
+      spec.lines.forEach(function (line) {
+        var row = document.createElement("div"), mark = document.createElement("b");
+        mark.style.color = line.color; mark.textContent = "\u25a0 ";
+        row.appendChild(mark);
+        row.appendChild(document.createTextNode(line.label + ": " + line.v[nearest(line.t, t)] + " " + spec.unit));
+        tip.appendChild(row);
+      });
+      tip.hidden = false;
+      tip.style.left = Math.min(event.clientX - rect.left + 12, rect.width - tip.offsetWidth) + "px";
+      tip.style.top = "8px";
+    });
+    svg.addEventListener("mouseleave", function () { cursor.style.display = "none"; tip.hidden = true; });
+  }
+  try {
+    var data = JSON.parse(document.getElementById("chart-data").textContent);
+    var charts = document.querySelectorAll("svg.chart");
+    for (var i = 0; i < charts.length; i++) {
+      var spec = data[charts[i].getAttribute("data-chart")];
+      if (!spec || !spec.lines.length) { throw new Error("no data for chart " + i); }
+      attach(charts[i], spec);
+    }
+    root.setAttribute("data-charts", String(charts.length));
+    if (!root.hasAttribute("data-report-status")) { root.setAttribute("data-report-status", "ok"); }
+  } catch (error) { fail(error.message); }
+})();
+"""
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>{style}</style>
+</head>
+<body>
+<h1>{title}</h1>
+<div class="cards">{cards}</div>
+<h2>GPUs</h2>
+<ul class="legend">{legend}</ul>
+<div class="grid2">
+{charts}
+</div>
+<h2>Energy per phase</h2>
+{phases}
+<h2>Summary</h2>
+<pre class="console">{console}</pre>
+<script type="application/json" id="chart-data">{data}</script>
+<script>{script}</script>
+</body>
+</html>
+"""

@@ -1,0 +1,262 @@
+"""Real stores on loopback holding one recorded benchmark run, for the dashboards' per-query tests.
+
+`stored_run` (module scope) starts three stores and feeds them the same run, step by step:
+- VictoriaMetrics (default OTLP naming) and VictoriaMetrics with `-opentelemetry.usePrometheusNaming`
+  (counters get `_total`, as in Prometheus/Mimir via OTLP), both through the session's OTLP forwarder
+  (bridge.otlp.OtlpForwarder, HTTP/protobuf; `Session(forwarder=...)` submits every page);
+- Prometheus 2.53 scraping the session's pull endpoint (`Session.exposition()`, served over loopback
+  HTTP) with the shipped collector/prometheus/prometheus.yml job.
+The run: two simulated nodes, `gpu-node-a` (2 GPUs × 3 MIG instances, dcgm-exporter <= 4.5 `Hostname`)
+and `gpu-node-b` (2 whole GPUs, 4.6+ `hostname`); baseline, warmup, a gap, profiling with an XID on
+node A's GPU 1, completion. The simulators' clock follows the wall clock (Prometheus stamps its own
+scrape times) and each step waits until Prometheus has scraped that step's page: bounded polling, no
+sleeps. Store helpers (Server, VictoriaMetrics, wait_until) are the OTLP tier's, imported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+import yaml
+
+from bridge.lifecycle import Session
+from bridge.otlp import ExportStats, OtlpConfig, OtlpForwarder, base_attributes
+from bridge.promexpo import CONTENT_TYPE, BridgeHealth, render_exposition
+from bridge.samples import ParsedPage
+from bridge.simulator import ManualClock, SimulatedExporter, SimulatorConfig
+from tests.conftest import free_port, require_binary
+from tests.grafana.simrun import RecordedRun, Step, drive_run
+from tests.otlp.conftest import COLLECTOR, Server, VictoriaMetrics, wait_until
+
+RUN_ID = "bench-7f3a"
+XID_NODE, XID_GPU, XID_CODE = 0, 1, 79  # node A (MIG), GPU 1
+NODE_A, NODE_B = "gpu-node-a", "gpu-node-b"
+SCRAPE_INTERVAL_S = 0.05
+AFTER_RUN_S = 0.2
+_HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=10.0))
+
+
+class QueryError(AssertionError):
+    pass
+
+
+@dataclass
+class Store:
+    """One PromQL store holding the run, and when to look at each step in it."""
+
+    name: str
+    base: str
+    eval_s: dict[int, float] = field(default_factory=dict)  # step index -> a time showing that step
+
+    def _get(self, path: str, params: list[tuple[str, str]]) -> Any:
+        response = _HTTP.request("GET", f"{self.base}{path}?{urllib.parse.urlencode(params)}")
+        body = json.loads(response.data)
+        if body.get("status") != "success":
+            raise QueryError(f"{self.name}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]
+
+    def instant(self, expr: str, at_s: float) -> list[dict[str, Any]]:
+        data = self._get("/api/v1/query", [("query", expr), ("time", f"{at_s:.3f}")])
+        assert data["resultType"] == "vector", data["resultType"]
+        return list(data["result"])
+
+    def range(self, expr: str, start_s: float, end_s: float, step_s: float) -> list[dict[str, Any]]:
+        data = self._get("/api/v1/query_range", [("query", expr), ("start", f"{start_s:.3f}"),
+                                                 ("end", f"{end_s:.3f}"), ("step", f"{step_s}")])
+        return list(data["result"])
+
+    def label_values(self, label: str, match: str, start_s: float, end_s: float) -> list[str]:
+        data = self._get(f"/api/v1/label/{label}/values",
+                         [("match[]", match), ("start", f"{start_s:.3f}"), ("end", f"{end_s:.3f}")])
+        return sorted(data)
+
+
+@dataclass
+class StoredRun:
+    run: RecordedRun
+    stores: dict[str, Store]
+    nodes: list[SimulatedExporter]
+
+    @property
+    def start_s(self) -> float:
+        return self.run.steps[0].t_ns / 1e9
+
+    def end_s(self, store: Store) -> float:
+        """The dashboard's "now": shortly after the run's last sample in `store`."""
+        return store.eval_s[len(self.run.steps) - 1] + AFTER_RUN_S
+
+    def range_s(self, store: Store) -> int:
+        """Grafana's $__range for a time range from the run's first scrape to `end_s` (whole seconds)."""
+        return math.ceil(self.end_s(store) - self.start_s) + 1
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # Prometheus gave up on a scrape (its timeout): it scrapes again 50 ms later
+
+
+class PullEndpoint:
+    """The sidecar's /metrics on loopback: serves whatever text it was last given."""
+
+    def __init__(self) -> None:
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                body = endpoint.body
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.body = b""
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, name="pull-endpoint", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_prometheus(tmp: Path, target_port: int) -> tuple[Server, str]:
+    """Prometheus 2.53 with the shipped dcgm-bridge scrape job pointed at the loopback pull endpoint."""
+    binary = require_binary("prometheus")
+    config = yaml.safe_load((COLLECTOR / "prometheus" / "prometheus.yml").read_text())
+    config["global"] = {"scrape_interval": f"{int(SCRAPE_INTERVAL_S * 1000)}ms",
+                        "scrape_timeout": f"{int(SCRAPE_INTERVAL_S * 800)}ms"}
+    job = next(j for j in config["scrape_configs"] if j["job_name"] == "dcgm-bridge")
+    del job["kubernetes_sd_configs"]
+    job["relabel_configs"] = []
+    job["static_configs"] = [{"targets": [f"127.0.0.1:{target_port}"]}]
+    config["scrape_configs"] = [job]
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    server = Server(
+        "prometheus",
+        [str(binary), f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        f"http://127.0.0.1:{port}/-/ready", tmp / "prometheus.log",
+    )
+    server.start()
+    return server, f"http://127.0.0.1:{port}"
+
+
+class Tee:
+    """One sidecar forwarder feeding two receivers (the session holds one forwarder)."""
+
+    def __init__(self, forwarders: list[OtlpForwarder]) -> None:
+        self.forwarders = forwarders
+
+    def submit(self, endpoint: str, page: ParsedPage, *, run_id: str, phase: str, ts_ns: int) -> None:
+        for fwd in self.forwarders:
+            fwd.submit(endpoint, page, run_id=run_id, phase=phase, ts_ns=ts_ns)
+
+    def mark_stale(self, endpoint: str, *, run_id: str, phase: str, ts_ns: int) -> None:
+        for fwd in self.forwarders:
+            fwd.mark_stale(endpoint, run_id=run_id, phase=phase, ts_ns=ts_ns)
+
+    def stats(self) -> ExportStats:
+        return self.forwarders[0].stats()
+
+    def close(self, timeout_s: float = 5.0) -> ExportStats:
+        return [fwd.close(timeout_s) for fwd in self.forwarders][0]
+
+
+def _records_written(base: str) -> float | None:
+    response = _HTTP.request("GET", f"{base}/api/v1/query?" + urllib.parse.urlencode(
+        {"query": "dcgm_bridge_records_written_total"}))
+    result = json.loads(response.data)["data"]["result"]
+    return float(result[0]["value"][1]) if result else None
+
+
+@pytest.fixture(scope="module")
+def stored_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoredRun]:
+    tmp = tmp_path_factory.mktemp("grafana-run")
+    vm_binary = require_binary("victoria-metrics")
+    require_binary("prometheus")
+    for sub in ("vm", "vmp"):
+        (tmp / sub).mkdir()
+    vm = VictoriaMetrics(vm_binary, tmp / "vm" / "data")
+    vm_prom = VictoriaMetrics(vm_binary, tmp / "vmp" / "data", prometheus_naming=True)
+    pull = PullEndpoint()
+    servers: list[Server] = []
+    forwarders: list[OtlpForwarder] = []
+    try:
+        # Prometheus first: it scrapes a new target only after its discovery sync (~5 s), which the
+        # VictoriaMetrics start-ups overlap; the run starts once it has scraped the placeholder page.
+        pull.body = render_exposition([], BridgeHealth(records_written=-1))
+        prometheus, prom_base = start_prometheus(tmp, pull.port)
+        servers.append(prometheus)
+        for server in (vm, vm_prom):
+            server.start()
+            servers.append(server)
+        wait_until(lambda: _records_written(prom_base) == -1, 30.0, "Prometheus' first scrape of the endpoint")
+        stores = {
+            "victoria-metrics": Store("victoria-metrics", vm.base),
+            "victoria-metrics-prometheus-naming": Store("victoria-metrics-prometheus-naming", vm_prom.base),
+            "prometheus-scrape": Store("prometheus-scrape", prom_base),
+        }
+        resource = base_attributes({}, service_name="dcgm-exporter", hostname=lambda: "bench-pod-0")
+        for server in (vm, vm_prom):
+            forwarders.append(OtlpForwarder(OtlpConfig(endpoint=server.otlp_url), base_resource=resource,
+                                            start=False))
+        clock = ManualClock(time.time_ns())
+        node_a = SimulatedExporter(SimulatorConfig(gpus=2, mig=3, hostname=NODE_A, dialect="legacy", seed=21),
+                                   now_ns=clock)
+        node_b = SimulatedExporter(SimulatorConfig(gpus=2, hostname=NODE_B, dialect="current", seed=22),
+                                   now_ns=clock)
+        nodes = [node_a, node_b]
+
+        def tick() -> None:
+            clock.set(max(time.time_ns(), clock() + 1_000_000))
+
+        def before_step(index: int) -> None:
+            if index == 12:  # mid-profiling
+                nodes[XID_NODE].model.inject_xid(XID_GPU, XID_CODE, clock() + 1)
+
+        def on_step(step: Step, session: Session) -> None:
+            for fwd in forwarders:  # what the sidecar's export thread does every export_interval
+                assert fwd.flush(10.0)
+            for name in ("victoria-metrics", "victoria-metrics-prometheus-naming"):
+                stores[name].eval_s[step.index] = (step.t_ns // 1_000_000 + 1) / 1000
+            pull.body = session.exposition()
+            written = session.records_written
+            wait_until(lambda: _records_written(prom_base) == written, 10.0,
+                       f"Prometheus to scrape step {step.index}")
+            stores["prometheus-scrape"].eval_s[step.index] = time.time()
+
+        with node_a, node_b:
+            run = drive_run(tmp / "artifacts", nodes, clock, tick=tick, on_step=on_step, run_id=RUN_ID,
+                            warmup_steps=6, profiling_steps=12, before_step=before_step,
+                            forwarder=Tee(forwarders))
+        for fwd in forwarders:  # closed by the session's completion
+            stats = fwd.stats()
+            assert stats.sent_points > 0 and stats.rejected_points == 0 and stats.dropped_points == 0, stats
+        for server in (vm, vm_prom):
+            server.flush()
+        yield StoredRun(run, stores, nodes)
+    finally:
+        for fwd in forwarders:
+            fwd.close()
+        for server in reversed(servers):
+            server.stop()
+        pull.close()

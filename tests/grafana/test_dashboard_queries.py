@@ -1,0 +1,355 @@
+"""Every query of both dashboards, run on real stores holding a real run (conftest.py's `stored_run`).
+
+Queries are interpolated as Grafana does it (multi-value variables as escaped regex alternations,
+All as the variable's allValue, $__range/$__interval/$__rate_interval from the run's time range) and
+sent to VictoriaMetrics (OTLP, both naming modes) and Prometheus 2.53 (scraping the pull endpoint).
+Each must return the series its panel is drawn from, with the labels its legend and table use; the
+variables must list the run's values; the power and energy panels must equal the simulator's ground
+truth, MIG instances counted once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.grafana.conftest import NODE_A, NODE_B, RUN_ID, XID_CODE, XID_GPU, XID_NODE, Store, StoredRun
+
+pytestmark = pytest.mark.realstack
+
+DASHBOARDS = Path(__file__).resolve().parents[2] / "grafana" / "dashboards"
+STORES = ("victoria-metrics", "victoria-metrics-prometheus-naming", "prometheus-scrape")
+INTERVAL_S = 0.05  # $__interval: the data's own cadence is ~0.1 s (a step waits for a Prometheus scrape)
+RATE_INTERVAL = "1s"  # $__rate_interval: >= 4 × the scrape interval, as Grafana computes it
+ALL = None  # a variable set to All
+
+# What each panel query returns, by panel title (and refId where the targets differ):
+#   total    one series without labels        host     one series per node (host)
+#   gpu      one series per physical GPU      instance one per GPU or MIG instance (2 × 3 + 2)
+#   phase    one per phase (warmup, profiling)  xid    one row: the GPU with the XID
+#   count:N  one series without labels, value N
+GPUS, INSTANCES = 4, 8
+SHAPES: Mapping[str, str] = {
+    "Total power now": "total", "Mean total power": "total", "Energy in the selected range": "total",
+    "Mean utilisation": "total",
+    "Peak GPU temperature": "total", "Utilisation": "instance", "Power per GPU": "gpu", "Total power/A": "total",
+    "Total power/B": "host", "Energy per GPU in the selected range": "gpu", "Temperature": "gpu",
+    "Memory used": "instance", "SM clock": "gpu", "Tensor pipe active": "instance", "PCIe throughput": "gpu",
+    "NVLink traffic": "gpu", "Throttling": "gpu", "XID errors": "xid", "Per phase": "phase",
+    "GPUs": "count:4", "Mean utilisation now": "total", "Hottest GPU now": "total", "GPUs with an XID": "count:1",
+    "Power per host": "host", "annotation Phases": "phase",
+}
+LABELS = {"gpu": {"host", "UUID", "gpu"}, "instance": {"host", "UUID", "gpu", "slot"}, "host": {"host"},
+          "xid": {"host", "UUID", "gpu", "err_code", "err_msg"}, "phase": {"phase"}}
+
+
+def load(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((DASHBOARDS / name).read_text(encoding="utf-8"))
+    return doc
+
+
+def panel_queries(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(key, panel, target) for every target; the annotation comes as a range target of its own."""
+    for panel in doc["panels"]:
+        for target in panel.get("targets", []):
+            yield f"{panel['title']}/{target['refId']}", panel, target
+    for annotation in doc["annotations"]["list"]:
+        if "expr" in annotation:
+            yield (f"annotation {annotation['name']}", {"title": f"annotation {annotation['name']}", "type": "-"},
+                   {"expr": annotation["expr"], "legendFormat": annotation["titleFormat"], "range": True})
+
+
+CASES = [
+    pytest.param(name, key, store, id=f"{name.removesuffix('.json')}-{key}-{store}")
+    for name in ("benchmark-run.json", "gpu-fleet.json")
+    for key, _, _ in panel_queries(load(name))
+    for store in STORES
+]
+
+
+# -- Grafana's interpolation --------------------------------------------------------------------------
+def regex_escape(value: str) -> str:
+    """The Prometheus datasource's escaping of a multi-value variable's value (a regex in a string)."""
+    return re.sub(r"([\\$^*{}\[\]'+?.()|])", r"\\\\\1", value)
+
+
+def interpolate(text: str, doc: dict[str, Any], chosen: Mapping[str, Sequence[str] | None],
+                builtins: Mapping[str, str]) -> str:
+    variables = {v["name"]: v for v in doc["templating"]["list"]}
+
+    def value(match: re.Match[str]) -> str:
+        name = next(g for g in match.groups() if g)
+        if name in builtins:
+            return builtins[name]
+        if name not in variables or name == "datasource":
+            return match.group(0)  # `$1` of label_replace, and the datasource (not in the text)
+        variable, picked = variables[name], chosen.get(name, ALL)
+        if picked is None:
+            assert variable.get("includeAll"), f"${name} has no All option"
+            return str(variable["allValue"])
+        if not variable.get("multi") and not variable.get("includeAll"):
+            (single,) = picked
+            return single
+        escaped = [regex_escape(v) for v in picked]
+        return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+    return re.sub(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)", value, text)
+
+
+def builtins(run: StoredRun, store: Store) -> dict[str, str]:
+    return {"__range": f"{run.range_s(store)}s", "__range_s": str(run.range_s(store)),
+            "__interval": f"{int(INTERVAL_S * 1000)}ms", "__rate_interval": RATE_INTERVAL}
+
+
+def variable_values(doc: dict[str, Any], name: str, run: StoredRun, store: Store,
+                    chosen: Mapping[str, Sequence[str] | None]) -> list[str]:
+    """What Grafana lists for a query variable: label_values via the labels API, query_result + regex."""
+    variable = next(v for v in doc["templating"]["list"] if v["name"] == name)
+    query = interpolate(variable["definition"], doc, chosen, builtins(run, store))
+    end = run.end_s(store)
+    if query.startswith("label_values("):
+        selector, label = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", query).groups()  # type: ignore[union-attr]
+        values = store.label_values(label, selector, end - run.range_s(store), end)
+    else:
+        expr = re.fullmatch(r"query_result\((.*)\)", query).group(1)  # type: ignore[union-attr]
+        lines = [_as_grafana_line(r) for r in store.instant(expr, end)]
+        values = []
+        pattern = re.compile(variable["regex"].strip("/"))
+        for line in lines:
+            match = pattern.search(line)
+            if match:
+                values.append(match.group(1))
+    return sorted(set(values))
+
+
+def _as_grafana_line(result: dict[str, Any]) -> str:
+    labels = dict(result["metric"])
+    name = labels.pop("__name__", "")
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}} {result['value'][1]} {result['value'][0]}"
+
+
+def run_query(run: StoredRun, store: Store, doc: dict[str, Any], target: dict[str, Any],
+              chosen: Mapping[str, Sequence[str] | None], at_step: int | None = None) -> list[dict[str, Any]]:
+    """The target as Grafana sends it: instant at the range's end, or a range over the run."""
+    expr = interpolate(target["expr"], doc, chosen, builtins(run, store))
+    end = run.end_s(store) if at_step is None else store.eval_s[at_step]
+    if target.get("instant"):
+        return store.instant(expr, end)
+    return store.range(expr, run.start_s, end, INTERVAL_S)
+
+
+def now_step(run: StoredRun, name: str) -> int | None:
+    """When "now" is: the run's end for a run; for the live fleet, while the run still collects (the
+    sidecar may end its series with staleness markers when it completes)."""
+    return len(run.run.steps) - 2 if name == "gpu-fleet.json" else None
+
+
+def defaults() -> dict[str, Sequence[str] | None]:
+    return {"run_id": [RUN_ID]}
+
+
+# -- tests ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["benchmark-run.json", "gpu-fleet.json"])
+@pytest.mark.parametrize("store_name", STORES)
+def test_the_variables_list_the_run_its_phases_hosts_and_gpus(stored_run, name, store_name):
+    doc, store = load(name), stored_run.stores[store_name]
+    uuids = sorted(gpu.uuid for node in stored_run.nodes for gpu in node.model.gpus)
+    expected = {"run_id": [RUN_ID], "phase": ["none", "profiling", "warmup"], "host": [NODE_A, NODE_B],
+                "gpu": uuids}
+    chosen: dict[str, Sequence[str] | None] = {}
+    for variable in doc["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        values = variable_values(doc, variable["name"], stored_run, store, chosen)
+        assert values == expected[variable["name"]], variable["name"]
+        chosen[variable["name"]] = values if not variable.get("includeAll") else ALL
+
+
+@pytest.mark.parametrize(("name", "key", "store_name"), CASES)
+def test_every_query_returns_the_series_its_panel_draws(stored_run, name, key, store_name):
+    doc, store = load(name), stored_run.stores[store_name]
+    _, panel, target = next(q for q in panel_queries(doc) if q[0] == key)
+    result = run_query(stored_run, store, doc, target, defaults(), at_step=now_step(stored_run, name))
+    assert result, f"{key}: no data"
+    shape = SHAPES.get(key) or SHAPES[panel["title"]]
+    labels = [r["metric"] for r in result]
+    values = [float(v) for r in result for v in ([r["value"][1]] if "value" in r else [p[1] for p in r["values"]])]
+    assert all(math.isfinite(v) for v in values), f"{key}: {values}"
+    if shape == "total" or shape.startswith("count:"):
+        assert labels == [{}], f"{key}: {labels}"
+        if shape.startswith("count:"):
+            assert float(result[0]["value"][1]) == float(shape.split(":")[1])
+    else:
+        for metric in labels:
+            assert LABELS[shape] <= metric.keys(), f"{key}: {metric} lacks {LABELS[shape] - metric.keys()}"
+        identities = {tuple(m[k] for k in sorted(LABELS[shape])) for m in labels}
+        assert len(identities) == len(labels), f"{key}: one series per identity, got duplicates: {labels}"
+        expected_count = {"gpu": GPUS, "instance": INSTANCES, "host": 2, "xid": 1, "phase": 2}[shape]
+        assert len(labels) == expected_count, f"{key}: {len(labels)} series, want {expected_count}: {labels}"
+        if shape in ("gpu", "instance", "host"):
+            assert {m["host"] for m in labels} == {NODE_A, NODE_B}
+        if shape == "phase":
+            assert {m["phase"] for m in labels} == {"warmup", "profiling"}
+    for placeholder in re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")):
+        assert all(placeholder in m for m in labels), f"{key}: legend {{{{{placeholder}}}}} missing in {labels}"
+
+
+@pytest.mark.parametrize("name", ["benchmark-run.json", "gpu-fleet.json"])
+@pytest.mark.parametrize("store_name", STORES)
+def test_the_queries_follow_the_variables(stored_run, name, store_name):
+    doc, store = load(name), stored_run.stores[store_name]
+    node_a = stored_run.nodes[XID_NODE]
+    uuid = node_a.model.gpus[XID_GPU].uuid
+    chosen = {**defaults(), "host": [NODE_A], "gpu": [uuid, "GPU-not-in-this-run"], "phase": ["profiling"]}
+    last_profiling = stored_run.run.phase_steps("profiling")[-1].index  # "now" for the instant queries
+    for key, _, target in panel_queries(doc):
+        result = run_query(stored_run, store, doc, target, chosen, at_step=last_profiling)
+        assert result, f"{key}: no data for one GPU"
+        for row in result:
+            metric = row["metric"]
+            if "UUID" in metric:
+                assert metric["UUID"] == uuid, key
+            if "host" in metric:
+                assert metric["host"] == NODE_A, key
+            if "phase" in metric:
+                assert metric["phase"] == "profiling", key
+
+
+def _value(store: Store, expr: str, at_s: float) -> float:
+    (row,) = store.instant(expr, at_s)
+    return float(row["value"][1])
+
+
+def _target(doc: dict[str, Any], title: str, ref: str = "A") -> dict[str, Any]:
+    panel = next(p for p in doc["panels"] if p["title"] == title)
+    target: dict[str, Any] = next(t for t in panel["targets"] if t["refId"] == ref)
+    return target
+
+
+@pytest.mark.parametrize(("name", "title"), [("benchmark-run.json", "Total power"),
+                                             ("gpu-fleet.json", "Total power now")])
+@pytest.mark.parametrize("store_name", STORES)
+def test_total_power_is_the_simulators_ground_truth_at_every_step(stored_run, name, title, store_name):
+    """Every step, the phase boundaries included: MIG instances once, a finished phase's series not at all."""
+    doc, store = load(name), stored_run.stores[store_name]
+    expr = interpolate(_target(doc, title)["expr"], doc, defaults(), builtins(stored_run, store))
+    for step in stored_run.run.steps:
+        measured = _value(store, expr, store.eval_s[step.index])
+        assert measured == pytest.approx(stored_run.run.power_w(step.t_ns), abs=0.005), \
+            f"step {step.index} ({step.phase})"
+
+
+@pytest.mark.parametrize("store_name", STORES)
+def test_the_mean_total_power_is_the_mean_of_the_true_totals(stored_run, store_name):
+    doc, store, run = load("benchmark-run.json"), stored_run.stores[store_name], stored_run.run
+    (row,) = run_query(stored_run, store, doc, _target(doc, "Mean total power"), defaults())
+    totals = [run.power_w(s.t_ns) for s in run.steps]
+    if store_name.startswith("victoria-metrics"):  # one sample per scrape
+        assert float(row["value"][1]) == pytest.approx(sum(totals) / len(totals), abs=0.005)
+    else:  # Prometheus may have scraped a step's page more than once: a weighted mean
+        assert min(totals) <= float(row["value"][1]) <= max(totals)
+
+
+@pytest.mark.parametrize("store_name", STORES)
+def test_the_power_graphs_only_ever_show_true_values(stored_run, store_name):
+    """The range queries behind "Total power" and "Power per GPU": every point is some step's truth."""
+    doc, store, run = load("benchmark-run.json"), stored_run.stores[store_name], stored_run.run
+    totals = [run.power_w(s.t_ns) for s in run.steps]
+    (series,) = run_query(stored_run, store, doc, _target(doc, "Total power"), defaults())
+    for _, value in series["values"]:
+        assert min(abs(float(value) - t) for t in totals) < 0.005, value
+    truth = {gpu.uuid: [run.gpu_power_w(node, gpu.index, s.t_ns) for s in run.steps]
+             for node in stored_run.nodes for gpu in node.model.gpus}
+    per_gpu = run_query(stored_run, store, doc, _target(doc, "Power per GPU"), defaults())
+    assert len(per_gpu) == GPUS
+    for series in per_gpu:
+        options = truth[series["metric"]["UUID"]]
+        for _, value in series["values"]:
+            assert min(abs(float(value) - t) for t in options) < 0.0005, value
+
+
+@pytest.mark.parametrize("store_name", STORES)
+def test_energy_per_phase_is_the_simulators_ground_truth(stored_run, store_name):
+    """VictoriaMetrics' increase() is the counter's delta; Prometheus extrapolates it by at most half a
+    sample interval at each end of the phase, so up to 1/(n-1) more with n samples."""
+    doc, store, run = load("benchmark-run.json"), stored_run.stores[store_name], stored_run.run
+    rows = run_query(stored_run, store, doc, _target(doc, "Per phase", "A"), defaults())
+    measured = {r["metric"]["phase"]: float(r["value"][1]) for r in rows}
+    for phase in ("warmup", "profiling"):
+        steps = run.phase_steps(phase)
+        truth = run.energy_j(steps[0].t_ns, steps[-1].t_ns)
+        if store_name.startswith("victoria-metrics"):
+            assert measured[phase] == pytest.approx(truth, abs=0.01), phase
+        else:
+            assert truth - 0.01 <= measured[phase] <= truth * (1 + 1 / (len(steps) - 1)) + 0.01, phase
+
+
+@pytest.mark.parametrize("name", ["benchmark-run.json", "gpu-fleet.json"])
+@pytest.mark.parametrize("store_name", STORES)
+def test_energy_in_the_range_counts_every_gpu_once_across_phases(stored_run, name, store_name):
+    doc, store, run = load(name), stored_run.stores[store_name], stored_run.run
+    steps = run.steps
+    truth = run.energy_j(steps[0].t_ns, steps[-1].t_ns)
+    per_gpu = run_query(stored_run, store, doc, _target(doc, "Energy per GPU in the selected range"), defaults())
+    total = sum(float(r["value"][1]) for r in per_gpu)
+    if store_name.startswith("victoria-metrics"):
+        assert total == pytest.approx(truth, abs=0.01)
+    else:
+        # Prometheus extrapolates increase() beyond the first and last subquery points (half a step at the
+        # start, up to 1.1 steps to the range's end), at the rate it sees in its own scrape times.
+        duration_s = (steps[-1].t_ns - steps[0].t_ns) / 1e9
+        assert truth - 0.01 <= total <= truth * (1 + 2 * INTERVAL_S / duration_s), (total, truth)
+    if name == "benchmark-run.json":
+        (joules,) = run_query(stored_run, store, doc, _target(doc, "Energy in the selected range", "A"), defaults())
+        (kwh,) = run_query(stored_run, store, doc, _target(doc, "Energy in the selected range", "B"), defaults())
+        assert float(joules["value"][1]) == pytest.approx(total)
+        assert float(kwh["value"][1]) == pytest.approx(total / 3.6e6)
+
+
+@pytest.mark.parametrize("name", ["benchmark-run.json", "gpu-fleet.json"])
+@pytest.mark.parametrize("store_name", STORES)
+def test_the_xid_table_shows_the_gpus_last_code_and_message(stored_run, name, store_name):
+    from bridge.simulator.schema import xid_message
+
+    doc, store, run = load(name), stored_run.stores[store_name], stored_run.run
+    node = stored_run.nodes[XID_NODE]
+    (code,) = run_query(stored_run, store, doc, _target(doc, "XID errors", "A"), defaults())
+    (seen,) = run_query(stored_run, store, doc, _target(doc, "XID errors", "B"), defaults())
+    assert code["metric"]["UUID"] == node.model.gpus[XID_GPU].uuid and code["metric"]["gpu"] == str(XID_GPU)
+    assert code["metric"]["err_code"] == str(XID_CODE) and code["metric"]["err_msg"] == xid_message(XID_CODE)
+    assert float(code["value"][1]) == XID_CODE
+    last_ms = float(seen["value"][1])
+    assert run.steps[0].t_ns / 1e6 < last_ms <= stored_run.end_s(store) * 1000
+
+
+@pytest.mark.parametrize("store_name", STORES)
+def test_phase_annotations_cover_each_phase_and_never_overlap(stored_run, store_name):
+    doc, store, run = load("benchmark-run.json"), stored_run.stores[store_name], stored_run.run
+    _, _, target = next(q for q in panel_queries(doc) if q[0] == "annotation Phases")
+    series = {s["metric"]["phase"]: [float(t) for t, _ in s["values"]]
+              for s in run_query(stored_run, store, doc, target, defaults())}
+    assert set(series) == {"warmup", "profiling"}
+    warmup, profiling = series["warmup"], series["profiling"]
+    assert max(warmup) < min(profiling), "a finished phase must not linger into the next one"
+    first, last = run.phase_steps("profiling")[0], run.phase_steps("profiling")[-1]
+    assert min(profiling) >= first.t_ns / 1e9 - INTERVAL_S
+    assert max(profiling) <= store.eval_s[last.index + 1] + INTERVAL_S
+
+
+def test_counters_reach_a_prometheus_naming_store_with_the_total_suffix(stored_run):
+    """The `(_total)?` regex matters: with Prometheus naming the unsuffixed counter does not exist."""
+    store, end = stored_run.stores["victoria-metrics-prometheus-naming"], stored_run.end_s
+    at = end(stored_run.stores["victoria-metrics-prometheus-naming"])
+    energy = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+    assert store.instant(f'count({energy}_total{{run_id="{RUN_ID}"}})', at)
+    assert not store.instant(f'count({energy}{{run_id="{RUN_ID}"}})', at)
+    plain = stored_run.stores["victoria-metrics"]
+    assert plain.instant(f'count({energy}{{run_id="{RUN_ID}"}})', at)
+    assert not plain.instant(f'count({energy}_total{{run_id="{RUN_ID}"}})', at)
