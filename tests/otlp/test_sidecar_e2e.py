@@ -168,7 +168,10 @@ def test_a_receiver_outage_mid_run_loses_no_record_and_no_point_inside_the_queue
             vm.stop()
             during = session.records_written
             wait_until(lambda: forwarder.stats().retried_requests >= 3, 30.0, "three failed exports")
-            assert session.records_written > during + 2  # scraping goes on while the receiver is down
+            # The 10 s outage, counted in scrapes (200 at 20 Hz) rather than slept: scraping goes
+            # on while the receiver is down, and the queue holds what it could not send.
+            wait_until(lambda: session.records_written >= during + 2 * 200, 60.0, "10 s of scrapes")
+            assert forwarder.stats().queue_depth_points > 0
             vm.start()
             _wait_records(session, session.records_written + 2 * 5)
             session.complete()
