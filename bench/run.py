@@ -1,17 +1,88 @@
-"""`make bench`: every benchmark script in this folder, one after the other, in one run."""
+"""`make bench`: every benchmark script in this folder, one after the other, in one run; what they print is
+also written to bench/RESULTS.md with the machine and the date (`--no-results` to leave it alone,
+`-k NAME` to run the scripts whose name contains NAME)."""
 
 from __future__ import annotations
 
+import argparse
+import io
+import os
+import platform
 import runpy
 import sys
+import time
 from pathlib import Path
 
-failed = []
-for script in sorted(Path(__file__).parent.glob("bench_*.py")):
-    print(f"\n== {script.name}", flush=True)
+HERE = Path(__file__).parent
+
+
+class Tee(io.TextIOBase):
+    def __init__(self, *streams: io.TextIOBase) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
     try:
-        runpy.run_path(str(script), run_name="__main__")
-    except SystemExit as exit_:
-        if exit_.code not in (0, None):
-            failed.append(script.name)
-sys.exit(1 if failed else 0)
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "?"
+    return (f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.system()} "
+            f"{platform.release()}; load average at the start {load}")
+
+
+def main() -> int:
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("--no-results", action="store_true")
+    args.add_argument("-k", default="")
+    opts = args.parse_args()
+    captured = io.StringIO()
+    real_stdout = sys.stdout
+    sys.stdout = Tee(real_stdout, captured)  # type: ignore[assignment]
+    failed = []
+    started = time.strftime("%Y-%m-%d %H:%M %Z")
+    about = machine()
+    try:
+        print(f"# {started} — {about}", flush=True)
+        for script in sorted(HERE.glob("bench_*.py")):
+            if opts.k not in script.name:
+                continue
+            print(f"\n== {script.name}", flush=True)
+            try:
+                runpy.run_path(str(script), run_name="__main__")
+            except SystemExit as exit_:
+                if exit_.code not in (0, None):
+                    failed.append(script.name)
+            except Exception as exc:  # noqa: BLE001 - one broken bench must not hide the others' figures
+                print(f"   {script.name} failed: {type(exc).__name__}: {exc}")
+                failed.append(script.name)
+    finally:
+        sys.stdout = real_stdout
+    if not opts.no_results and not opts.k:
+        (HERE / "RESULTS.md").write_text(
+            "# Benchmark results\n\n"
+            f"`make bench` on {started}: {about}.\n\n"
+            "Every figure is measured in the run that printed it; ratios compare two implementations measured side "
+            "by side in that run. MET / NOT MET is against issue #7's targets; bench/DESIGN-perf.md explains the "
+            "figures that miss.\n\n```\n" + captured.getvalue() + "```\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

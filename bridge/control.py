@@ -143,6 +143,9 @@ class _Handler(BaseHTTPRequestHandler):
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             self._error(400, f"body is not valid JSON: {exc}")
             return None
+        except RecursionError:
+            self._error(400, "body is nested too deeply to be a phase mark")
+            return None
         if not isinstance(body, dict):
             self._error(400, "body must be a JSON object")
             return None

@@ -11,6 +11,7 @@ truncated, empty) and a message that never holds credentials.
 from __future__ import annotations
 
 import base64
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -52,6 +53,44 @@ class FetchSettings:
     basic_auth: tuple[str, str] | None = None
 
 
+class LogScrubber(logging.Filter):
+    """Replaces known secrets in a third-party logger's records: urllib3 logs each request line (query string
+    included) at DEBUG. Installed on the loggers by the clients that know the secrets."""
+
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        super().__init__()
+        self.secrets = tuple(sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            text = record.getMessage()
+            if any(secret in text for secret in self.secrets):
+                for secret in self.secrets:
+                    text = text.replace(secret, "<redacted>")
+                record.msg, record.args = text, None
+        return True
+
+    def install(self, *names: str) -> LogScrubber:
+        for name in names:
+            logging.getLogger(name).addFilter(self)
+        return self
+
+    def remove(self, *names: str) -> None:
+        for name in names:
+            logging.getLogger(name).removeFilter(self)
+
+
+URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.connection", "urllib3.util.retry", "urllib3.poolmanager")
+
+
+def url_secrets(url: str) -> list[str]:
+    parts = urlsplit(url)
+    found = [unquote(v) for v in (parts.username, parts.password) if v]
+    if parts.query:
+        found += [parts.query, unquote(parts.query)] + [unquote(v) for v in parts.query.replace(";", "&").split("&")]
+    return found
+
+
 def auth_headers(url: str, settings: FetchSettings) -> tuple[str, dict[str, str]]:
     """The URL without userinfo, and the headers that carry the credentials instead."""
     parts = urlsplit(url)
@@ -85,6 +124,8 @@ class Urllib3Fetcher:
         self._pool = urllib3.PoolManager(num_pools=64, **kwargs)
         self._timeout = urllib3.Timeout(connect=settings.connect_timeout, read=settings.read_timeout)
         self._requests: dict[str, tuple[str, Mapping[str, str]]] = {}
+        secrets = [settings.bearer_token or ""] + list(settings.basic_auth or ())
+        self._scrubber = LogScrubber(tuple(secrets)).install(*URLLIB3_LOGGERS)
 
     def fetch(self, url: str) -> FetchedPage:
         urllib3 = self._urllib3
@@ -92,10 +133,15 @@ class Urllib3Fetcher:
         if target is None:
             bare, headers = auth_headers(url, self.settings)
             target = self._requests[url] = (bare, {"Accept-Encoding": "gzip", **headers})
+            secrets = self._scrubber.secrets + tuple(url_secrets(url)) + tuple(headers.values())
+            self._scrubber.secrets = tuple(sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True))
         start_ns = self._now_ns()
         try:
             response = self._pool.request("GET", target[0], headers=target[1], timeout=self._timeout,
                                           preload_content=False, redirect=False)
+        except urllib3.exceptions.NewConnectionError as exc:
+            # Checked first: urllib3's NewConnectionError subclasses ConnectTimeoutError.
+            raise FetchError("connect", f"cannot connect to {redact_url(url)}: {_reason(exc)}") from None
         except urllib3.exceptions.ConnectTimeoutError:
             raise FetchError("timeout", f"connect to {redact_url(url)} timed out") from None
         except urllib3.exceptions.ReadTimeoutError:
@@ -146,6 +192,7 @@ class Urllib3Fetcher:
 
     def close(self) -> None:
         self._pool.clear()
+        self._scrubber.remove(*URLLIB3_LOGGERS)
 
 
 def _reason(exc: BaseException) -> str:
@@ -155,3 +202,9 @@ def _reason(exc: BaseException) -> str:
         reason = reason.reason
     text = str(reason or exc)
     return text.split(": ", 1)[-1] if "Failed to establish" in text else text
+
+
+def make_fetcher(settings: FetchSettings, now_ns: Callable[[], int] = time.time_ns) -> Fetcher:
+    """The production fetcher. A hand-written socket client measured ~4x cheaper per GET, but the project
+    keeps a maintained HTTP library on the scrape path (issue #2): urllib3 is the cheapest one measured."""
+    return Urllib3Fetcher(settings, now_ns=now_ns)

@@ -14,15 +14,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from bridge.config import Config
 from bridge.endpoints import candidate_endpoints, display_key, redact_url
-from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, Urllib3Fetcher
+from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
 from bridge.normalize import Normalizer
-from bridge.parse import PageParser
+from bridge.parse import PageParser, TemplatedPage
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
+from bridge.report_glue import LiveSeries
 from bridge.samples import GpuRecord, ParsedPage, PhaseMark
 from bridge.scrape import ScrapeLoop
 
@@ -57,12 +58,14 @@ class Session:
 
     def __init__(self, config: Config, table: FieldTable, *, fetcher: Fetcher | None = None,
                  now_ns: Callable[[], int] = time.time_ns, monotonic: Callable[[], float] = time.monotonic,
-                 listeners: Sequence[PageListener] = (), forwarder: Any = None, relabel_config: Any = None) -> None:
+                 listeners: Sequence[PageListener] = (), forwarder: Any = None, relabel_config: Any = None,
+                 opener: Callable[[Path], IO[bytes]] | None = None) -> None:
+        """`opener` opens the record log and the events file for appending (tests inject a failing one)."""
         self.config = config
         self.table = table
         self.run_id = config.effective_run_id()
         self.artifact_dir = Path(config.artifact_dir)
-        self.fetcher = fetcher or Urllib3Fetcher(_fetch_settings(config), now_ns=now_ns)
+        self.fetcher = fetcher or make_fetcher(_fetch_settings(config), now_ns=now_ns)
         self._now_ns = now_ns
         self._monotonic = monotonic
         self.listeners = list(listeners)
@@ -85,8 +88,13 @@ class Session:
         if config.record_log_gzip:
             export_name += ".gz"
         self.records = LineWriter(self.artifact_dir / export_name, flush_interval_s=config.flush_interval,
-                                  monotonic=monotonic)
-        self.events = LineWriter(self.artifact_dir / EVENTS_FILE, flush_interval_s=0.0, monotonic=monotonic)
+                                  monotonic=monotonic, opener=opener)
+        self.events = LineWriter(self.artifact_dir / EVENTS_FILE, flush_interval_s=0.0, monotonic=monotonic,
+                                 opener=opener)
+        # The report's input, kept as the records are written (report_glue.py: no log re-read at the end).
+        self.live_series: LiveSeries | None = LiveSeries(self.artifact_dir / f".dcgm-bridge-spool-{self.run_id}")
+        self._keys: dict[str, tuple[str, str]] = {}  # url -> (redacted, display key)
+        self._dropped_noted: dict[str, tuple[str, int]] = {}  # url -> (message, time) of the last parse event
         self.records_written = 0
         self._latest: dict[tuple[str, tuple[str, str | None]], tuple[GpuRecord, GpuRecord]] = {}
 
@@ -137,6 +145,9 @@ class Session:
             for loop in self.loops.values():
                 loop.start()
             self.state = "collecting"
+            # The report's imports (numpy, the builder, the writers: ~0.2 CPU-s) are paid now, once, off the
+            # shutdown path: under a 25m limit the grace period is 0.75 CPU-s for everything at the end.
+            threading.Thread(target=_import_report_modules, name="report imports", daemon=True).start()
 
     # -- phase marks -------------------------------------------------------------------------------
     def mark_phase(self, name: Any, kind: Any, event: Any, time_ns: Any) -> PhaseMark:
@@ -188,18 +199,28 @@ class Session:
             for loop in self.loops.values():
                 loop.stop(timeout=max(0.1, deadline - self._monotonic()))
             otlp = self._close_forwarder(deadline)
+            self.records.close()
             self.events.write_event({"type": "complete", "time_ns": self._now_ns(),
                                      "requests_end_ns": requests_end_ns, "collection_complete": True,
                                      "endpoints": [loop.stats.as_json() for loop in self.loops.values()],
-                                     "otlp": otlp})
-            self.records.close()
+                                     "otlp": otlp, "record_log": self._record_log_status()})
             self.events.close()
             self.fetcher.close()
             self.state = "completed"
             self.outputs = SessionOutputs(self.artifact_dir)
             self.outputs.files = [self.records.path, self.events.path]
             self._write_report(self.outputs)
+            if self.live_series is not None:
+                self.live_series.remove()
+            for writer in (self.records, self.events):
+                if writer.last_error:
+                    logger.error("%s; %d lines could not be written: the run's files are incomplete",
+                                 writer.last_error, writer.lines_dropped + len(writer.pending()))
             return self.outputs
+
+    def _record_log_status(self) -> dict[str, Any]:
+        return {"path": str(self.records.path), "lines_written": self.records.lines_written,
+                "lines_dropped": self.records.lines_dropped, "error": self.records.last_error}
 
     def _close_forwarder(self, deadline: float) -> dict[str, Any] | None:
         if self.forwarder is None:
@@ -244,19 +265,23 @@ class Session:
             parser = self._parsers[url] = PageParser()
         parsed = parser.parse(page.body, openmetrics="openmetrics" in page.content_type or None)
         phase = self.phase
-        records = self._normalizer.records(parsed, source_url=redact_url(url), timestamp_ns=page.start_ns,
+        keys = self._keys.get(url)
+        if keys is None:
+            redacted = redact_url(url)
+            keys = self._keys[url] = (redacted, display_key(redacted))
+        redacted, display = keys
+        records = self._normalizer.records(parsed, source_url=redacted, timestamp_ns=page.start_ns,
                                            run_id=self.run_id, phase=phase, scrape_end_ns=page.end_ns)
         self.records.write_records(records)
+        if self.live_series is not None:
+            self.live_series.add(records, display)
         self.records_written += len(records)
-        display = display_key(url)
         for record in records:
             key = (display, record.identity)
             seen = self._latest.get(key)
             self._latest[key] = (seen[0] if seen else record, record)
         if parsed.dropped:
-            first = parsed.dropped[0]
-            logger.debug("%s: dropped %d lines (first: line %d, %s)", redact_url(url), len(parsed.dropped),
-                         first.line, first.reason)
+            self._note_dropped(url, redacted, parsed, page.start_ns)
         self._pages[url] = (parsed, phase, page.start_ns)
         if url in self._down:
             self._down.discard(url)
@@ -266,6 +291,21 @@ class Session:
             self.forwarder.submit(display, parsed, run_id=self.run_id, phase=phase or "none", ts_ns=page.start_ns)
         for listener in self.listeners:
             listener(url, parsed, page.start_ns, phase)
+
+    def _note_dropped(self, url: str, redacted: str, parsed: ParsedPage, start_ns: int) -> None:
+        """Unreadable lines reach the report as `parse` errors: when what is dropped changes, else once a minute
+        (an exporter that writes one bad line per page would otherwise add an event per scrape)."""
+        first = parsed.dropped[0]
+        read = parsed.values if isinstance(parsed, TemplatedPage) else parsed.samples  # (no Sample tuples built)
+        what = f"{len(parsed.dropped)} lines dropped" if read else "no sample could be read"
+        message = f"{what} (first: line {first.line}: {first.reason})"
+        last = self._dropped_noted.get(url)
+        if last is not None and last[0] == message and start_ns - last[1] < 60 * 1_000_000_000:
+            return
+        self._dropped_noted[url] = (message, start_ns)
+        logger.warning("%s: %s", redacted, message)
+        self.events.write_event({"type": "scrape_error", "endpoint": redacted, "time_ns": start_ns, "kind": "parse",
+                                 "message": message})
 
     def _on_failure(self, url: str, exc: FetchError, start_ns: int) -> None:
         self.events.write_event({"type": "scrape_error", "endpoint": redact_url(url), "time_ns": start_ns,
@@ -288,8 +328,7 @@ class Session:
                 "phase": self.phase,
                 "artifact_dir": str(self.artifact_dir),
                 "records_written": self.records_written,
-                "record_log": {"path": str(self.records.path), "lines_written": self.records.lines_written,
-                               "lines_dropped": self.records.lines_dropped, "error": self.records.last_error},
+                "record_log": self._record_log_status(),
                 "endpoints": [
                     {**loop.stats.as_json(), "display": display_key(url),
                      "reachable_at_configure": any(p.url == url and p.reachable for p in self.probes)}
@@ -306,6 +345,14 @@ class Session:
     @property
     def ready(self) -> bool:
         return self.state in ("configured", "collecting")
+
+
+def _import_report_modules() -> None:
+    try:
+        import bridge.report.build
+        import bridge.report.write  # noqa: F401
+    except Exception:  # noqa: BLE001 - only a warm-up: the report imports them again (and reports a failure)
+        logger.debug("warming up the report modules failed", exc_info=True)
 
 
 def _fetch_settings(config: Config) -> FetchSettings:

@@ -7,15 +7,22 @@ Rules (dcgm-exporter.md §6, aiperf-compat.md §13):
 - blank sentinels and empty label values mean "absent", never zero; NaN/±Inf are absent too;
 - under MIG, device-level fields repeat on every instance series: they belong to the parent GPU only;
 - NvLink / NvSwitch / CPU entity lines are not GPUs (they are still forwarded as OTLP, not here).
+
+Speed: the rules above only depend on a page's structure (names and label sets) and on which values are
+absent. So they are compiled once per page template (parse.py) into a `_Plan` — per record, its report
+keys and the sample positions and scales that fill them — and each page then costs a few C-level
+`map`/`zip`/`dict` calls per GPU. The plan is the line loop's result with positions in place of values
+(the same code computes both), so a compiled page and a looped page give the same records.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from bridge.fields import FieldSpec, FieldTable, is_blank_label, is_blank_value
+from bridge.fields import BLANK_VALUES, FieldSpec, FieldTable, is_blank_label, is_blank_value
+from bridge.parse import PageTemplate, TemplatedPage
 from bridge.samples import GpuRecord, ParsedPage
 
 _NOT_GPU_LABELS = ("nvlink", "nvswitch", "cpucore")
@@ -72,14 +79,34 @@ def meta_of(labels: Mapping[str, str]) -> GpuMeta | None:
     )
 
 
+class _Entry(NamedTuple):
+    """One record of a plan: its metadata, report keys, and the sample positions and scales behind them."""
+
+    meta: GpuMeta
+    keys: tuple[str, ...]
+    positions: tuple[int, ...]
+    scaled: tuple[tuple[int, float], ...]  # (index in keys, scale) of the few keys whose scale is not 1
+
+
+class _Plan(NamedTuple):
+    candidates: tuple[int, ...]  # positions of GPU samples with a report key: where absence matters
+    entries: tuple[_Entry, ...]
+
+
+def _present(value: float) -> bool:
+    return not (math.isnan(value) or math.isinf(value) or is_blank_value(value))
+
+
 class Normalizer:
-    """Keeps, per label set, the GPU metadata it implies (label mappings repeat across scrapes)."""
+    """Keeps, per label set, the GPU metadata it implies (label mappings repeat across scrapes), and one
+    compiled plan per page template (and set of absent values)."""
 
     def __init__(self, table: FieldTable, max_cached: int = 50_000) -> None:
         self.table = table
         self.max_cached = max_cached
         self._meta: dict[int, tuple[Mapping[str, str], GpuMeta | None]] = {}
         self._specs: dict[str, FieldSpec | None] = {}
+        self._plans: dict[tuple[PageTemplate, frozenset[int]], _Plan] = {}
 
     def spec_for(self, name: str) -> FieldSpec | None:
         try:
@@ -102,40 +129,82 @@ class Normalizer:
 
     def records(self, page: ParsedPage, *, source_url: str, timestamp_ns: int, run_id: str | None = None,
                 phase: str | None = None, scrape_end_ns: int | None = None) -> list[GpuRecord]:
+        if isinstance(page, TemplatedPage):
+            values: Sequence[float] = page.values
+            plan = self._plan_for(page.template, values)
+        else:
+            values = [s.value for s in page.samples]
+            names = [s.name for s in page.samples]
+            labels = [s.labels for s in page.samples]
+            plan = self._compile(names, labels, lambda i: _present(values[i]))
+        get = values.__getitem__
+        out = []
+        for entry in plan.entries:
+            data = list(map(get, entry.positions))
+            for index, scale in entry.scaled:  # most report keys are the exporter's value as is
+                data[index] *= scale
+            out.append(_record(entry.meta, dict(zip(entry.keys, data, strict=True)), source_url, timestamp_ns,
+                               run_id, phase, scrape_end_ns))
+        return out
+
+    def _plan_for(self, template: PageTemplate, values: Sequence[float]) -> _Plan:
+        plans = self._plans
+        plan = plans.get((template, frozenset()))
+        if plan is None:
+            if len(plans) > 256:
+                plans.clear()
+            plan = plans[(template, frozenset())] = self._compile(template.names, template.labels, lambda i: True)
+        candidates = list(map(values.__getitem__, plan.candidates))
+        total = sum(candidates)
+        if total - total == 0.0 and BLANK_VALUES.isdisjoint(candidates):  # all finite, none a sentinel
+            return plan
+        absent = frozenset(i for i in plan.candidates if not _present(values[i]))
+        found = plans.get((template, absent))
+        if found is None:
+            found = plans[(template, absent)] = self._compile(template.names, template.labels,
+                                                              lambda i: i not in absent)
+        return found
+
+    def _compile(self, names: Sequence[str], labels: Sequence[Mapping[str, str]],
+                 present: Callable[[int], bool]) -> _Plan:
+        """The rules, over sample positions: which sample fills which key of which record."""
         metas: dict[GpuIdentity, GpuMeta] = {}
-        values: dict[GpuIdentity, dict[str, float]] = {}
-        parent_fallback: dict[GpuIdentity, dict[str, float]] = {}
-        for sample in page.samples:
-            spec = self.spec_for(sample.name)
+        slots: dict[GpuIdentity, dict[str, tuple[int, float]]] = {}
+        parent_fallback: dict[GpuIdentity, dict[str, tuple[int, float]]] = {}
+        candidates: list[int] = []
+        for position, (name, label_set) in enumerate(zip(names, labels, strict=True)):
+            spec = self.spec_for(name)
             if spec is None:
                 continue
-            value = sample.value
-            if math.isnan(value) or math.isinf(value) or is_blank_value(value):
-                continue
-            meta = self._meta_for(sample.labels)
+            meta = self._meta_for(label_set)
             if meta is None:
                 continue
+            candidates.append(position)
+            if not present(position):
+                continue
+            slot = (position, spec.scale)
             if meta.instance_id is not None and spec.level == "device":
                 # Device-level field repeated on a MIG instance series: the parent's, counted once.
                 parent = GpuIdentity(meta.gpu_uuid, None)
                 if parent not in metas:
-                    parent_fallback.setdefault(parent, {})
-                    metas.setdefault(parent, meta._replace(instance_id=None, instance_profile=None))
-                parent_fallback[parent].setdefault(spec.key, value * spec.scale)
+                    metas[parent] = meta._replace(instance_id=None, instance_profile=None)
+                parent_fallback.setdefault(parent, {}).setdefault(spec.key, slot)
                 continue
             identity = GpuIdentity(meta.gpu_uuid, meta.instance_id)
-            if identity not in metas or identity in parent_fallback and identity not in values:
+            if identity not in metas or identity in parent_fallback and identity not in slots:
                 metas[identity] = meta
-            values.setdefault(identity, {})[spec.key] = value * spec.scale
+            slots.setdefault(identity, {})[spec.key] = slot
         for identity, fallback in parent_fallback.items():
-            merged = values.setdefault(identity, {})
-            for key, value in fallback.items():
-                merged.setdefault(key, value)
-        return [
-            _record(metas[identity], data, source_url, timestamp_ns, run_id, phase, scrape_end_ns)
-            for identity, data in values.items()
+            merged = slots.setdefault(identity, {})
+            for key, slot in fallback.items():
+                merged.setdefault(key, slot)
+        entries = tuple(
+            _Entry(metas[identity], tuple(data), tuple(p for p, _ in data.values()),
+                   tuple((k, scale) for k, (_, scale) in enumerate(data.values()) if scale != 1.0))
+            for identity, data in slots.items()
             if data
-        ]
+        )
+        return _Plan(tuple(candidates), entries)
 
 
 def _record(meta: GpuMeta, data: dict[str, float], source_url: str, timestamp_ns: int, run_id: str | None,

@@ -33,13 +33,16 @@ class EndpointStats:
     last_error_ns: int | None = None
     state: str = "pending"  # pending | up | down | stopped
     last_duration_s: float | None = None
+    lateness_s: list[float] = field(default_factory=list)  # recent tick lateness (bounded ring)
 
     def as_json(self) -> dict[str, object]:
+        late = sorted(self.lateness_s)
         return {
             "url": self.url, "state": self.state, "scrapes": self.scrapes, "failures": dict(self.failures),
             "missed_ticks": self.missed_ticks, "last_success_ns": self.last_success_ns,
             "last_error": self.last_error, "last_error_ns": self.last_error_ns,
             "last_scrape_duration_s": self.last_duration_s,
+            "tick_lateness_p99_s": late[min(len(late) - 1, int(len(late) * 0.99))] if late else None,
         }
 
 
@@ -76,7 +79,7 @@ class ScrapeLoop:
         self._in_flight_start_ns: int | None = None
         self._stopping = False
         self._thread: threading.Thread | None = None
-        self.tick_lateness_s: list[float] = []  # bounded ring of recent lateness samples (bench)
+        self.tick_lateness_s = self.stats.lateness_s  # bounded ring of recent lateness samples (bench, /status)
 
     # -- control ---------------------------------------------------------------------------------
     def start(self) -> None:

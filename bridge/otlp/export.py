@@ -35,8 +35,9 @@ from bridge.endpoints import redact_url
 from bridge.otlp.config import OtlpConfig
 from bridge.otlp.encode import ContextCache, EndpointEncoder
 from bridge.otlp.resource import endpoint_attributes
-from bridge.otlp.transport import Sender, SendResult, make_sender
+from bridge.otlp.transport import Sender, SendResult, make_sender, scrub, secrets_of
 from bridge.otlp.wire import request_bytes
+from bridge.parse import TemplatedPage
 from bridge.relabel import NO_RELABEL, RelabelConfig
 from bridge.samples import ParsedPage
 
@@ -97,6 +98,7 @@ class OtlpForwarder:
         self._relabel = relabel_config
         self._contexts = ContextCache(static_attributes)
         self._sender = sender if sender is not None else make_sender(config)
+        self._secrets = secrets_of(config)
         self._clock = clock
         self._abort = threading.Event()  # close() ran out of time: stop retrying
         self._sleep = sleep if sleep is not None else self._abort.wait
@@ -130,7 +132,9 @@ class OtlpForwarder:
     def submit(self, endpoint: str, page: ParsedPage, *, run_id: str, phase: str, ts_ns: int) -> None:
         """Queue one scraped page of `endpoint` (its display key, host:port). Never blocks, never raises."""
         try:
-            item = _Item(endpoint, page, run_id, phase or "none", ts_ns, len(page.samples))
+            # A templated page's samples are built only on demand (parse.py): count its values instead.
+            points = len(page.values) if isinstance(page, TemplatedPage) else len(page.samples)
+            item = _Item(endpoint, page, run_id, phase or "none", ts_ns, points)
             with self._lock:
                 if self._closing:
                     return
@@ -266,7 +270,7 @@ class OtlpForwarder:
         try:
             return self._sender.send(body)
         except Exception as exc:  # noqa: BLE001 - a transport bug is a failed, retryable attempt
-            return SendResult(False, True, "error", f"{type(exc).__name__}: {exc}")
+            return SendResult(False, True, "error", scrub(f"{type(exc).__name__}: {exc}", self._secrets))
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None and retry_after >= 0:

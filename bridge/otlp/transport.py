@@ -13,7 +13,9 @@ import time
 import zlib
 from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple, Protocol
+from urllib.parse import unquote, urlsplit
 
+from bridge.fetch import URLLIB3_LOGGERS, LogScrubber
 from bridge.otlp.config import OtlpConfig
 
 USER_AGENT = "dcgm-bridge-otlp/0.1"
@@ -46,6 +48,29 @@ def make_sender(config: OtlpConfig) -> Sender:
     return GrpcSender(config) if config.protocol == "grpc" else HttpSender(config)
 
 
+def secrets_of(config: OtlpConfig) -> tuple[str, ...]:
+    """What must never reach a log line or the status: header values, and the endpoint's userinfo and query."""
+    parts = urlsplit(config.endpoint if "://" in config.endpoint else f"//{config.endpoint}")
+    found = [value for _, value in config.headers]
+    found += [unquote(v) for v in (parts.username, parts.password) if v]
+    found += [v for v in (parts.query, unquote(parts.query)) if v]
+    for _, value in config.headers:  # "Bearer <token>": the token alone, too
+        found += value.split()[1:]
+    return tuple(sorted({v for v in found if len(v) >= 4}, key=len, reverse=True))
+
+
+def scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` with every secret replaced: a receiver may echo a header, an error may quote the URL."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "<redacted>")
+    return text
+
+
+def _scrubbed(result: SendResult, secrets: tuple[str, ...]) -> SendResult:
+    return result._replace(message=scrub(result.message, secrets)) if result.message and secrets else result
+
+
 class HttpSender:
     """OTLP/HTTP protobuf over a urllib3 pool (keep-alive, TLS, optional gzip)."""
 
@@ -71,8 +96,13 @@ class HttpSender:
         self.pool = urllib3.PoolManager(
             num_pools=2, maxsize=1, retries=False, timeout=urllib3.Timeout(total=config.timeout_s), **tls
         )
+        self._secrets = secrets_of(config)
+        self._scrubber = LogScrubber(self._secrets).install(*URLLIB3_LOGGERS)
 
     def send(self, body: bytes) -> SendResult:
+        return _scrubbed(self._send(body), self._secrets)
+
+    def _send(self, body: bytes) -> SendResult:
         if self.gzip:
             # Level 1: a third of level 6's CPU for a page that compresses ~10x either way.
             compressor = zlib.compressobj(1, zlib.DEFLATED, 31)
@@ -96,6 +126,7 @@ class HttpSender:
 
     def close(self) -> None:
         self.pool.clear()
+        self._scrubber.remove(*URLLIB3_LOGGERS)
 
 
 class GrpcSender:
@@ -123,8 +154,12 @@ class GrpcSender:
         self.metadata = tuple(config.headers)
         self.timeout = config.timeout_s
         self.compression = grpc.Compression.Gzip if config.compression == "gzip" else None
+        self._secrets = secrets_of(config)
 
     def send(self, body: bytes) -> SendResult:
+        return _scrubbed(self._send(body), self._secrets)
+
+    def _send(self, body: bytes) -> SendResult:
         grpc = self._grpc
         try:
             data = self.export(

@@ -80,7 +80,7 @@ def test_run_and_phase_are_selectable_and_every_exporter_label_is_kept(run, vict
     warmup = prom_query(victoria_metrics.base,
                         f'count_over_time(DCGM_FI_DEV_GPU_TEMP{{run_id="{RUN}",phase="warmup"}}[10m])', at)
     assert len(profiling) == 2 and len(warmup) == 2
-    assert all(float(r["value"][1]) >= 5 for r in profiling + warmup)
+    assert all(float(r["value"][1]) >= 2 for r in profiling + warmup)
     labels = prom_query(victoria_metrics.base, f'DCGM_FI_DEV_GPU_TEMP{{run_id="{RUN}"}}[10m]', at)[0]["metric"]
     assert {"gpu", "UUID", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION", "run_id", "phase"} <= set(labels)
 

@@ -1,0 +1,306 @@
+"""Hostile input: mutated and random pages through the parser, normaliser and OTLP encoder (no exception
+escapes, every well-formed line survives, the compiled fast paths equal the line loops); a hostile
+control-API client; and a whole run configured with credentials, whose files and log lines are scanned."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import math
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge.config import Config
+from bridge.endpoints import TelemetryItems
+from bridge.fields import BLANK_VALUES, default_table
+from bridge.lifecycle import Session
+from bridge.normalize import Normalizer
+from bridge.otlp import OtlpConfig, OtlpForwarder
+from bridge.otlp.encode import ContextCache, EndpointEncoder
+from bridge.parse import PageParser, parse_page
+from bridge.samples import ParsedPage
+from bridge.simulator import Fault, NodeModel, SimulatedExporter, SimulatorConfig, render_page
+from tests.conftest import REAL_PAGES
+from tests.test_parse import pages as generated_pages
+
+NS = 1_000_000_000
+T0 = 1_750_000_000 * NS
+TABLE = default_table()
+
+
+def _simulated(dialect: str, mig: int = 0) -> bytes:
+    model = NodeModel(SimulatorConfig(gpus=2, seed=3, dialect=dialect, mig=mig, pod_labels="empty"), now_ns=lambda: T0)
+    return render_page(model, T0)
+
+
+# Every real page, plus simulated ones for what the captured pages lack (MIG, OpenMetrics, 4.9 names).
+CORPUS = [p.read_bytes() for p in REAL_PAGES] + [_simulated("current", mig=2), _simulated("openmetrics"),
+                                                 _simulated("dcgm49")]
+
+MUTATIONS = ["delete line", "duplicate line", "swap lines", "insert bytes", "truncate", "flip byte", "bad value",
+             "crlf", "new value", "new label"]
+
+
+def mutate(body: bytes, ops: list[tuple[str, int, bytes]]) -> bytes:
+    for op, at, junk in ops:
+        lines = body.split(b"\n")
+        i = at % max(1, len(lines))
+        if op == "delete line":
+            del lines[i]
+        elif op == "duplicate line":
+            lines.insert(i, lines[i])
+        elif op == "swap lines":
+            j = (at // 7) % len(lines)
+            lines[i], lines[j] = lines[j], lines[i]
+        elif op == "insert bytes":
+            pos = at % (len(body) + 1)
+            body = body[:pos] + junk + body[pos:]
+            continue
+        elif op == "truncate":
+            body = body[: at % (len(body) + 1)]
+            continue
+        elif op == "flip byte" and body:
+            pos = at % len(body)
+            body = body[:pos] + bytes([body[pos] ^ (1 + at % 255)]) + body[pos + 1:]
+            continue
+        elif op == "bad value":
+            lines[i] = lines[i].rpartition(b" ")[0] + b" " + (junk or b"x")
+        elif op == "crlf":
+            return b"\r\n".join(lines)
+        elif op == "new value":  # what the next scrape looks like: same line, another number
+            head, sep, _ = lines[i].rpartition(b" ")
+            lines[i] = head + sep + str(at % 1000 + 0.5).encode() if sep else lines[i]
+        elif op == "new label":
+            lines[i] = lines[i].replace(b'gpu="', b'gpu="1', 1)
+        body = b"\n".join(lines)
+    return body
+
+
+ops_strategy = st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 10**6), st.binary(max_size=12)),
+                        max_size=4)
+
+
+def readings(page: ParsedPage) -> list[tuple[str, dict[str, str], str, int | None]]:
+    return [(s.name, dict(s.labels), repr(s.value), s.timestamp_ms) for s in page.samples]
+
+
+def line_by_line(body: bytes) -> list[tuple[str, dict[str, str], str, int | None]]:
+    """What each line gives alone, read the way the page is (OpenMetrics or not, up to `# EOF`)."""
+    text = body.decode("utf-8", errors="replace")
+    openmetrics = text.startswith("# EOF") or "\n# EOF" in text
+    out = []
+    for line in text.replace("\r\n", "\n").split("\n"):
+        if openmetrics and line.strip() == "# EOF":
+            break
+        alone = parse_page(line, openmetrics=openmetrics)
+        if len(alone.samples) == 1 and not alone.dropped:
+            out += readings(alone)
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(range(len(CORPUS))), ops_strategy)
+def test_a_mutated_real_page_raises_nothing_and_keeps_every_well_formed_line(index, ops):
+    body = mutate(CORPUS[index], ops)
+    page = parse_page(body)
+    assert readings(page) == line_by_line(body)
+    for record in Normalizer(TABLE).records(page, source_url="http://h:9400/metrics", timestamp_ns=T0):
+        for value in record.telemetry_data.values():
+            assert math.isfinite(value) and value not in BLANK_VALUES
+    ctx = ContextCache().get("run", "phase")
+    EndpointEncoder({"service.name": "t"}).encode(page, ctx, T0)
+
+
+def _normalised(page: ParsedPage, normalizer: Normalizer) -> list[Any]:
+    return normalizer.records(page, source_url="http://h:9400/metrics", timestamp_ns=T0, run_id="r", phase="p")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(range(len(CORPUS))), st.lists(ops_strategy, min_size=1, max_size=5), st.data())
+def test_pages_that_repeat_the_last_structure_read_exactly_as_the_line_loop_reads_them(index, variants, data):
+    """The parser's template, the normaliser's plans and the encoder's page plans are pure speed: a sequence
+    of scrapes (the page, its mutations, the page again) gives what a fresh line-by-line pass gives."""
+    original = CORPUS[index]
+    sequence = [original] + [mutate(original, ops) for ops in variants] + [original, original]
+    sequence += [data.draw(st.sampled_from(sequence)) for _ in range(3)]
+    fast_parser, fast_normalizer = PageParser(), Normalizer(TABLE)
+    fast_encoder, slow_encoder = EndpointEncoder({"service.name": "t"}), EndpointEncoder({"service.name": "t"})
+    slow_encoder.use_plans = False
+    contexts = ContextCache()
+    for step, body in enumerate(sequence):
+        fast = fast_parser.parse(body)
+        slow = parse_page(body)
+        assert readings(fast) == readings(slow)
+        assert (dict(fast.types), dict(fast.helps), fast.dropped) == (dict(slow.types), dict(slow.helps), slow.dropped)
+        assert _normalised(fast, fast_normalizer) == _normalised(slow, Normalizer(TABLE))
+        ctx = contexts.get("run", "warmup" if step < 4 else "profiling")
+        t = T0 + step * NS
+        assert fast_encoder.encode(fast, ctx, t) == slow_encoder.encode(slow, ctx, t)
+
+
+@settings(max_examples=100, deadline=None)
+@given(generated_pages(), st.sampled_from(["", 'gpu="0",UUID="GPU-a",', 'gpu="1",GPU_I_ID="2",UUID="GPU-a",']))
+def test_random_pages_never_break_the_normaliser(text, gpu_labels):
+    text = text.replace("{", "{" + gpu_labels, 1) if gpu_labels else text
+    page = parse_page(text.encode())
+    for record in Normalizer(TABLE).records(page, source_url="http://h/metrics", timestamp_ns=T0):
+        assert all(math.isfinite(v) and v not in BLANK_VALUES for v in record.telemetry_data.values())
+
+
+# -- the control API ------------------------------------------------------------------------------------
+@pytest.fixture
+def control(tmp_path):
+    from bridge.control import ControlServer
+
+    config = Config(telemetry=TelemetryItems(urls=[]), default_endpoints=[], artifact_dir=str(tmp_path), run_id="c")
+    session = Session(config, TABLE)
+    session.configure()
+    server = ControlServer(session, "127.0.0.1", 0, ["127.0.0.1/8"])
+    server.start()
+    yield server
+    server.stop()
+    session.complete()
+
+
+def post(path: str, body: bytes) -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
+
+
+def raw_request(port: int, data: bytes, timeout: float = 5.0) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        try:
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+                if b"\r\n\r\n" in b"".join(chunks) and b'"}' in chunks[-1]:
+                    break
+        except TimeoutError:
+            pass
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize(("request_bytes", "status", "message"), [
+    (b"POST /phases HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", b"413", b"larger than"),
+    (b"POST /phases HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", b"411",
+     b"Content-Length"),
+    (post("/phases", b"\xff\xfe{"), b"400", b"not valid JSON"),
+    (post("/phases", b"null"), b"400", b"JSON object"),
+    (post("/phases", b'{"name": "p", "kind": "benchmark", "event": "start", "time_ns": 5}'), b"400",
+     b"kind must be one of"),
+    (post("/phases", b'{"name": "p", "kind": "warmup", "event": "start", "time_ns": -5}'), b"400", b"time_ns"),
+    (post("/phases", b'{"name": ["p"], "kind": "warmup", "event": "start", "time_ns": 5}'), b"400", b"name"),
+    (post("/complete", b'{"requests_end_ns": true}'), b"400", b"requests_end_ns"),
+    (b"PATCH /complete HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", b"405", b"use GET"),
+    (b"GET /complete HTTP/1.1\r\nHost: x\r\n\r\n", b"405", b"takes POST"),
+    (b"GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n", b"404", b"no such endpoint"),
+])
+def test_a_hostile_control_request_gets_a_4xx_that_says_why_and_the_api_stays_up(control, request_bytes, status,
+                                                                                  message):
+    answer = raw_request(control.port, request_bytes)
+    assert answer.startswith(b"HTTP/1.1 " + status) and message in answer, answer[:300]
+    assert httpx.get(f"http://127.0.0.1:{control.port}/healthz", timeout=5).status_code == 200
+
+
+def test_deeply_nested_json_gets_a_400(control):
+    answer = raw_request(control.port, post("/phases", b"[" * 50_000))
+    assert answer.startswith(b"HTTP/1.1 400") and b"nested too deeply" in answer
+
+
+def test_a_client_that_never_finishes_its_body_does_not_stop_the_others(control):
+    with socket.create_connection(("127.0.0.1", control.port), timeout=5) as stalled:
+        stalled.sendall(b"POST /phases HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"na")
+        for _ in range(3):
+            assert httpx.get(f"http://127.0.0.1:{control.port}/readyz", timeout=5).status_code == 200
+
+
+def test_the_control_api_listens_only_on_the_configured_address(control):
+    host, port = control.httpd.server_address[:2]
+    assert host == "127.0.0.1"
+    with pytest.raises(OSError):  # 127.0.0.2 is this machine too, but not where it was told to listen
+        socket.create_connection(("127.0.0.2", port), timeout=2).close()
+
+
+# -- credentials -------------------------------------------------------------------------------------------
+SECRETS = ["s3cret-pw-alice", "t0p-secret-query", "bearer-s3cret-tok", "otlp-pw-s3cret", "otlp-q-s3cret",
+           "otlp-hdr-s3cret"]
+
+
+class EchoingReceiver:
+    """A hostile OTLP receiver: rejects everything with 400 and echoes the request line and headers back."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = f"rejected {self.requestline} {dict(self.headers)}".encode()
+                self.send_response(400)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_no_credential_reaches_any_file_or_log_line_of_a_run(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)
+    receiver = EchoingReceiver()
+    try:
+        with SimulatedExporter(SimulatorConfig(gpus=2, seed=1)) as with_userinfo, \
+                SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as with_token:
+            urls = [with_userinfo.url.replace("http://", "http://alice:s3cret-pw-alice@") + "?token=t0p-secret-query",
+                    with_token.url]
+            otlp = OtlpConfig(endpoint=f"http://bob:otlp-pw-s3cret@127.0.0.1:{receiver.port}/v1/metrics"
+                                       "?apikey=otlp-q-s3cret",
+                              headers=(("authorization", "Bearer otlp-hdr-s3cret"),), export_interval_s=0.02,
+                              timeout_s=1.0)
+            forwarder = OtlpForwarder(otlp, base_resource={"service.name": "t"}, log_interval_s=0.0)
+            config = Config(telemetry=TelemetryItems(urls=urls), default_endpoints=[], artifact_dir=str(tmp_path),
+                            run_id="creds", bearer_token="bearer-s3cret-tok", collection_interval=0.05,
+                            scrape_timeout=0.5, record_log_gzip=True)
+            session = Session(config, TABLE, forwarder=forwarder)
+            session.configure()
+            with_userinfo.add_fault(Fault("http-500", requests=(3, 3)))
+            with_token.add_fault(Fault("garbage-line"))
+            for _ in range(3):
+                for loop in session.loops.values():
+                    loop.scrape_now()
+            forwarder.flush(10.0)
+            status = json.dumps(session.status())
+            session.complete()
+    finally:
+        receiver.close()
+    assert forwarder.stats().rejected_points > 0  # the receiver did echo the credentials back
+    texts = {"status": status}
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            texts[str(path)] = (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8", "replace")
+    for record in caplog.records:
+        if record.name.startswith("bridge.simulator"):
+            continue  # the exporter's side logging the requests it received, not the sidecar's output
+        key = f"log {record.name}"
+        texts[key] = texts.get(key, "") + record.getMessage() + (record.exc_text or "")
+    assert any(name.startswith("log urllib3") for name in texts)  # urllib3's own DEBUG lines were scanned
+    for where, text in texts.items():
+        for secret in SECRETS:
+            assert secret not in text, (secret, where)
