@@ -47,6 +47,33 @@ def _window_slice(ts: NDArray[np.int64], start: int, end: int) -> slice:
     return slice(lo, hi)
 
 
+def _linear_percentiles(ordered: NDArray[np.float64]) -> NDArray[np.float64]:
+    """np.percentile(values, PERCENTILES) ("linear") on already sorted values, in one vectorised step.
+
+    np.percentile costs ~0.25 ms per call in overhead, paid once per metric per GPU at shutdown; this
+    repeats its arithmetic exactly (numpy's _compute_virtual_index and _lerp) on the sorted array.
+    """
+    import numpy as np
+
+    n = ordered.size
+    quantiles = np.asarray(PERCENTILES, dtype=np.float64) / 100
+    virtual = (n - 1) * quantiles
+    previous = np.floor(virtual)
+    gamma = virtual - previous
+    lo = np.clip(previous.astype(np.int64), 0, n - 1)
+    hi = np.clip(lo + 1, 0, n - 1)
+    below = virtual < 0
+    lo[below], gamma[below] = 0, 0.0
+    above = virtual >= n - 1
+    lo[above], hi[above], gamma[above] = n - 1, n - 1, 0.0
+    a, b = ordered[lo], ordered[hi]
+    diff = b - a
+    result = a + diff * gamma
+    late = gamma >= 0.5
+    result[late] = (b - diff * (1 - gamma))[late]
+    return result
+
+
 def gauge_stats(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, end: int, unit: str,
                 *, count_nan_slots: bool = False) -> dict[str, Any] | None:
     """AIPerf's gauge stats and key order over [start, end]; None when no valid sample is in it.
@@ -59,12 +86,13 @@ def gauge_stats(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, 
     valid = window[~np.isnan(window)]
     if valid.size == 0:
         return None
-    pcts = np.percentile(valid, PERCENTILES)  # linear interpolation, as np.nanpercentile's default
+    ordered = np.sort(valid)
+    pcts = _linear_percentiles(ordered)
     out: dict[str, Any] = {"unit": unit, "avg": float(np.mean(valid))}
     for p, value in zip(PERCENTILES, pcts, strict=True):
         out[f"p{p}"] = float(value)
-    out["min"] = float(np.min(valid))
-    out["max"] = float(np.max(valid))
+    out["min"] = float(ordered[0])
+    out["max"] = float(ordered[-1])
     out["std"] = float(np.std(valid, ddof=1)) if valid.size >= 2 else 0.0
     out["count"] = int(window.size if count_nan_slots else valid.size)
     out["sum"] = float(np.sum(valid))

@@ -192,3 +192,14 @@ def test_power_integrates_to_joules_over_exactly_the_window() -> None:
     ts, v = arrays(times, [100.0 + 50.0 * t for t in times])  # linear: trapezoids are exact
     joules = integrate_gauge(ts, v, 0, 4 * S, 666_000_000)
     assert joules is not None and math.isclose(joules, 100 * 4 + 25 * 16, rel_tol=1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=80))
+def test_the_vectorised_percentiles_are_numpys_to_the_bit(values):
+    import numpy as np
+
+    from bridge.report.stats import PERCENTILES, _linear_percentiles
+
+    array = np.asarray(values, dtype=np.float64)
+    assert np.array_equal(_linear_percentiles(np.sort(array)), np.percentile(array, PERCENTILES))
