@@ -22,7 +22,27 @@ def _setup_logging(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """Commands from other packages are imported only when they run (or when --help lists them), so
+    `dcgm-bridge sidecar` under a 25m CPU limit never pays for the simulator or the kube code."""
+
+    lazy = {"simulate": "bridge.simulator.cli:simulate", "report": "bridge.report.cli:report",
+            "kube": "bridge.kube.cli:kube"}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            from importlib import import_module
+
+            module, _, attr = self.lazy[name].partition(":")
+            command: click.Command = getattr(import_module(module), attr)
+            return command
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dcgm-bridge")
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 def main(verbose: int) -> None:
@@ -286,31 +306,5 @@ def profile(command: tuple[str, ...], live: bool, **flags: Any) -> None:
     sys.exit(code)
 
 
-def register(group: click.Group) -> None:
-    """Commands that live in their own packages."""
-    from bridge.kube.cli import kube
-    from bridge.report.cli import report
-    from bridge.simulator.cli import simulate
-
-    for command in (simulate, report, kube):
-        group.add_command(command)
-
-
-
-
-@main.command()
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("artifacts"),
-              show_default=True, help="Where the artifacts go.")
-@click.option("--duration", type=float, default=15.0, show_default=True, help="Seconds of collection.")
-@click.option("--gpus", type=click.IntRange(1, 64), default=8, show_default=True)
-@click.option("--mig", type=click.IntRange(0, 7), default=0, help="MIG instances per simulated GPU.")
-def demo(out: Path, duration: float, gpus: int, mig: int) -> None:
-    """Run a warmup + profiling collection against the embedded simulated exporter and report it."""
-    from bridge.demo import run_demo
-
-    run_demo(out, duration, gpus=gpus, mig=mig)
-
-
-register(main)
 if __name__ == "__main__":
     main()

@@ -438,3 +438,15 @@ def test_report_rebuilds_from_the_logs_and_writes_the_html_page(tmp_path):
     assert "<script src" not in page and "<link" not in page  # self-contained: nothing loaded from elsewhere
     assert json.loads((tmp_path / "rebuilt.json").read_text())["telemetry_data"] == \
         json.loads((tmp_path / "run" / "profile_export_aiperf.json").read_text())["telemetry_data"]
+
+
+def test_the_sidecar_command_does_not_import_the_simulator_or_the_kube_code():
+    import subprocess
+    import sys
+
+    code = ("import sys; from click.testing import CliRunner; from bridge.cli import main; "
+            "CliRunner().invoke(main, ['sidecar', '--help']); "
+            "print(sorted(m for m in sys.modules if m.startswith(('bridge.kube', 'bridge.simulator', 'bridge.report'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    assert CliRunner().invoke(main, ["kube", "--help"]).exit_code == 0
