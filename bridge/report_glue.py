@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.endpoints import display_key
 from bridge.record_log import dict_to_record
+from bridge.report.series import endpoint_of
 from bridge.samples import GpuRecord
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ class LiveSeries:
         t_ns = int(obj["timestamp_ns"])
         url = str(obj.get("telemetry_source_url") or obj.get("dcgm_url") or "")
         uuid = obj.get("gpu_uuid") or dict_to_record(obj).gpu_uuid
-        key = (self._endpoint(url), str(uuid), obj.get("gpu_instance_id"))
+        key = (endpoint_of(self._display, url), str(uuid), obj.get("gpu_instance_id"))
         spooled = self._series.get(key)
         if spooled is None:
             spooled = self._series[key] = _Spooled(len(self._series), dict_to_record(obj))
@@ -145,12 +146,6 @@ class LiveSeries:
                 if value is not None:
                     spooled.filled[name] = value
                     spooled.missing.remove(name)
-
-    def _endpoint(self, url: str) -> str:
-        endpoint = self._display.get(url)
-        if endpoint is None:
-            endpoint = self._display[url] = display_key(url) if url else "unknown"
-        return endpoint
 
     def _spool(self, spooled: _Spooled) -> None:
         assert self.spool_dir is not None

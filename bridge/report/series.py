@@ -191,6 +191,14 @@ def _merge_aliases(values: dict[str, NDArray[np.float64]]) -> dict[str, NDArray[
     return out
 
 
+def endpoint_of(cache: dict[str, str], url: str) -> str:
+    """A record's endpoint key (its source URL's display key), memoised per URL in `cache`."""
+    endpoint = cache.get(url)
+    if endpoint is None:
+        endpoint = cache[url] = display_key(url) if url else "unknown"
+    return endpoint
+
+
 class SeriesAccumulator:
     """Feed records (in any order) with `add` (or raw log lines with `add_dict`); `finish()` sorts.
 
@@ -204,14 +212,8 @@ class SeriesAccumulator:
         self._display: dict[str, str] = {}
         self.records = 0
 
-    def _endpoint(self, url: str) -> str:
-        endpoint = self._display.get(url)
-        if endpoint is None:
-            endpoint = self._display[url] = display_key(url) if url else "unknown"
-        return endpoint
-
     def add(self, record: GpuRecord) -> None:
-        key = (self._endpoint(record.telemetry_source_url), record.gpu_uuid, record.gpu_instance_id)
+        key = (endpoint_of(self._display, record.telemetry_source_url), record.gpu_uuid, record.gpu_instance_id)
         builder = self._builders.get(key)
         if builder is None:
             builder = self._builders[key] = _Builder(record)
@@ -229,7 +231,7 @@ class SeriesAccumulator:
         uuid = obj.get("gpu_uuid")
         if not uuid:
             uuid = dict_to_record(obj).gpu_uuid
-        key = (self._endpoint(str(url)), str(uuid), obj.get("gpu_instance_id"))
+        key = (endpoint_of(self._display, str(url)), str(uuid), obj.get("gpu_instance_id"))
         t_ns = int(obj["timestamp_ns"])
         builder = self._builders.get(key)
         if builder is None:
