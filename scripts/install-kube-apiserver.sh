@@ -141,15 +141,15 @@ log "downloading $(wc -w <<<"$PKGS") packages"
 log "unpacking"
 for f in "$W"/debs/*.deb; do
     [[ "$f" == */etcd-server_* ]] && continue
-    dpkg-deb -x "$f" "$W/root"
+    dpkg-deb -x "$f" "$W/tree"
 done
 mkdir -p "$W/etcd"
 dpkg-deb -x "$W"/debs/etcd-server_*.deb "$W/etcd"
 cp "$W/etcd/usr/bin/etcd" "$W/bin/etcd"
 
 GOROOT=$(ls -d "$W"/root/usr/lib/go-1.* | sort -V | tail -1)   # Debian's go binary is static
-[[ -x "$GOROOT/bin/go" ]] || { log "no go binary under $W/root/usr/lib"; exit 1; }
-export GOROOT PATH="$GOROOT/bin:$PATH" GOPATH="$W/root/usr/share/gocode" GO111MODULE=off GOPROXY=off \
+[[ -x "$GOROOT/bin/go" ]] || { log "no go binary under $W/tree/usr/lib"; exit 1; }
+export GOROOT PATH="$GOROOT/bin:$PATH" GOPATH="$W/tree/usr/share/gocode" GO111MODULE=off GOPROXY=off \
        GOTOOLCHAIN=local GOFLAGS= CGO_ENABLED=0 GOCACHE="$CACHE/gocache" GOTMPDIR="$W/tmp"
 log "go build ($("$GOROOT/bin/go" version | awk '{print $3}'))"
 (cd "$GOPATH/src/k8s.io/apiextensions-apiserver" \
@@ -159,7 +159,7 @@ log "go build ($("$GOROOT/bin/go" version | awk '{print $3}'))"
 "$W/bin/apiextensions-apiserver" --help >/dev/null 2>&1 || true
 
 # The unpacked sources (2.3 GB) and the .debs are only needed to build; GOCACHE stays for rebuilds.
-rm -rf "$W/root" "$W/debs" "$W/etcd" "$W/tmp"
+rm -rf "$W/tree" "$W/debs" "$W/etcd" "$W/tmp"
 printf 'golang-k8s-apiextensions-apiserver-dev %s (sid)\netcd-server %s (%s)\n' \
     "$APIEXT_VER" "$ETCD_VER" "$ETCD_SUITE" > "$W/VERSIONS"
 echo "recipe=$RECIPE" > "$W/.complete"
