@@ -147,7 +147,7 @@ mkdir -p "$W/etcd"
 dpkg-deb -x "$W"/debs/etcd-server_*.deb "$W/etcd"
 cp "$W/etcd/usr/bin/etcd" "$W/bin/etcd"
 
-GOROOT=$(ls -d "$W"/root/usr/lib/go-1.* | sort -V | tail -1)   # Debian's go binary is static
+GOROOT=$(ls -d "$W"/tree/usr/lib/go-1.* | sort -V | tail -1)   # Debian's go binary is static
 [[ -x "$GOROOT/bin/go" ]] || { log "no go binary under $W/tree/usr/lib"; exit 1; }
 export GOROOT PATH="$GOROOT/bin:$PATH" GOPATH="$W/tree/usr/share/gocode" GO111MODULE=off GOPROXY=off \
        GOTOOLCHAIN=local GOFLAGS= CGO_ENABLED=0 GOCACHE="$CACHE/gocache" GOTMPDIR="$W/tmp"
