@@ -124,7 +124,7 @@ fi
 
 log "building $KEY (cold: about 7 minutes on 2 cores)"
 rm -rf "$W"
-mkdir -p "$W"/{debs,root,bin,tmp}
+mkdir -p "$W"/{debs,tree,bin,tmp}
 
 # The build closure: every -dev source package plus the Go compiler itself (golang-1.NN-go/src).
 PKGS=$(apt-get "${APT[@]}" -s install --no-install-recommends \
