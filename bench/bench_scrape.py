@@ -5,7 +5,7 @@ normaliser and encoder per endpoint, so the page template and the plans are warm
 values, so the unchanged-body shortcut never applies). AIPerf's: DCGMTelemetryCollector.
 _parse_metrics_to_records + TelemetryHierarchy.add_record + its JSONL serialisation, run in its own venv
 (bench/aiperf_setup.sh installs aiperf==0.13.0 from PyPI into the bench cache). Also the HTTP GET that
-precedes every scrape (urllib3), against a simulated exporter in another process.
+precedes every scrape (libcurl), against a simulated exporter in another process.
 CPU time (time.process_time), best of repeats; the two sides run in the same `make bench` run.
 
 Targets (issue #7): ours ≤ 1 ms CPU per scrape and ≥ 15× faster than AIPerf's path.
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _procs import ROOT, start_simulators, stop, verdict  # noqa: E402
 
-from bridge.fetch import FetchSettings, Urllib3Fetcher  # noqa: E402
+from bridge.fetch import FetchSettings, make_fetcher  # noqa: E402
 from bridge.fields import default_table  # noqa: E402
 from bridge.normalize import Normalizer  # noqa: E402
 from bridge.otlp.encode import ContextCache, EndpointEncoder  # noqa: E402
@@ -128,10 +128,10 @@ def main() -> int:
         print(f"  AIPerf 0.13.0: not measured   target >= {TARGET_RATIO:g}x: NOT MET (no baseline)")
     sims, urls = start_simulators(1, 8)
     try:
-        urllib3_get = fetch_ms(urls[0], Urllib3Fetcher(FetchSettings()))
+        get_ms = fetch_ms(urls[0], make_fetcher(FetchSettings()))
     finally:
         stop(sims)
-    print(f"  the GET before it (urllib3): {urllib3_get:.3f} ms; whole scrape {ours + urllib3_get:.3f} ms")
+    print(f"  the GET before it (libcurl): {get_ms:.3f} ms; whole scrape {ours + get_ms:.3f} ms")
     _ = ROOT
     return 0
 

@@ -68,7 +68,7 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...]) -> None:
     """Show what the bridge sees in one page: SOURCE is a file or a URL."""
     from bridge.custom_metrics import CustomMetricsError, table_with_custom
     from bridge.endpoints import normalize_url, redact_url
-    from bridge.fetch import FetchError, FetchSettings, Urllib3Fetcher
+    from bridge.fetch import FetchError, FetchSettings, make_fetcher
     from bridge.fields import default_table
     from bridge.normalize import Normalizer
     from bridge.parse import parse_page
@@ -78,7 +78,7 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...]) -> None:
         body, origin = Path(source).read_bytes(), source
     elif source.startswith("http") or ":" in source:
         url = normalize_url(source)
-        fetcher = Urllib3Fetcher(FetchSettings())
+        fetcher = make_fetcher(FetchSettings())
         try:
             body, origin = fetcher.fetch(url).body, redact_url(url)
         except FetchError as exc:

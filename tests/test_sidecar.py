@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from bridge.cli import main
 from bridge.config import Config
 from bridge.endpoints import TelemetryItems
-from bridge.fetch import FetchedPage, FetchError, FetchSettings, Urllib3Fetcher
+from bridge.fetch import FetchedPage, FetchError, FetchSettings, make_fetcher
 from bridge.fields import default_table
 from bridge.lifecycle import Session
 from bridge.record_log import read_dicts, read_records
@@ -127,7 +127,7 @@ def test_a_slow_endpoint_times_out_without_holding_up_the_others(tmp_path):
 def test_a_body_over_the_limit_is_refused_with_a_clear_error(tmp_path):
     with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
         exporter.add_fault(Fault("huge-body", size_bytes=3 * 1024 * 1024))
-        fetcher = Urllib3Fetcher(FetchSettings(max_body_bytes=1024 * 1024))
+        fetcher = make_fetcher(FetchSettings(max_body_bytes=1024 * 1024))
         with pytest.raises(FetchError) as info:
             fetcher.fetch(exporter.url)
     assert info.value.kind == "too_large" and "DCGM_BRIDGE_MAX_BODY_BYTES" in info.value.message
@@ -404,7 +404,7 @@ def header_recorder():
 
 def test_userinfo_becomes_basic_auth_and_never_reaches_the_request_line(header_recorder):
     address, seen = header_recorder
-    Urllib3Fetcher(FetchSettings()).fetch(f"http://alice:s3cret@{address}/metrics")
+    make_fetcher(FetchSettings()).fetch(f"http://alice:s3cret@{address}/metrics")
     assert seen == ["Basic YWxpY2U6czNjcmV0"]
 
 
