@@ -79,7 +79,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shutdown_delay", ("AIPERF_GPU_SHUTDOWN_DELAY",), float, 5.0, 0, 300,
             "seconds allowed for the final scrape and flush at shutdown"),
     Setting("scrape_timeout", ("DCGM_BRIDGE_SCRAPE_TIMEOUT", "AIPERF_HTTP_METRICS_SCRAPE_READ_TIMEOUT"), float,
-            5.0, 0.01, 300, "read timeout of one scrape (seconds)"),
+            5.0, 0.01, 300, "time limit of one scrape, connect included (seconds)"),
     Setting("connect_timeout", ("DCGM_BRIDGE_CONNECT_TIMEOUT",), float, 2.0, 0.01, 60,
             "connect timeout of one scrape (seconds)"),
     Setting("max_body_bytes", ("DCGM_BRIDGE_MAX_BODY_BYTES",), int, 16 * 1024 * 1024, 1024, 2**31,

@@ -25,7 +25,7 @@ from bridge.parse import PageParser, TemplatedPage
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.report_glue import LiveSeries
 from bridge.samples import GpuRecord, ParsedPage, PhaseMark
-from bridge.scrape import ScrapeLoop
+from bridge.scrape import ScrapeGroup, ScrapeLoop
 
 logger = logging.getLogger(__name__)
 
@@ -106,13 +106,15 @@ class Session:
             urls = candidate_endpoints(self.config.telemetry.urls, self.config.default_endpoints)
             defaults = set(candidate_endpoints([], self.config.default_endpoints))
             self.probes = [self._probe(url) for url in urls]
+            group = ScrapeGroup(self.fetcher, self.config.collection_interval, monotonic=self._monotonic,
+                                now_ns=self._now_ns)  # one thread scrapes every endpoint
             for probe in self.probes:
                 # Defaults are only scraped when they answer; a user URL is scraped even when the probe
                 # failed, so an exporter that comes up late is still collected (and shown as down).
                 if probe.reachable or probe.url not in defaults:
                     self.loops[probe.url] = ScrapeLoop(probe.url, self.fetcher, self.config.collection_interval,
                                                        self._on_page, self._on_failure,
-                                                       monotonic=self._monotonic, now_ns=self._now_ns)
+                                                       monotonic=self._monotonic, now_ns=self._now_ns, group=group)
             configured = [redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults]
             successful = [redact_url(p.url) for p in self.probes if p.reachable]
             self.events.write_event({"type": "configured", "time_ns": self._now_ns(), "run_id": self.run_id,

@@ -1,7 +1,11 @@
-"""The scrape loop: one thread per endpoint, on absolute ticks, never more than one scrape in flight.
+"""The scrape loop: every endpoint on one thread, on absolute ticks, never more than one scrape in flight
+per endpoint.
 
-A tick that finds the previous scrape still running is counted as missed, not queued (AIPerf fires
-every tick without awaiting, so a stalled exporter piles up ~90 overlapping scrapes, §13.13).
+At each tick every idle endpoint's GET starts at once (libcurl's multi interface: bridge/fetch.py) and
+each page is handled on this thread as it arrives, so a slow or dead exporter never holds up the others
+and a tick costs one wake-up for all endpoints, not one per endpoint (DESIGN.md "Performance").
+A tick that finds an endpoint's previous scrape still running is counted as missed for it, not queued
+(AIPerf fires every tick without awaiting, so a stalled exporter piles up ~90 overlapping scrapes, §13.13).
 Boundary scrapes (phase marks, completion) wake the loop at once: a scrape already in flight that
 started at or after the boundary serves as the boundary sample, otherwise one starts as soon as the
 in-flight one ends.
@@ -9,7 +13,10 @@ in-flight one ends.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
+import os
 import threading
 import time
 from collections import Counter
@@ -17,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bridge.endpoints import redact_url
-from bridge.fetch import FetchedPage, Fetcher, FetchError
+from bridge.fetch import FetchedPage, Fetcher, FetchError, Transfers, transfers_of
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +66,109 @@ PageHandler = Callable[[str, FetchedPage], None]
 FailureHandler = Callable[[str, FetchError, int], None]
 
 
+class ScrapeGroup:
+    """The scrape thread: drives the GETs of all its endpoints (`ScrapeLoop`s) on one shared tick grid."""
+
+    def __init__(self, fetcher: Fetcher, interval_s: float, *, monotonic: Callable[[], float] = time.monotonic,
+                 now_ns: Callable[[], int] = time.time_ns) -> None:
+        self.fetcher = fetcher
+        self.interval_s = interval_s
+        self._monotonic = monotonic
+        self._now_ns = now_ns
+        self.loops: dict[str, ScrapeLoop] = {}
+        self.cond = threading.Condition()
+        self.origin: float | None = None  # monotonic time of tick 0, once running
+        self._stopping = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopping
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stopping
+
+    def start(self) -> None:
+        with self.cond:
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="scrape", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        with self.cond:
+            self._stopping = True
+            self.wake()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        with self.cond:
+            if not self._closed and (thread is None or not thread.is_alive()):
+                self._closed = True
+                os.close(self._wake_read)
+                os.close(self._wake_write)
+
+    def wake(self) -> None:
+        """Called under `cond`: the thread looks at its endpoints again now."""
+        if not self._closed:
+            with contextlib.suppress(BlockingIOError):  # the pipe is full of wake-ups already
+                os.write(self._wake_write, b"!")
+
+    def _run(self) -> None:
+        transfers = transfers_of(self.fetcher)
+        try:
+            self._loop(transfers)
+        finally:
+            transfers.cancel()  # GETs still in flight at stop are abandoned, their handles released
+
+    def _loop(self, transfers: Transfers) -> None:
+        interval = self.interval_s
+        self.origin = origin = self._monotonic()
+        while True:
+            starts: list[ScrapeLoop] = []
+            with self.cond:
+                if self._stopping:
+                    return
+                now, now_ns = self._monotonic(), self._now_ns()
+                current = math.floor((now - origin) / interval)
+                wake_at = now + interval
+                for loop in self.loops.values():
+                    if loop.in_flight_start_ns is not None:
+                        continue  # its tick is reckoned when its GET ends
+                    if loop.boundary_due(now_ns):
+                        loop.begin(now_ns, boundary=True)
+                        starts.append(loop)
+                    elif loop.next_tick <= current:
+                        if current > loop.next_tick:  # this thread was held up: those ticks are missed
+                            loop.stats.missed_ticks += current - loop.next_tick
+                        loop.record_lateness(now - (origin + current * interval))
+                        loop.next_tick = current + 1
+                        loop.begin(now_ns, boundary=False)
+                        starts.append(loop)
+                    else:
+                        wake_at = min(wake_at, origin + loop.next_tick * interval, loop.next_boundary_at(now, now_ns))
+            for loop in starts:
+                transfers.begin(loop.url)
+            ended = transfers.wait(max(0.0, wake_at - self._monotonic()), self._wake_read)
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._wake_read, 4096):
+                    pass
+            for url, outcome in ended:
+                self.loops[url].end(outcome)
+
+
 class ScrapeLoop:
-    """Scrapes one endpoint every `interval_s` until stopped; hands pages and failures to callbacks."""
+    """One endpoint: its schedule, its boundaries and its stats. Scraped by its `ScrapeGroup`'s thread (its
+    own group when none is given); hands pages and failures to callbacks on that thread."""
 
     def __init__(self, url: str, fetcher: Fetcher, interval_s: float, on_page: PageHandler,
                  on_failure: FailureHandler, *, monotonic: Callable[[], float] = time.monotonic,
-                 now_ns: Callable[[], int] = time.time_ns) -> None:
+                 now_ns: Callable[[], int] = time.time_ns, group: ScrapeGroup | None = None) -> None:
         self.url = url
         self.fetcher = fetcher
         self.interval_s = interval_s
@@ -73,120 +177,121 @@ class ScrapeLoop:
         self.stats = EndpointStats(redact_url(url))
         self._monotonic = monotonic
         self._now_ns = now_ns
-        self._cond = threading.Condition()
+        self.group = group or ScrapeGroup(fetcher, interval_s, monotonic=monotonic, now_ns=now_ns)
+        self.group.loops[url] = self
         self._pending: list[_Boundary] = []
         self._in_flight_served: list[_Boundary] = []
-        self._in_flight_start_ns: int | None = None
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self.in_flight_start_ns: int | None = None
+        self._in_flight_boundary = False
+        self._began = 0.0
+        self.next_tick = 0  # the next tick of the group's grid this endpoint is scraped at
         self.tick_lateness_s = self.stats.lateness_s  # bounded ring of recent lateness samples (bench, /status)
 
     # -- control ---------------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"scrape {self.stats.url}", daemon=True)
-        self._thread.start()
+        self.group.start()
 
     def request_boundary(self, time_ns: int) -> _Boundary:
         boundary = _Boundary(time_ns)
-        with self._cond:
-            running = self._thread is not None and self._thread.is_alive() and not self._stopping
-            if self._in_flight_start_ns is not None and self._in_flight_start_ns >= time_ns:
+        group = self.group
+        with group.cond:
+            if group.stopped:  # the run is complete: a late phase mark gets no scrape
+                boundary.error = "collection has stopped"
+                boundary.done.set()
+                return boundary
+            running = group.running
+            if self.in_flight_start_ns is not None and self.in_flight_start_ns >= time_ns:
                 self._in_flight_served.append(boundary)  # the scrape in flight started after the boundary
             else:
                 self._pending.append(boundary)
-                self._cond.notify()
+                group.wake()
         if not running:
             self._scrape_once()
         return boundary
 
     def stop(self, timeout: float | None = None) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        """Stops the whole group (every endpoint on its thread)."""
+        self.group.stop(timeout)
         self.stats.state = "stopped" if self.stats.state != "down" else "down"
 
     def scrape_now(self) -> bool:
-        """One synchronous scrape outside the loop (baseline); True when it succeeded."""
+        """One scrape now, waited for (the baseline: before the loop starts); True when it succeeded."""
+        if self.group.running:  # the group's thread owns the endpoint's connection: ask it
+            boundary = self.request_boundary(self._now_ns())
+            return boundary.done.wait(600) and boundary.error is None
         return self._scrape_once()
 
-    # -- loop ------------------------------------------------------------------------------------
-    def _run(self) -> None:
-        interval = self.interval_s
-        origin = self._monotonic()
-        tick = 0
-        while True:
-            with self._cond:
-                boundary_due = False
-                while not self._stopping:
-                    delay = origin + tick * interval - self._monotonic()
-                    if self._pending:
-                        now_ns = self._now_ns()
-                        boundary_due = any(b.time_ns <= now_ns for b in self._pending)
-                        if boundary_due:
-                            break
-                        delay = min(delay, min(b.time_ns - now_ns for b in self._pending) / 1e9)
-                    if delay <= 0:
-                        break
-                    self._cond.wait(delay)
-                if self._stopping:
-                    return
-                scheduled = origin + tick * interval
-            lateness = self._monotonic() - scheduled
-            if not boundary_due and lateness >= 0:
-                self._record_lateness(lateness)
-            self._scrape_once()
-            # Ticks that passed while this scrape ran are missed, never queued. A boundary scrape
-            # serves the ticks that came due while it ran.
-            next_tick = int((self._monotonic() - origin) // interval) + 1
-            if boundary_due:
-                tick = max(tick, next_tick)
-                continue
-            if next_tick > tick + 1:
-                self.stats.missed_ticks += next_tick - tick - 1
-            tick = max(next_tick, tick + 1)
+    # -- the group's side (under its lock where noted) ----------------------------------------------
+    def boundary_due(self, now_ns: int) -> bool:
+        return any(b.time_ns <= now_ns for b in self._pending)
 
-    def _record_lateness(self, lateness: float) -> None:
+    def next_boundary_at(self, now: float, now_ns: int) -> float:
+        if not self._pending:
+            return math.inf
+        return now + min(b.time_ns - now_ns for b in self._pending) / 1e9
+
+    def record_lateness(self, lateness: float) -> None:
+        if lateness < 0:
+            return
         if len(self.tick_lateness_s) >= 4096:
             del self.tick_lateness_s[:2048]
         self.tick_lateness_s.append(lateness)
 
-    def _scrape_once(self) -> bool:
-        start_ns = self._now_ns()
-        began = self._monotonic()
-        with self._cond:
-            self._in_flight_start_ns = start_ns
-            served = [b for b in self._pending if b.time_ns <= start_ns]
-            self._pending = [b for b in self._pending if b.time_ns > start_ns]
-            self._in_flight_served = served
+    def begin(self, start_ns: int, *, boundary: bool) -> None:
+        """A scrape starts (under the group's lock): the boundaries at or before it are served by it."""
+        self._began = self._monotonic()
+        self.in_flight_start_ns = start_ns
+        self._in_flight_boundary = boundary
+        self._in_flight_served = [b for b in self._pending if b.time_ns <= start_ns]
+        self._pending = [b for b in self._pending if b.time_ns > start_ns]
+
+    def end(self, outcome: FetchedPage | FetchError) -> bool:
+        """The scrape's GET ended: stats, the callbacks, the ticks it covered, its boundaries."""
+        start_ns = self.in_flight_start_ns or 0
         error: str | None = None
         try:
-            page = self.fetcher.fetch(self.url)
-        except FetchError as exc:
-            error = exc.message
-            self.stats.failures[exc.kind] += 1
-            self.stats.last_error, self.stats.last_error_ns = exc.message, start_ns
-            if self.stats.state != "down":
-                logger.warning("endpoint %s is down: %s", self.stats.url, exc.message)
-            self.stats.state = "down"
-            self._safe(self.on_failure, exc, start_ns)
-        else:
-            self.stats.scrapes += 1
-            self.stats.last_success_ns = page.start_ns
-            if self.stats.state == "down":
-                logger.warning("endpoint %s is up again", self.stats.url)
-            self.stats.state = "up"
-            self._safe_page(page)
+            if isinstance(outcome, FetchError):
+                error = outcome.message
+                self.stats.failures[outcome.kind] += 1
+                self.stats.last_error, self.stats.last_error_ns = outcome.message, start_ns
+                if self.stats.state != "down":
+                    logger.warning("endpoint %s is down: %s", self.stats.url, outcome.message)
+                self.stats.state = "down"
+                self._safe(self.on_failure, outcome, start_ns)
+            else:
+                self.stats.scrapes += 1
+                self.stats.last_success_ns = outcome.start_ns
+                if self.stats.state == "down":
+                    logger.warning("endpoint %s is up again", self.stats.url)
+                self.stats.state = "up"
+                self._safe_page(outcome)
         finally:
-            self.stats.last_duration_s = self._monotonic() - began
-            with self._cond:
-                self._in_flight_start_ns = None
+            now = self._monotonic()
+            self.stats.last_duration_s = now - self._began
+            with self.group.cond:
+                origin = self.group.origin
+                if origin is not None:
+                    # Ticks that passed while this scrape ran are missed, never queued; a boundary scrape
+                    # serves the ticks that came due while it ran.
+                    first_future = math.floor((now - origin) / self.interval_s) + 1
+                    if not self._in_flight_boundary and first_future > self.next_tick:
+                        self.stats.missed_ticks += first_future - self.next_tick
+                    self.next_tick = max(self.next_tick, first_future)
+                self.in_flight_start_ns = None
                 served, self._in_flight_served = self._in_flight_served, []
         for boundary in served:
             boundary.error = error
             boundary.done.set()
         return error is None
+
+    def _scrape_once(self) -> bool:
+        with self.group.cond:
+            self.begin(self._now_ns(), boundary=True)
+        try:
+            outcome: FetchedPage | FetchError = self.fetcher.fetch(self.url)
+        except FetchError as exc:
+            outcome = exc
+        return self.end(outcome)
 
     def _safe(self, handler: FailureHandler, exc: FetchError, start_ns: int) -> None:
         try:
