@@ -42,9 +42,25 @@ def session_for(urls: list[str], out: Path, **overrides: Any) -> Session:
 
 
 def scrape(session: Session, times: int = SCRAPES) -> None:
+    """Synchronous scrapes, one endpoint after the other (for the tests on a manual clock)."""
     for _ in range(times):
         for loop in session.loops.values():
             loop.scrape_now()
+
+
+def collect(session: Session, times: int = SCRAPES) -> None:
+    """The sidecar as it runs: its scrape thread until every endpoint has `times` more outcomes (pages or
+    failures); a stalled thread fails the test."""
+    def outcomes(url: str) -> int:
+        stats = session.loops[url].stats
+        return stats.scrapes + sum(stats.failures.values())
+
+    before = {url: outcomes(url) for url in session.loops}
+    session.start()
+    deadline = time.monotonic() + 60
+    while any(outcomes(url) < before[url] + times for url in session.loops):
+        assert time.monotonic() < deadline, {url: outcomes(url) - before[url] for url in session.loops}
+        time.sleep(0.01)
 
 
 def records_by_endpoint(session: Session) -> dict[str, int]:
@@ -123,7 +139,7 @@ def test_a_failing_endpoint_is_named_in_the_report_and_the_healthy_one_loses_no_
         session = session_for([sick.url, healthy.url], tmp_path)
         session.configure()
         inject(sick)
-        scrape(session)
+        collect(session)
         outputs = session.complete()
     report = outputs.report
     assert (tmp_path / "profile_export_aiperf.json").exists()
@@ -143,7 +159,7 @@ def test_an_endpoint_down_at_start_is_named_and_never_stops_the_others(tmp_path)
         session = session_for([sick.url, healthy.url], tmp_path)
         probes = session.configure()
         assert [p.reachable for p in probes] == [False, True]
-        scrape(session)
+        collect(session)
         outputs = session.complete()
     assert_healthy_endpoint_lost_nothing(session, healthy)
     summary = outputs.report.telemetry_data["summary"]
@@ -157,7 +173,7 @@ def test_a_page_of_garbage_bytes_is_a_parse_error_in_the_report(tmp_path):
         with SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as healthy:
             session = session_for([garbage.url, healthy.url], tmp_path)
             session.configure()
-            scrape(session)
+            collect(session)
             outputs = session.complete()
     finally:
         garbage.close()
