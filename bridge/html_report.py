@@ -133,9 +133,7 @@ def _series(records: Path | str | Iterable[GpuRecord]) -> list[Series]:
     from bridge.report import SeriesAccumulator
 
     if isinstance(records, str | Path):
-        from bridge.record_log import read_records
-
-        records = read_records(Path(records))
+        return SeriesAccumulator().add_path(Path(records)).finish()
     return SeriesAccumulator().add_all(records).finish()
 
 

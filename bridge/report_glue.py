@@ -4,8 +4,8 @@ The report is built from the records the run wrote and the events file — what 
 reads afterwards — so the two agree (tests/test_longrun.py compares them). The records do not come
 back from the JSONL log, though: re-reading a 1-hour 64-GPU log costs ~5 CPU-seconds, while the
 shutdown budget under a 25m limit is 0.75 (30 s × 25m). `LiveSeries` takes each record as it is
-written, appends its values as one row to its series' spool file (raw float64/int64, a few µs per
-record, nothing kept in memory beyond 64 KB per series, so RSS stays flat over hours), and at the end
+written, appends its values as one row to its series' spool file (raw float64/int64, ~2 µs per
+record, nothing kept in memory beyond 16 KB per series, so RSS stays flat over hours), and at the end
 hands `build_report` the series as memory-mapped arrays. When the spool cannot be written (disk
 full) and its in-memory fallback outgrows its bound, the report falls back to the record log.
 """
@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import shutil
 import threading
-from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge.endpoints import display_key
-from bridge.record_log import dict_to_record
-from bridge.report.series import endpoint_of
+from bridge.report.series import SeriesRows
 from bridge.samples import GpuRecord
 
 if TYPE_CHECKING:
@@ -35,37 +35,25 @@ logger = logging.getLogger(__name__)
 
 _FLUSH_BYTES = 16 * 1024  # per series and file: ~8 s of one GPU at 3 Hz
 _MAX_UNSPOOLED_BYTES = 64 * 1024 * 1024  # held in memory while the spool cannot be written; past it: give up
-_FILLABLE = ("gpu_model_name", "pci_bus_id", "device", "hostname", "namespace", "pod_name", "gpu_instance_profile")
 
 
 class _Spooled:
-    """One series (endpoint × GPU identity): its first record, labels filled later, and its spooled rows."""
+    """One series (endpoint × GPU identity): its rows (report/series.py's SeriesRows, holding only those not
+    yet spooled) and how many float64 values its .rows file holds."""
 
-    __slots__ = ("number", "url", "first", "filled", "missing", "keys", "blocks", "ts", "rows", "rows_out",
-                 "ts_out", "count")
+    __slots__ = ("number", "rows", "rows_out")
 
     def __init__(self, number: int, record: GpuRecord) -> None:
         self.number = number
-        self.url = record.telemetry_source_url
-        self.first = record
-        self.filled: dict[str, str] = {}
-        self.missing = [name for name in _FILLABLE if getattr(record, name) is None]
-        self.keys: tuple[str, ...] = ()
-        self.blocks: list[tuple[tuple[str, ...], int, int]] = []  # (keys, first row, rows)
-        self.ts: array[int] = array("q")  # not yet spooled
-        self.rows: array[float] = array("d")
-        self.ts_out = 0  # rows already in the files
-        self.rows_out = 0  # float64 values already in the rows file
-        self.count = 0
+        self.rows = SeriesRows(record)
+        self.rows_out = 0
 
 
 class LiveSeries:
-    """Records → per-series spool files → `build_report`'s series. Thread-safe (one lock).
+    """Records → per-series spool files → `build_report`'s series (its `records` and `finish()`).
+    Thread-safe (one lock)."""
 
-    `spool_dir=None` keeps everything in memory (`series_from_log`: a report rebuilt from a log).
-    """
-
-    def __init__(self, spool_dir: Path | None) -> None:
+    def __init__(self, spool_dir: Path) -> None:
         self.spool_dir = spool_dir
         self._series: dict[tuple[str, str, str | None], _Spooled] = {}
         self._lock = threading.Lock()
@@ -73,7 +61,6 @@ class LiveSeries:
         self.complete = True  # False once a record could not be kept: the report re-reads the log
         self.error: str | None = None
         self._unspooled = 0
-        self._display: dict[str, str] = {}
 
     def add(self, records: Sequence[GpuRecord], endpoint: str | None = None) -> None:
         """Records of one scrape (`endpoint`: their display key, when the caller knows it)."""
@@ -89,77 +76,26 @@ class LiveSeries:
         spooled = self._series.get(key)
         if spooled is None:
             spooled = self._series[key] = _Spooled(len(self._series), record)
-        data = record.telemetry_data
-        keys = tuple(data)
-        if keys != spooled.keys or not spooled.blocks:
-            spooled.keys = keys
-            spooled.blocks.append((keys, spooled.count, 0))
-        keys_, start, rows = spooled.blocks[-1]
-        spooled.blocks[-1] = (keys_, start, rows + 1)
-        spooled.rows.extend(data.values())
-        spooled.ts.append(record.timestamp_ns)
-        spooled.count += 1
-        if spooled.missing:
-            for name in list(spooled.missing):
-                value = getattr(record, name)
-                if value is not None:
-                    spooled.filled[name] = value
-                    spooled.missing.remove(name)
-        if len(spooled.rows) * 8 >= _FLUSH_BYTES and self.spool_dir is not None:
+        rows = spooled.rows
+        rows.add(record.timestamp_ns, record.telemetry_data)
+        if rows.missing:
+            rows.fill(partial(getattr, record))
+        if rows.used >= _FLUSH_BYTES:
             self._spool(spooled)
 
-    def add_dict(self, obj: Mapping[str, Any]) -> None:
-        """A decoded record-log line (ours or AIPerf's), read as SeriesAccumulator.add_dict reads it: numbers
-        only (anything else leaves its slot empty). Raises KeyError/TypeError/ValueError for a non-record."""
-        data = obj.get("telemetry_data") or {}
-        if not isinstance(data, Mapping):
-            raise TypeError(f"telemetry_data is a {type(data).__name__}, not an object")
-        t_ns = int(obj["timestamp_ns"])
-        url = str(obj.get("telemetry_source_url") or obj.get("dcgm_url") or "")
-        uuid = obj.get("gpu_uuid") or dict_to_record(obj).gpu_uuid
-        key = (endpoint_of(self._display, url), str(uuid), obj.get("gpu_instance_id"))
-        spooled = self._series.get(key)
-        if spooled is None:
-            spooled = self._series[key] = _Spooled(len(self._series), dict_to_record(obj))
-        keys = tuple(data)
-        before = len(spooled.rows)
-        try:
-            if keys != spooled.keys or not spooled.blocks:
-                raise TypeError  # a new key set: a new block
-            spooled.rows.extend(data.values())
-        except TypeError:  # (or a value that is not a number: AIPerf's reader keeps numbers only)
-            del spooled.rows[before:]
-            numbers = {k: v for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-            keys = tuple(numbers)
-            if keys != spooled.keys or not spooled.blocks:
-                spooled.keys = keys
-                spooled.blocks.append((keys, spooled.count, 0))
-            spooled.rows.extend(numbers.values())
-        keys_, start, rows = spooled.blocks[-1]
-        spooled.blocks[-1] = (keys_, start, rows + 1)
-        spooled.ts.append(t_ns)
-        spooled.count += 1
-        self.records += 1
-        if spooled.missing:
-            for name in list(spooled.missing):
-                value = obj.get(name)
-                if value is not None:
-                    spooled.filled[name] = value
-                    spooled.missing.remove(name)
-
     def _spool(self, spooled: _Spooled) -> None:
-        assert self.spool_dir is not None
-        held = (len(spooled.rows) + len(spooled.ts)) * 8
+        rows = spooled.rows
+        held = rows.used + len(rows.ts) * 8
         rows_path = self.spool_dir / f"{spooled.number}.rows"
         ts_path = self.spool_dir / f"{spooled.number}.ts"
         try:
             self.spool_dir.mkdir(parents=True, exist_ok=True)
-            with open(rows_path, "ab") as rows:
-                spooled.rows.tofile(rows)
-            with open(ts_path, "ab") as ts:
-                spooled.ts.tofile(ts)
+            with open(rows_path, "ab") as out:
+                out.write(rows.rows())
+            with open(ts_path, "ab") as out:
+                rows.ts.tofile(out)
         except OSError as exc:
-            for path, size in ((rows_path, spooled.rows_out * 8), (ts_path, spooled.ts_out * 8)):
+            for path, size in ((rows_path, spooled.rows_out * 8), (ts_path, rows.taken * 8)):
                 with contextlib.suppress(OSError):  # a half-written flush is written again in full later
                     os.truncate(path, size)
             # Kept in memory and retried at the next flush; the record log has its own buffer and error.
@@ -171,10 +107,8 @@ class LiveSeries:
             if self._unspooled > _MAX_UNSPOOLED_BYTES:
                 self._give_up()
             return
-        spooled.rows_out += len(spooled.rows)
-        spooled.ts_out += len(spooled.ts)
-        del spooled.rows[:]
-        del spooled.ts[:]
+        spooled.rows_out += rows.used // 8
+        rows.take()
         self._unspooled = 0
 
     def _give_up(self) -> None:
@@ -187,73 +121,31 @@ class LiveSeries:
         spooled): a one-hour 64-GPU run's ~220 MB of values stay file pages, reclaimable, not heap."""
         import numpy as np
 
-        from bridge.report.series import GpuMeta, Series, _merge_aliases
-
         out: list[Series] = []
         with self._lock:
             for (endpoint, _uuid, _instance), spooled in self._series.items():
-                if (len(spooled.rows) or len(spooled.ts)) and self.spool_dir is not None:
+                if len(spooled.rows.ts):
                     self._spool(spooled)
-                ts = self._column(spooled, "ts", np.int64, spooled.ts, spooled.ts_out)
-                rows = self._column(spooled, "rows", np.float64, spooled.rows, spooled.rows_out)
-                values: dict[str, Any] = {}
-                offset = 0
-                for keys, start, count in spooled.blocks:
-                    block = rows[offset: offset + count * len(keys)].reshape(count, len(keys))
-                    offset += count * len(keys)
-                    if count == spooled.count:  # the usual case: one key set for the whole run, no copy
-                        values = {key: block[:, k] for k, key in enumerate(keys)}
-                        continue
-                    for k, key in enumerate(keys):
-                        column = values.get(key)
-                        if column is None:
-                            column = values[key] = np.full(spooled.count, np.nan)
-                        column[start: start + count] = block[:, k]
-                values = _merge_aliases(values)
-                if ts.size > 1 and bool(np.any(ts[1:] < ts[:-1])):
-                    order = np.argsort(ts, kind="stable")
-                    ts = ts[order]
-                    values = {key: col[order] for key, col in values.items()}
-                first = spooled.first
-
-                def pick(name: str, first: GpuRecord = first, filled: dict[str, str] = spooled.filled) -> Any:
-                    value = getattr(first, name)
-                    return value if value is not None else filled.get(name)
-
-                meta = GpuMeta(first.gpu_index, first.gpu_uuid, pick("gpu_model_name"), pick("pci_bus_id"),
-                               pick("device"), pick("hostname"), pick("namespace"), pick("pod_name"),
-                               first.platform, first.gpu_instance_id, pick("gpu_instance_profile"))
-                out.append(Series(endpoint, spooled.url, meta, ts, values))
+                ts = self._column(spooled, "ts", np.int64, spooled.rows.ts, spooled.rows.taken)
+                rows = self._column(spooled, "rows", np.float64, spooled.rows.rows(), spooled.rows_out)
+                out.append(spooled.rows.series(endpoint, ts, rows))
         return out
 
     def _column(self, spooled: _Spooled, kind: str, dtype: Any, pending: Any, spooled_n: int) -> Any:
+        """The spooled values, mapped read-only (a plain ndarray over the map: np.memmap's Python-level slicing
+        costs ~10 µs a slice), followed by those still in memory."""
         import numpy as np
 
-        tail = np.frombuffer(pending, dtype=dtype) if len(pending) else np.empty(0, dtype)
-        if not spooled_n or self.spool_dir is None:
-            return tail.copy()
-        head = np.memmap(self.spool_dir / f"{spooled.number}.{kind}", dtype=dtype, mode="r", shape=(spooled_n,))
+        tail = np.frombuffer(pending, dtype=dtype).copy()
+        if not spooled_n:
+            return tail
+        with open(self.spool_dir / f"{spooled.number}.{kind}", "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        head = np.frombuffer(mapped, dtype=dtype, count=spooled_n)
         return np.concatenate([head, tail]) if tail.size else head
 
     def remove(self) -> None:
-        if self.spool_dir is not None:
-            shutil.rmtree(self.spool_dir, ignore_errors=True)
-
-
-def series_from_log(path: Path, errors: list[str] | None = None) -> Any:
-    """A record log (plain or .gz, ours or AIPerf's) as build_report's input, one `array.extend` per record
-    instead of one `append` per value: the report command's reader (bench/bench_report.py)."""
-    from bridge.record_log import read_dicts
-
-    live = LiveSeries(None)
-    add = live.add_dict
-    for number, obj in enumerate(read_dicts(path, errors), 1):
-        try:
-            add(obj)
-        except (KeyError, TypeError, ValueError) as exc:
-            if errors is not None:
-                errors.append(f"{path}: record {number}: {exc!r}")
-    return accumulated(live)
+        shutil.rmtree(self.spool_dir, ignore_errors=True)
 
 
 def manifest_phases(session: Session) -> Any:
@@ -277,9 +169,7 @@ def write_session_report(session: Session, outputs: SessionOutputs) -> None:
     if phases:
         kwargs["phases"] = phases
     live = session.live_series
-    records: Any = session.records.path
-    if live is not None and live.complete:
-        records = accumulated(live)
+    records: Any = live if live is not None and live.complete else session.records.path
     report = build_report_from_events(records, _events(session), table=session.table,
                                       counter_mode=session.config.counter_mode,
                                       grace_ns=session.config.final_scrape_grace_ns, **kwargs)
@@ -299,16 +189,3 @@ def _events(session: Session) -> Any:
 
     written = list(read_dicts(session.events.path)) if session.events.path.exists() else []
     return events_from_dicts(written + [orjson.loads(line) for line in pending])
-
-
-def accumulated(live: LiveSeries) -> Any:
-    """A SeriesAccumulator whose `finish()` is the live series: build_report's in-memory input."""
-    from bridge.report.series import SeriesAccumulator
-
-    class Accumulated(SeriesAccumulator):
-        def finish(self) -> list[Series]:
-            return live.finish()
-
-    result = Accumulated()
-    result.records = live.records
-    return result

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from bridge.fields import FieldTable
 from bridge.report.energy import EnergyTotals, energy_totals
@@ -27,6 +27,19 @@ from bridge.report.telemetry_data import (
 )
 from bridge.report.window import DEFAULT_GRACE_NS, Phase, Window, phases_from_marks, window_from_phases
 from bridge.samples import GpuRecord, PhaseMark, ScrapeFailure
+
+
+@runtime_checkable
+class SeriesSource(Protocol):
+    """Series already collected: a SeriesAccumulator, or the sidecar's report_glue.LiveSeries."""
+
+    @property
+    def records(self) -> int: ...
+
+    def finish(self) -> list[Series]: ...
+
+
+Records = Path | Iterable[GpuRecord] | SeriesSource
 
 
 @dataclass(frozen=True)
@@ -49,7 +62,7 @@ class Report:
 
 
 def build_report(
-    records: Path | Iterable[GpuRecord] | SeriesAccumulator,
+    records: Records,
     *,
     marks: Sequence[PhaseMark] = (),
     phases: Sequence[Phase] | None = None,
@@ -101,8 +114,7 @@ def build_report(
     )
 
 
-def build_report_from_events(records: Path | Iterable[GpuRecord] | SeriesAccumulator, events: Path | RunEvents,
-                             **kwargs: Any) -> Report:
+def build_report_from_events(records: Records, events: Path | RunEvents, **kwargs: Any) -> Report:
     """`build_report` with marks, requests end, endpoints, errors and states read from the events file."""
     run = events if isinstance(events, RunEvents) else load_events(events)
     defaults: dict[str, Any] = {
@@ -117,9 +129,8 @@ def build_report_from_events(records: Path | Iterable[GpuRecord] | SeriesAccumul
     return build_report(records, **defaults)
 
 
-def _series_of(records: Path | Iterable[GpuRecord] | SeriesAccumulator,
-               read_errors: list[str]) -> tuple[list[Series], int]:
-    if isinstance(records, SeriesAccumulator):
+def _series_of(records: Records, read_errors: list[str]) -> tuple[list[Series], int]:
+    if isinstance(records, SeriesSource):
         return records.finish(), records.records
     if isinstance(records, Path):
         acc = SeriesAccumulator().add_path(records, read_errors)

@@ -1,31 +1,32 @@
 """Records → one time-sorted series per (endpoint, GPU identity): an int64 timestamp array and one
 float64 array per report key (NaN where a record did not carry the key).
 
-Streaming: a record costs a few `array.append`s, never a dict kept per record, so a one-hour 64-GPU log
-at 3 Hz (~700k records) fits in ~100 MB. Records may arrive out of time order; `finish()` sorts each
-series once (stable, so equal timestamps keep arrival order). Every record is a sample, including one
-whose values did not change since the previous scrape: repeated values are real observations
-(AIPerf drops byte-identical bodies, aiperf-compat.md §13.1).
+Streaming: a record is one row of float64 values appended to its series (one `struct.pack`), never a dict
+kept per record, so a one-hour 64-GPU log at 3 Hz (~700k records) is ~220 MB of rows. Records may arrive
+out of time order; `finish()` sorts each series once (stable, so equal timestamps keep arrival order). Every
+record is a sample, including one whose values did not change since the previous scrape: repeated values
+are real observations (AIPerf drops byte-identical bodies, aiperf-compat.md §13.1).
 """
 
 from __future__ import annotations
 
+import mmap
+import struct
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge.endpoints import display_key
-from bridge.record_log import dict_to_record, read_dicts
+from bridge.record_log import dict_to_record, read_dict_batches
 from bridge.samples import GpuRecord
 
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
-
-_NAN = float("nan")
 
 # Keys of AIPerf logs written before 0.13 (TelemetryMetrics validation_alias, aiperf-compat.md §3).
 LEGACY_ALIASES: Mapping[str, str] = {
@@ -76,66 +77,111 @@ class Series:
     def __len__(self) -> int:
         return int(self.timestamps.size)
 
+    def matrix(self, keys: Sequence[str], out: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
+        """The columns of `keys` as the rows of one C-contiguous matrix (keys × records), in `out` if given, for
+        statistics over many columns at once (transient: a 1-hour series is ~3.5 MB). (np.take into `out` was
+        5x slower: it first copies the whole transposed block.)"""
+        import numpy as np
 
+        if out is None:
+            out = np.empty((len(keys), len(self)), dtype=np.float64)
+        for row, key in enumerate(keys):
+            np.copyto(out[row], self.values[key])
+        return out
+
+
+_FIRST_BYTES = 64 * 1024  # a series' first row buffer: ~200 records of 40 keys
 _FILLABLE = ("gpu_model_name", "pci_bus_id", "device", "hostname", "namespace", "pod_name", "gpu_instance_profile")
 
 
-class _Builder:
-    """One series being collected. `keys`/`key_cols` cache the previous record's key order: records of
-    one GPU nearly always carry the same keys, and then a record is one `append` per value."""
+def _values_of(keys: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """The values of `keys` in that order, as a tuple (KeyError when a key is missing)."""
+    if len(keys) > 1:
+        return itemgetter(*keys)
+    if keys:
+        key = keys[0]
+        return lambda data: (data[key],)
+    return lambda data: ()
 
-    __slots__ = ("url", "first", "filled", "missing", "ts", "cols", "n", "keys", "key_cols")
 
-    def __init__(self, record: GpuRecord) -> None:
-        self.url = record.telemetry_source_url
-        self.first = record
-        self.filled: dict[str, str] = {}
-        self.missing = [name for name in _FILLABLE if getattr(record, name) is None]
+class SeriesRows:
+    """One series being collected: a record is a row of float64 values and an int64 time. Rows sit in blocks
+    of consecutive records carrying the same keys; a GPU's records nearly always do, so a run is one block.
+    `finish`/`series` turn the rows into columns without copying them.
+
+    The rows are written (`struct.pack_into`) into an anonymous memory map that doubles in place when full,
+    so each page is touched once, when written: a fresh page costs ~5 µs on the VMs measured here, and a
+    bytearray grown by `+=` touches ~8x its final size as it is reallocated (~3 µs a record, as much as
+    packing the row).
+    """
+
+    __slots__ = ("url", "first", "filled", "missing", "ts", "buf", "used", "taken", "blocks", "keys", "width",
+                 "values_of", "pack", "pack_into", "stride")
+
+    def __init__(self, first: GpuRecord) -> None:
+        self.url = first.telemetry_source_url
+        self.first = first
+        self.filled: dict[str, Any] = {}
+        self.missing = [name for name in _FILLABLE if getattr(first, name) is None]
         self.ts: array[int] = array("q")
-        self.cols: dict[str, array[float]] = {}
-        self.n = 0
+        self.buf = mmap.mmap(-1, _FIRST_BYTES, flags=mmap.MAP_PRIVATE)
+        self.used = 0  # bytes of rows in `buf`
+        self.taken = 0  # records handed over by `take` before those in `ts` and `buf`
+        self.blocks: list[tuple[tuple[str, ...], int]] = []  # (keys, index of the block's first record)
         self.keys: tuple[str, ...] = ()
-        self.key_cols: list[array[float]] = []
+        self.width = -1  # no block yet
+        self._set_keys(())
+
+    def _set_keys(self, keys: tuple[str, ...]) -> None:
+        row = struct.Struct(f"={len(keys)}d")
+        self.keys, self.width, self.stride = keys, len(keys), row.size
+        self.values_of = _values_of(keys)
+        self.pack, self.pack_into = row.pack, row.pack_into
 
     def add(self, t_ns: int, data: Mapping[str, Any]) -> None:
-        n = self.n
-        keys = tuple(data)
-        if keys == self.keys:
-            try:
-                for col, value in zip(self.key_cols, data.values(), strict=True):
-                    col.append(value)
-            except TypeError:  # a non-numeric value: undo this record's appends, take the slow path
-                for col in self.key_cols:
-                    if len(col) > n:
-                        col.pop()
-            else:
-                self.ts.append(t_ns)
-                self.n = n + 1
-                return
-        self._add_slow(t_ns, data, keys)
-
-    def _add_slow(self, t_ns: int, data: Mapping[str, Any], keys: tuple[str, ...]) -> None:
-        n = self.n
-        cols = self.cols
-        complete = True
-        for key, value in data.items():
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                complete = False  # AIPerf's reader keeps numbers only; the slot stays NaN
-                continue
-            col = cols.get(key)
-            if col is None:
-                col = array("d", [_NAN]) * n
-                cols[key] = col
-            col.append(value)
-        for col in cols.values():
-            if len(col) == n:
-                col.append(_NAN)
+        """One record. Numbers only, as AIPerf's reader (a bool is 1.0, as pydantic makes it): any other
+        value leaves its slot NaN. Raises OverflowError/TypeError (and changes nothing) for a time that is
+        not an int64 or a number beyond float64."""
+        keys: tuple[str, ...] | None = None
+        try:
+            if len(data) != self.width:
+                raise KeyError
+            packed = self.pack(*self.values_of(data))
+        except (KeyError, TypeError, OverflowError, struct.error):
+            numbers = {k: v for k, v in data.items() if isinstance(v, int | float)}
+            keys = tuple(numbers)
+            packed = struct.pack(f"={len(keys)}d", *numbers.values())
         self.ts.append(t_ns)
-        self.n = n + 1
-        if complete and len(keys) == len(cols):
-            self.keys, self.key_cols = keys, [cols[k] for k in keys]
-        else:
-            self.keys, self.key_cols = (), []
+        if keys is not None and (keys != self.keys or not self.blocks):
+            self.blocks.append((keys, self.taken + len(self.ts) - 1))
+            self._set_keys(keys)
+        self.reserve(len(packed))
+        self.buf[self.used: self.used + len(packed)] = packed
+        self.used += len(packed)
+
+    def reserve(self, size: int) -> None:
+        """Room for `size` more bytes of rows: the map doubles in place (mremap moves page tables, copies
+        nothing), or into a copy while series made by `finish` still use it."""
+        if self.used + size <= len(self.buf):
+            return
+        capacity = max(2 * len(self.buf), self.used + size)
+        try:
+            self.buf.resize(capacity)
+        except BufferError:
+            grown = mmap.mmap(-1, capacity, flags=mmap.MAP_PRIVATE)
+            grown[: self.used] = memoryview(self.buf)[: self.used]
+            self.buf = grown  # (the old map lives on as long as those series)
+
+    def rows(self) -> memoryview:
+        """The rows added since the last `take` (valid until the next `add`)."""
+        return memoryview(self.buf)[: self.used]
+
+    def take(self) -> None:
+        """Forget the times and rows added so far, which the caller has kept elsewhere (the sidecar spools
+        them to disk); `series` then needs all of them back, in order."""
+        self.taken += len(self.ts)
+        self.ts = array("q")
+        self.used = 0
 
     def fill(self, get: Callable[[str], Any]) -> None:
         for name in list(self.missing):
@@ -144,36 +190,53 @@ class _Builder:
                 self.filled[name] = value
                 self.missing.remove(name)
 
+    def meta(self) -> GpuMeta:
+        first = self.first
+
+        def pick(name: str) -> Any:
+            value = getattr(first, name)
+            return value if value is not None else self.filled.get(name)
+
+        return GpuMeta(first.gpu_index, first.gpu_uuid, pick("gpu_model_name"), pick("pci_bus_id"), pick("device"),
+                       pick("hostname"), pick("namespace"), pick("pod_name"), first.platform, first.gpu_instance_id,
+                       pick("gpu_instance_profile"))
+
     def finish(self, endpoint: str) -> Series:
+        """The series over the rows in memory (views of them; more records may still be added later), for a
+        series whose rows were never handed over by `take`."""
         import numpy as np
 
-        ts = np.frombuffer(self.ts, dtype=np.int64).copy() if self.n else np.empty(0, dtype=np.int64)
-        values = {key: np.frombuffer(col, dtype=np.float64).copy() for key, col in self.cols.items()}
+        return self.series(endpoint, np.frombuffer(self.ts, dtype=np.int64).copy(),
+                           np.frombuffer(self.buf, dtype=np.float64, count=self.used // 8))
+
+    def series(self, endpoint: str, ts: NDArray[np.int64], rows: NDArray[np.float64]) -> Series:
+        """The series over `ts` and the flat `rows` (every record of this series, in the order added): one
+        column per key, a strided view of the rows when one block holds them all, NaN where a record lacked
+        the key."""
+        import numpy as np
+
+        count = int(ts.size)
+        values: dict[str, NDArray[np.float64]] = {}
+        offset = 0
+        bounds = [at for _, at in self.blocks[1:]] + [count]
+        for (keys, at), until in zip(self.blocks, bounds, strict=True):
+            n = until - at
+            block = rows[offset: offset + n * len(keys)].reshape(n, len(keys))
+            offset += n * len(keys)
+            if n == count:
+                values = {key: block[:, k] for k, key in enumerate(keys)}
+                continue
+            for k, key in enumerate(keys):
+                column = values.get(key)
+                if column is None:
+                    column = values[key] = np.full(count, np.nan)
+                column[at:until] = block[:, k]
         values = _merge_aliases(values)
         if ts.size > 1 and bool(np.any(ts[1:] < ts[:-1])):
             order = np.argsort(ts, kind="stable")
             ts = ts[order]
             values = {key: col[order] for key, col in values.items()}
-        first = self.first
-
-        def pick(name: str) -> str | None:
-            value = getattr(first, name)
-            return value if value is not None else self.filled.get(name)
-
-        meta = GpuMeta(
-            gpu_index=first.gpu_index,
-            gpu_uuid=first.gpu_uuid,
-            gpu_name=pick("gpu_model_name"),
-            pci_bus_id=pick("pci_bus_id"),
-            device=pick("device"),
-            hostname=pick("hostname"),
-            namespace=pick("namespace"),
-            pod_name=pick("pod_name"),
-            platform=first.platform,
-            gpu_instance_id=first.gpu_instance_id,
-            gpu_instance_profile=pick("gpu_instance_profile"),
-        )
-        return Series(endpoint, self.url, meta, ts, values)
+        return Series(endpoint, self.url, self.meta(), ts, values)
 
 
 def _merge_aliases(values: dict[str, NDArray[np.float64]]) -> dict[str, NDArray[np.float64]]:
@@ -200,49 +263,30 @@ def endpoint_of(cache: dict[str, str], url: str) -> str:
 
 
 class SeriesAccumulator:
-    """Feed records (in any order) with `add` (or raw log lines with `add_dict`); `finish()` sorts.
+    """Feed records (in any order) with `add`, or a whole record log with `add_path`; `finish()` sorts.
 
     Series are keyed by (display key of the source URL, GPU UUID, MIG GPU instance id): never by index.
-    Stateful on purpose: the live sidecar can feed it as records arrive (~5 µs a record) instead of
-    re-reading the log at the end; `finish` does not consume it.
+    `finish` does not consume it: more records can follow, and `finish` again gives every series.
     """
 
     def __init__(self) -> None:
-        self._builders: dict[tuple[str, str, str | None], _Builder] = {}
+        self._rows: dict[tuple[str, str, str | None], SeriesRows] = {}
         self._display: dict[str, str] = {}
-        self.records = 0
+        # (telemetry_source_url, gpu_uuid, gpu_instance_id) as a line carries them -> its series: the
+        # reader's shortcut past the key resolution for lines in our own format.
+        self._as_read: dict[tuple[Any, Any, Any], SeriesRows] = {}
+
+    @property
+    def records(self) -> int:
+        return sum(len(rows.ts) for rows in self._rows.values())
 
     def add(self, record: GpuRecord) -> None:
         key = (endpoint_of(self._display, record.telemetry_source_url), record.gpu_uuid, record.gpu_instance_id)
-        builder = self._builders.get(key)
-        if builder is None:
-            builder = self._builders[key] = _Builder(record)
-        builder.add(record.timestamp_ns, record.telemetry_data)
-        if builder.missing:
-            builder.fill(partial(getattr, record))
-        self.records += 1
-
-    def add_dict(self, obj: Mapping[str, Any]) -> None:
-        """A decoded log line (ours or AIPerf's), read as `record_log.dict_to_record` would read it.
-
-        Raises KeyError/TypeError/ValueError for a line that is not a record.
-        """
-        url = obj.get("telemetry_source_url") or obj.get("dcgm_url") or ""
-        uuid = obj.get("gpu_uuid")
-        if not uuid:
-            uuid = dict_to_record(obj).gpu_uuid
-        key = (endpoint_of(self._display, str(url)), str(uuid), obj.get("gpu_instance_id"))
-        t_ns = int(obj["timestamp_ns"])
-        builder = self._builders.get(key)
-        if builder is None:
-            builder = self._builders[key] = _Builder(dict_to_record(obj))
-        data = obj.get("telemetry_data") or {}
-        if not isinstance(data, Mapping):
-            raise TypeError(f"telemetry_data is a {type(data).__name__}, not an object")
-        builder.add(t_ns, data)
-        if builder.missing:
-            builder.fill(obj.get)
-        self.records += 1
+        rows = self._rows.get(key) or SeriesRows(record)
+        rows.add(record.timestamp_ns, record.telemetry_data)
+        self._rows[key] = rows  # (a new series only once it holds its first record)
+        if rows.missing:
+            rows.fill(partial(getattr, record))
 
     def add_all(self, records: Iterable[GpuRecord]) -> SeriesAccumulator:
         add = self.add
@@ -250,23 +294,68 @@ class SeriesAccumulator:
             add(record)
         return self
 
+    def add_dict(self, obj: Mapping[str, Any]) -> None:
+        """A decoded log line (ours or AIPerf's), read as `record_log.dict_to_record` would read it.
+
+        Raises KeyError/TypeError/ValueError/OverflowError for a line that is not a record.
+        """
+        data = obj.get("telemetry_data") or {}
+        if not isinstance(data, Mapping):
+            raise TypeError(f"telemetry_data is a {type(data).__name__}, not an object")
+        t_ns = int(obj["timestamp_ns"])
+        url = obj.get("telemetry_source_url") or obj.get("dcgm_url") or ""
+        uuid = obj.get("gpu_uuid") or dict_to_record(obj).gpu_uuid
+        key = (endpoint_of(self._display, str(url)), str(uuid), obj.get("gpu_instance_id"))
+        rows = self._rows.get(key) or SeriesRows(dict_to_record(obj))
+        rows.add(t_ns, data)
+        self._rows[key] = rows  # (a new series only once it holds its first record)
+        if rows.missing:
+            rows.fill(obj.get)
+        as_read = (obj.get("telemetry_source_url"), obj.get("gpu_uuid"), obj.get("gpu_instance_id"))
+        if isinstance(as_read[0], str) and as_read[0] and isinstance(as_read[1], str) and as_read[1]:
+            self._as_read[as_read] = rows  # the same key as above, whatever else the line carries
+
     def add_path(self, path: Path, errors: list[str] | None = None) -> SeriesAccumulator:
-        """Every record of a record log (plain or .gz); unreadable lines are skipped and described."""
-        add = self.add_dict
-        for number, obj in enumerate(read_dicts(path, errors), 1):
-            try:
-                add(obj)
-            except (KeyError, TypeError, ValueError) as exc:
-                if errors is not None:
-                    errors.append(f"{path}: record {number}: {exc!r}")
+        """Every record of a record log (plain or .gz, ours or AIPerf's); unreadable lines are skipped and
+        described in `errors`.
+
+        A line in our format whose series and key set are already known is one row: its values taken in the
+        block's key order and written as float64 into the series' rows; any other line goes through
+        `add_dict`. (A failed write leaves the rows as they were: they only count once `used` moves on.)
+        """
+        as_read = self._as_read
+        add_dict = self.add_dict
+        number = 0  # records (JSON objects) before this batch
+        for batch in read_dict_batches(path, errors):
+            for obj in batch:
+                try:
+                    rows = as_read[obj.get("telemetry_source_url"), obj.get("gpu_uuid"), obj.get("gpu_instance_id")]
+                    data = obj["telemetry_data"]
+                    if len(data) != rows.width:
+                        raise KeyError
+                    # (struct.error too when the buffer is full: `add_dict` makes room)
+                    rows.pack_into(rows.buf, rows.used, *rows.values_of(data))
+                    rows.ts.append(obj["timestamp_ns"])
+                except (KeyError, TypeError, OverflowError, struct.error):
+                    try:
+                        add_dict(obj)
+                    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+                        if errors is not None:
+                            at = next(i for i, o in enumerate(batch) if o is obj)
+                            errors.append(f"{path}: record {number + at + 1}: {exc!r}")
+                    continue
+                rows.used += rows.stride
+                if rows.missing:
+                    rows.fill(obj.get)
+            number += len(batch)
         return self
 
     def endpoints(self) -> list[str]:
         """Display keys in order of first appearance."""
-        return list(dict.fromkeys(key[0] for key in self._builders))
+        return list(dict.fromkeys(key[0] for key in self._rows))
 
     def finish(self) -> list[Series]:
-        return [builder.finish(key[0]) for key, builder in self._builders.items()]
+        return [rows.finish(key[0]) for key, rows in self._rows.items()]
 
 
 def series_from_path(path: Path, errors: list[str] | None = None) -> list[Series]:
