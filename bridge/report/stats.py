@@ -14,12 +14,16 @@ Counter modes (DESIGN-report.md has the why):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
+
+    # Columns aligned with one series' timestamps: arrays, or the rows of one matrix.
+    Columns = Sequence[NDArray[np.float64]] | NDArray[np.float64]
 
 CounterMode = Literal["interpolated", "aiperf"]
 COUNTER_MODES: tuple[CounterMode, ...] = ("interpolated", "aiperf")
@@ -30,6 +34,8 @@ PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 RESET_FRACTION = 0.5
 # PromQL extrapolates to a window edge only when the gap is under 1.1 average intervals, else by half one.
 _EXTRAPOLATION_THRESHOLD = 1.1
+# Samples looked at in one step of the reset search after a reset; the span doubles while no reset turns up.
+_FIRST_SPAN, _MAX_SPAN = 32, 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,14 +54,15 @@ def _window_slice(ts: NDArray[np.int64], start: int, end: int) -> slice:
 
 
 def _linear_percentiles(ordered: NDArray[np.float64]) -> NDArray[np.float64]:
-    """np.percentile(values, PERCENTILES) ("linear") on already sorted values, in one vectorised step.
+    """np.percentile(values, PERCENTILES) ("linear") along the last axis of already sorted values, in one
+    vectorised step (a row of nine per row of values).
 
     np.percentile costs ~0.25 ms per call in overhead, paid once per metric per GPU at shutdown; this
-    repeats its arithmetic exactly (numpy's _compute_virtual_index and _lerp) on the sorted array.
+    repeats its arithmetic exactly (numpy's _compute_virtual_index and _lerp) on the sorted values.
     """
     import numpy as np
 
-    n = ordered.size
+    n = ordered.shape[-1]
     quantiles = np.asarray(PERCENTILES, dtype=np.float64) / 100
     virtual = (n - 1) * quantiles
     previous = np.floor(virtual)
@@ -66,11 +73,9 @@ def _linear_percentiles(ordered: NDArray[np.float64]) -> NDArray[np.float64]:
     lo[below], gamma[below] = 0, 0.0
     above = virtual >= n - 1
     lo[above], hi[above], gamma[above] = n - 1, n - 1, 0.0
-    a, b = ordered[lo], ordered[hi]
+    a, b = ordered[..., lo], ordered[..., hi]
     diff = b - a
-    result = a + diff * gamma
-    late = gamma >= 0.5
-    result[late] = (b - diff * (1 - gamma))[late]
+    result: NDArray[np.float64] = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
     return result
 
 
@@ -87,15 +92,92 @@ def gauge_stats(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, 
     if valid.size == 0:
         return None
     ordered = np.sort(valid)
-    pcts = _linear_percentiles(ordered)
-    out: dict[str, Any] = {"unit": unit, "avg": float(np.mean(valid))}
+    std = float(np.std(valid, ddof=1)) if valid.size >= 2 else 0.0
+    count = int(window.size if count_nan_slots else valid.size)
+    return _gauge_dict(unit, float(np.mean(valid)), _linear_percentiles(ordered).tolist(), float(ordered[0]),
+                       float(ordered[-1]), std, count, float(np.sum(valid)))
+
+
+class Scratch:
+    """Work arrays reused from one series to the next. A fresh array of a few MB costs a page fault per 4 KiB
+    when first written (glibc hands large blocks back to the kernel when freed), which on the VMs measured
+    here cost more than the arithmetic done in it."""
+
+    def __init__(self) -> None:
+        self._arrays: dict[str, Any] = {}
+
+    def array(self, name: str, shape: tuple[int, ...], dtype: Any) -> Any:
+        import numpy as np
+
+        size = int(np.prod(shape))
+        held = self._arrays.get(name)
+        if held is None or held.size < size or held.dtype != dtype:
+            held = self._arrays[name] = np.empty(max(size, 1), dtype=dtype)
+        return held[:size].reshape(shape)
+
+
+def gauge_stats_columns(ts: NDArray[np.int64], columns: Columns, start: int, end: int, units: Sequence[str], *,
+                        count_nan_slots: bool = False, scratch: Scratch | None = None) -> list[dict[str, Any] | None]:
+    """`gauge_stats` of several columns of one series over one window, equal to it to the bit.
+
+    The columns without a NaN in the window (nearly all) share one sort and one call per statistic: each is a
+    row of a matrix, contiguous, so numpy's pairwise sums add in the same order as for the column alone
+    (tests/report/test_stats.py checks it). A column with a NaN in the window goes through `gauge_stats`.
+    """
+    import numpy as np
+
+    scratch = scratch or Scratch()
+    out: list[dict[str, Any] | None] = [None] * len(columns)
+    sl = _window_slice(ts, start, end)
+    n = sl.stop - sl.start
+    if n <= 0 or not len(columns):
+        return out
+    matrix = _window(columns, sl)
+    # np.sum, np.mean and np.std(ddof=1) as numpy computes them (_methods._mean, _var), the sum done once. A
+    # column with a NaN has a NaN sum (so do +inf with -inf: they take the one-by-one path too, as exact).
+    sums = np.add.reduce(matrix, axis=1)
+    gaps = np.isnan(sums)
+    for i in np.flatnonzero(gaps).tolist():
+        out[i] = gauge_stats(ts, columns[i], start, end, units[i], count_nan_slots=count_nan_slots)
+    clean = np.flatnonzero(~gaps).tolist()
+    if not clean:
+        return out
+    if len(clean) < len(columns):
+        matrix, sums = matrix[clean], sums[clean]
+    avgs = sums / n
+    work = scratch.array("work", matrix.shape, np.float64)
+    if n >= 2:
+        np.subtract(matrix, avgs[:, None], out=work)
+        np.multiply(work, work, out=work)
+        stds = np.sqrt(np.add.reduce(work, axis=1) / (n - 1)).tolist()
+    else:
+        stds = [0.0] * len(clean)
+    np.copyto(work, matrix)
+    work.sort(axis=1)
+    pcts = _linear_percentiles(work).tolist()
+    lows, highs = work[:, 0].tolist(), work[:, -1].tolist()
+    for row, (i, avg, total) in enumerate(zip(clean, avgs.tolist(), sums.tolist(), strict=True)):
+        out[i] = _gauge_dict(units[i], avg, pcts[row], lows[row], highs[row], stds[row], n, total)
+    return out
+
+
+def _window(columns: Columns, sl: slice) -> NDArray[np.float64]:
+    """The window of every column, as the rows of a matrix (a view when `columns` is one)."""
+    import numpy as np
+
+    if isinstance(columns, np.ndarray):
+        window: NDArray[np.float64] = columns[:, sl]
+        return window
+    stacked: NDArray[np.float64] = np.stack([column[sl] for column in columns])
+    return stacked
+
+
+def _gauge_dict(unit: str, avg: float, pcts: list[float], low: float, high: float, std: float, count: int,
+                total: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"unit": unit, "avg": avg}
     for p, value in zip(PERCENTILES, pcts, strict=True):
-        out[f"p{p}"] = float(value)
-    out["min"] = float(ordered[0])
-    out["max"] = float(ordered[-1])
-    out["std"] = float(np.std(valid, ddof=1)) if valid.size >= 2 else 0.0
-    out["count"] = int(window.size if count_nan_slots else valid.size)
-    out["sum"] = float(np.sum(valid))
+        out[f"p{p}"] = value
+    out.update(min=low, max=high, std=std, count=count, sum=total)
     return out
 
 
@@ -170,6 +252,65 @@ def counter_delta_interpolated(ts: NDArray[np.int64], values: NDArray[np.float64
     return CounterDelta(max(at_end - at_start, 0.0), resets)
 
 
+def counter_deltas_interpolated(ts: NDArray[np.int64], columns: Columns, start: int, end: int, grace_ns: int, *,
+                                scratch: Scratch | None = None) -> list[CounterDelta | None]:
+    """`counter_delta_interpolated` of several columns of one series, equal to it to the bit.
+
+    The columns with no NaN among the samples it uses (nearly all) share the slicing, the differences and the
+    running sums (row by row, as for one column); each reads its edges with `np.interp`. A column with a NaN
+    there goes through `counter_delta_interpolated`.
+    """
+    import numpy as np
+
+    scratch = scratch or Scratch()
+    out: list[CounterDelta | None] = [None] * len(columns)
+    inside = _window_slice(ts, start, end + grace_ns)
+    after_end = int(np.searchsorted(ts, end, side="left"))  # first sample at or after `end`
+    gappy: list[int] = list(range(len(columns)))
+    if len(columns) and inside.start < inside.stop and after_end >= inside.start:
+        first = inside.start - 1 if inside.start > 0 else inside.start  # the left bracket, when there is one
+        last = min(after_end, inside.stop - 1)
+        seen = _window(columns, slice(first, inside.stop))
+        whole = ~np.isnan(np.add.reduce(seen, axis=1))  # no NaN (and not +inf with -inf: those go one by one)
+        gappy = np.flatnonzero(~whole).tolist()
+        used = seen[:, : last + 1 - first] if not gappy else seen[whole, : last + 1 - first]
+        _clean_counter_deltas(ts[first: last + 1], used, np.flatnonzero(whole).tolist(), start, end, out, scratch)
+    for i in gappy:  # (also every column when the window holds no sample or ends before it starts)
+        out[i] = counter_delta_interpolated(ts, columns[i], start, end, grace_ns)
+    return out
+
+
+def _clean_counter_deltas(t: NDArray[np.int64], used: NDArray[np.float64], indices: list[int], start: int, end: int,
+                          out: list[CounterDelta | None], scratch: Scratch) -> None:
+    """counter_delta_interpolated's last steps for columns with no NaN among the samples `t` it uses."""
+    import numpy as np
+
+    if t.size == 1:
+        for i in indices:
+            out[i] = CounterDelta(0.0, 0)
+        return
+    base = int(t[0])  # relative times keep float64 exact to the nanosecond
+    tf = (t - base).astype(np.float64)
+    steps = np.subtract(used[:, 1:], used[:, :-1], out=scratch.array("steps", (used.shape[0], used.shape[1] - 1),
+                                                                       np.float64))  # np.diff
+    simple = np.minimum.reduce(steps, axis=1) >= 0  # (no NaN here) never decreasing
+    dipping = np.flatnonzero(~simple)
+    if dipping.size:  # _cumulative_increase's first span, for all of them at once: a dip adds nothing
+        values = used[dipping]
+        marks = np.maximum.accumulate(values, axis=1)[:, :-1]  # the high-water mark before each value
+        later = values[:, 1:]
+        steps[dipping] = np.maximum(later - marks, 0.0)  # (rows with a reset are redone one by one below)
+        simple[dipping] = ~((later < marks) & (later < marks * RESET_FRACTION)).any(axis=1)
+    cum = scratch.array("work", used.shape, np.float64)
+    cum[:, 0] = 0.0
+    np.cumsum(steps, axis=1, out=cum[:, 1:])
+    for row, (i, plain) in enumerate(zip(indices, simple.tolist(), strict=True)):
+        row_cum, resets = (cum[row], 0) if plain else _cumulative_increase(t, used[row])
+        at_start = _read_edge(tf, row_cum, float(start - base))
+        at_end = _read_edge(tf, row_cum, float(end - base))
+        out[i] = CounterDelta(max(at_end - at_start, 0.0), resets)
+
+
 def _cumulative_increase(t: NDArray[np.int64], v: NDArray[np.float64]) -> tuple[NDArray[np.float64], int]:
     """Running increase since the first sample: monotone, reset-aware, dip-tolerant."""
     import numpy as np
@@ -184,17 +325,29 @@ def _cumulative_increase(t: NDArray[np.int64], v: NDArray[np.float64]) -> tuple[
         return cum, 0
     increments = np.zeros(n - 1, dtype=np.float64)
     reset_at: list[int] = []
+    # Sample by sample: a value at or above the high-water mark adds its excess and raises the mark; one below
+    # half the mark is a reset (it counts in full from zero, and becomes the mark); anything between is a dip
+    # (a stale or out-of-order scrape): nothing added, the mark stands. Done a span at a time: up to the next
+    # reset, the mark is the running maximum. The first span is the whole series (dips but no reset: one step);
+    # after a reset the search starts small again and doubles, so that many resets do not cost n each.
     high = float(v[0])
-    for i in range(1, n):
-        value = float(v[i])
-        if value >= high:
-            increments[i - 1] = value - high
-            high = value
-        elif value < high * RESET_FRACTION:
-            increments[i - 1] = max(value, 0.0)  # the counter restarted from zero
-            reset_at.append(i - 1)
-            high = value
-        # else: a dip (stale or out-of-order scrape); the high-water mark stands, no increase
+    i, span = 1, n
+    while i < n:
+        seg = v[i: i + span]
+        marks = np.maximum.accumulate(np.concatenate(([high], seg)))[:-1]  # the mark before each value
+        falls = np.flatnonzero((seg < marks) & (seg < marks * RESET_FRACTION))
+        stop = int(falls[0]) if falls.size else seg.size
+        np.maximum(seg[:stop] - marks[:stop], 0.0, out=increments[i - 1: i - 1 + stop])
+        if not falls.size:
+            high = max(high, float(seg.max()))
+            i, span = i + seg.size, min(span * 2, _MAX_SPAN)
+            continue
+        reset = i + stop
+        value = float(v[reset])
+        increments[reset - 1] = max(value, 0.0)  # the counter restarted from zero
+        reset_at.append(reset - 1)
+        high = value
+        i, span = reset + 1, _FIRST_SPAN
     if reset_at:
         _estimate_reset_intervals(t, increments, reset_at)
     np.cumsum(increments, out=cum[1:])

@@ -124,11 +124,11 @@ def atomic_write(path: Path, data: bytes) -> None:
 # -- CSV ------------------------------------------------------------------------------------------------
 def format_csv_number(value: Any) -> str:
     """AIPerf's `.2f`, except where it would print 0.00 for a non-zero value (MJ of a short run)."""
+    if type(value) is float:  # nearly every cell: checked first
+        return f"{value:.4g}" if value != 0 and -0.005 < value < 0.005 else f"{value:.2f}"
     if value is None:
         return ""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
+    if isinstance(value, bool | int):
         return str(value)
     number = float(value)
     if number != 0 and abs(number) < 0.005:
@@ -152,7 +152,7 @@ def csv_section(report: Report) -> str:
         for key, result in gpu["metrics"].items():
             label = report.labels.get(key)
             name = f"{label.display} ({result.get('unit', label.unit)})" if label else f"{key} ({result.get('unit')})"
-            writer.writerow(ident + [name] + [format_csv_number(result.get(stat)) for stat in CSV_STATS])
+            writer.writerow(ident + [name] + list(map(format_csv_number, map(result.get, CSV_STATS))))
     return buf.getvalue()
 
 

@@ -203,3 +203,140 @@ def test_the_vectorised_percentiles_are_numpys_to_the_bit(values):
 
     array = np.asarray(values, dtype=np.float64)
     assert np.array_equal(_linear_percentiles(np.sort(array)), np.percentile(array, PERCENTILES))
+
+
+# -- several columns at once (the report's path) ------------------------------------------------------
+def _reference_cumulative_increase(v: np.ndarray) -> tuple[list[float], list[int]]:
+    """The counter rule sample by sample, as stats.py had it before the reset search was vectorised."""
+    increments = [0.0] * (v.size - 1)
+    resets: list[int] = []
+    high = float(v[0])
+    for i in range(1, v.size):
+        value = float(v[i])
+        if value >= high:
+            increments[i - 1] = value - high
+            high = value
+        elif value < high * 0.5:
+            increments[i - 1] = max(value, 0.0)
+            resets.append(i - 1)
+            high = value
+    return increments, resets
+
+
+def _walk(rng: np.random.Generator, n: int, kinds: str = "rrrrfdz") -> np.ndarray:
+    """A counter that mostly rises, with dips (stale scrapes), resets and flat stretches."""
+    kinds = rng.choice(np.array(list(kinds)), n)
+    values, value = [], float(rng.uniform(0.0, 1e6))
+    for kind in kinds:
+        if kind == "r":
+            value += float(rng.uniform(0.0, 1e3))
+        elif kind == "d":
+            value *= float(rng.uniform(0.5, 1.0))
+        elif kind == "z":
+            value = float(rng.uniform(0.0, 10.0))
+        values.append(value)
+    return np.asarray(values, dtype=np.float64)
+
+
+@st.composite
+def counters(draw: st.DrawFn) -> np.ndarray:
+    return _walk(np.random.default_rng(draw(st.integers(0, 2**32))), draw(st.integers(2, 300)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(counters())
+def test_the_reset_search_finds_what_the_sample_by_sample_rule_finds(values: np.ndarray) -> None:
+    from bridge.report.stats import _cumulative_increase
+
+    increments, resets = _reference_cumulative_increase(values)
+    times = np.arange(values.size, dtype=np.int64) * S
+    cum, count = _cumulative_increase(times, values)
+    assert count == len(resets)
+    if not resets:  # (with resets, the reset intervals are re-estimated from the neighbouring rates)
+        assert np.array_equal(cum, np.concatenate(([0.0], np.cumsum(increments))))
+
+
+def test_the_reset_search_spans_long_series_and_many_resets() -> None:
+    from bridge.report.stats import _cumulative_increase
+
+    rng = np.random.default_rng(7)
+    for shape in ("rising", "dips", "sawtooth", "oscillating"):
+        steps = rng.uniform(0, 5, 20_000)
+        values = np.cumsum(steps) + 1e3
+        if shape == "dips":
+            values[rng.integers(1, values.size, 500)] *= 0.9
+        elif shape == "sawtooth":
+            values = np.mod(values, 997.0)
+        elif shape == "oscillating":
+            values[::2] = 0.0
+        increments, resets = _reference_cumulative_increase(values)
+        _, count = _cumulative_increase(np.arange(values.size, dtype=np.int64) * S, values)
+        assert count == len(resets), shape
+
+
+def _as_row_block(columns: list[np.ndarray]) -> np.ndarray:
+    """The columns as the report hands them over: rows of one matrix (Series.matrix), gathered from strided
+    columns of a block of records × keys, as the reader and the sidecar's spool hold them."""
+    from bridge.report.series import GpuMeta, Series
+
+    block = np.stack(columns, axis=1)
+    keys = [f"k{i}" for i in range(len(columns))]
+    meta = GpuMeta(0, "GPU-0", None, None, None, None, None, None, "nvidia", None, None)
+    series = Series("e", "u", meta, np.arange(block.shape[0]), {key: block[:, i] for i, key in enumerate(keys)})
+    return series.matrix(keys)
+
+
+@st.composite
+def series_columns(draw: st.DrawFn) -> tuple[np.ndarray, list[np.ndarray], int, int]:
+    """Up to six columns of one series (rising, dipping, resetting; some with a NaN or three) and a window
+    that mostly overlaps the samples."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32)))
+    n = draw(st.integers(1, 120))
+    ts = np.cumsum(rng.integers(0, 2 * S, n) * (rng.random(n) > 0.05))  # (equal times too)
+    columns = []
+    for _ in range(draw(st.integers(1, 6))):
+        column = _walk(rng, n, draw(st.sampled_from(["rrrrfdz", "rrrf", "rrrd", "rrrrrrrrrrrrd"])))
+        column[rng.integers(0, n, draw(st.sampled_from([0, 0, 0, 1, 3])))] = NAN
+        columns.append(column)
+    span = int(ts[-1])
+    start = round(span * draw(st.floats(-0.2, 1.1)))
+    end = start + round(span * draw(st.floats(0.0, 1.2)))
+    return ts, columns, start, end
+
+
+@settings(max_examples=400, deadline=None)
+@given(series_columns(), st.booleans())
+def test_gauge_stats_of_several_columns_are_gauge_stats_column_by_column(case, nan_slots: bool) -> None:
+    from bridge.report.stats import gauge_stats_columns
+
+    ts, columns, start, end = case
+    units = [f"u{i}" for i in range(len(columns))]
+    alone = [gauge_stats(ts, column, start, end, unit, count_nan_slots=nan_slots)
+             for column, unit in zip(columns, units, strict=True)]
+    for together in (columns, _as_row_block(columns)):
+        assert gauge_stats_columns(ts, together, start, end, units, count_nan_slots=nan_slots) == alone
+
+
+@settings(max_examples=400, deadline=None)
+@given(series_columns(), st.sampled_from([0, 666_000_000, 3 * S]))
+def test_interpolated_counters_of_several_columns_are_the_one_column_rule(case, grace: int) -> None:
+    from bridge.report.stats import counter_deltas_interpolated
+
+    ts, columns, start, end = case
+    alone = [counter_delta_interpolated(ts, column, start, end, grace) for column in columns]
+    for together in (columns, _as_row_block(columns)):
+        assert counter_deltas_interpolated(ts, together, start, end, grace) == alone
+
+
+def test_long_columns_sum_in_the_same_order_together_as_alone() -> None:
+    # numpy's pairwise sums work in blocks of 128 and its iterator buffers 8192 values: rows of a matrix must
+    # still add up like the column alone, for windows longer than both.
+    from bridge.report.stats import gauge_stats_columns
+
+    rng = np.random.default_rng(3)
+    ts = np.arange(30_000, dtype=np.int64) * (S // 3)
+    columns = [rng.normal(1e3, 5e2, ts.size) * 10.0 ** rng.integers(-3, 9) for _ in range(8)]
+    for start, end in ((0, int(ts[-1])), (S, 3_000 * S), (5 * S, 5 * S + 8_200 * (S // 3))):
+        alone = [gauge_stats(ts, column, start, end, "W") for column in columns]
+        for together in (columns, _as_row_block(columns)):
+            assert gauge_stats_columns(ts, together, start, end, ["W"] * 8) == alone
