@@ -11,6 +11,11 @@ from datetime import tzinfo
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+# The statistics need numpy (~0.25 CPU-s to import here), and importing the builder is when to pay for it:
+# the sidecar imports this module in a background thread once collection has started
+# (lifecycle._import_report_modules), so that the import is not paid at SIGTERM, in the shutdown budget.
+import numpy  # noqa: F401
+
 from bridge.fields import FieldTable
 from bridge.report.energy import EnergyTotals, energy_totals
 from bridge.report.events import EndpointState, RunEvents, load_events
