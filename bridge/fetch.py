@@ -139,7 +139,7 @@ class CurlFetcher:
         transfer = self.transfer(url)
         with transfer.lock:
             if transfer.closed:
-                raise FetchError("connect", f"{transfer.redacted} was not scraped: the fetcher is closed")
+                raise transfer.closed_error()
             transfer.begin(self._now_ns())
             try:
                 transfer.curl.perform()
@@ -213,8 +213,7 @@ class CurlTransfers:
         transfer.lock.acquire()  # held until the GET ends: a probe of this endpoint waits for it
         if transfer.closed:
             transfer.lock.release()
-            self._refused.append((url, FetchError("connect", f"{transfer.redacted} was not scraped: the fetcher "
-                                                  "is closed")))
+            self._refused.append((url, transfer.closed_error()))
             return
         transfer.begin(self._fetcher._now_ns())
         self._active[id(transfer.curl)] = transfer
@@ -328,6 +327,9 @@ class _Transfer:
 
     def begin(self, start_ns: int) -> None:
         self.chunks, self.size, self.start_ns = [], 0, start_ns
+
+    def closed_error(self) -> FetchError:
+        return FetchError("connect", f"{self.redacted} was not scraped: the fetcher is closed")
 
     def page(self, end_ns: int) -> FetchedPage:
         """The page of a GET that ended without a transport error, or what is wrong with it."""

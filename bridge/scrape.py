@@ -73,8 +73,8 @@ class ScrapeGroup:
                  now_ns: Callable[[], int] = time.time_ns) -> None:
         self.fetcher = fetcher
         self.interval_s = interval_s
-        self._monotonic = monotonic
-        self._now_ns = now_ns
+        self.monotonic = monotonic
+        self.now_ns = now_ns
         self.loops: dict[str, ScrapeLoop] = {}
         self.cond = threading.Condition()
         self.origin: float | None = None  # monotonic time of tick 0, once running
@@ -128,13 +128,13 @@ class ScrapeGroup:
 
     def _loop(self, transfers: Transfers) -> None:
         interval = self.interval_s
-        self.origin = origin = self._monotonic()
+        self.origin = origin = self.monotonic()
         while True:
             starts: list[ScrapeLoop] = []
             with self.cond:
                 if self._stopping:
                     return
-                now, now_ns = self._monotonic(), self._now_ns()
+                now, now_ns = self.monotonic(), self.now_ns()
                 current = math.floor((now - origin) / interval)
                 wake_at = now + interval
                 for loop in self.loops.values():
@@ -154,7 +154,7 @@ class ScrapeGroup:
                         wake_at = min(wake_at, origin + loop.next_tick * interval, loop.next_boundary_at(now, now_ns))
             for loop in starts:
                 transfers.begin(loop.url)
-            ended = transfers.wait(max(0.0, wake_at - self._monotonic()), self._wake_read)
+            ended = transfers.wait(max(0.0, wake_at - self.monotonic()), self._wake_read)
             with contextlib.suppress(BlockingIOError):
                 while os.read(self._wake_read, 4096):
                     pass
@@ -170,14 +170,13 @@ class ScrapeLoop:
                  on_failure: FailureHandler, *, monotonic: Callable[[], float] = time.monotonic,
                  now_ns: Callable[[], int] = time.time_ns, group: ScrapeGroup | None = None) -> None:
         self.url = url
-        self.fetcher = fetcher
-        self.interval_s = interval_s
         self.on_page = on_page
         self.on_failure = on_failure
         self.stats = EndpointStats(redact_url(url))
-        self._monotonic = monotonic
-        self._now_ns = now_ns
+        # The group's fetcher, interval and clocks are the loop's: a given group must have been made with these.
         self.group = group or ScrapeGroup(fetcher, interval_s, monotonic=monotonic, now_ns=now_ns)
+        self._monotonic = self.group.monotonic
+        self._now_ns = self.group.now_ns
         self.group.loops[url] = self
         self._pending: list[_Boundary] = []
         self._in_flight_served: list[_Boundary] = []
@@ -273,7 +272,7 @@ class ScrapeLoop:
                 if origin is not None:
                     # Ticks that passed while this scrape ran are missed, never queued; a boundary scrape
                     # serves the ticks that came due while it ran.
-                    first_future = math.floor((now - origin) / self.interval_s) + 1
+                    first_future = math.floor((now - origin) / self.group.interval_s) + 1
                     if not self._in_flight_boundary and first_future > self.next_tick:
                         self.stats.missed_ticks += first_future - self.next_tick
                     self.next_tick = max(self.next_tick, first_future)
@@ -288,7 +287,7 @@ class ScrapeLoop:
         with self.group.cond:
             self.begin(self._now_ns(), boundary=True)
         try:
-            outcome: FetchedPage | FetchError = self.fetcher.fetch(self.url)
+            outcome: FetchedPage | FetchError = self.group.fetcher.fetch(self.url)
         except FetchError as exc:
             outcome = exc
         return self.end(outcome)
