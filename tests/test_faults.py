@@ -26,6 +26,7 @@ from bridge.lifecycle import Session
 from bridge.otlp import OtlpConfig, OtlpForwarder
 from bridge.record_log import read_dicts, read_records
 from bridge.simulator import Fault, ManualClock, SimulatedExporter, SimulatorConfig
+from tests.loopback import LoopbackServer, send
 
 NS = 1_000_000_000
 SCRAPES = 3
@@ -91,32 +92,6 @@ def assert_healthy_endpoint_lost_nothing(session: Session, healthy: SimulatedExp
 
 
 # -- one endpoint misbehaves; the other is healthy ------------------------------------------------------
-class GarbageServer:
-    """An 'exporter' on loopback that answers 200 with bytes that are not an exposition page."""
-
-    def __init__(self, body: bytes) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 SCRAPE_FAULTS: dict[str, tuple[Callable[[SimulatedExporter], None], str, bool]] = {
     # name: (what to do to the sick exporter after the baseline, error type in the report, still up at the end)
     "http-500": (lambda e: e.add_fault(Fault("http-500")), "http_status", False),
@@ -168,15 +143,13 @@ def test_an_endpoint_down_at_start_is_named_and_never_stops_the_others(tmp_path)
 
 
 def test_a_page_of_garbage_bytes_is_a_parse_error_in_the_report(tmp_path):
-    garbage = GarbageServer(b"\x00\xff\xfe<html>not metrics</html>\n{\"json\": 1}\n\xc3\x28 \x1b[31m\n")
-    try:
-        with SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as healthy:
-            session = session_for([garbage.url, healthy.url], tmp_path)
-            session.configure()
-            collect(session)
-            outputs = session.complete()
-    finally:
-        garbage.close()
+    page = b"\x00\xff\xfe<html>not metrics</html>\n{\"json\": 1}\n\xc3\x28 \x1b[31m\n"
+    with LoopbackServer(lambda h: send(h, page, content_type="text/plain; version=0.0.4")) as garbage, \
+            SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as healthy:
+        session = session_for([garbage.url, healthy.url], tmp_path)
+        session.configure()
+        collect(session)
+        outputs = session.complete()
     assert_healthy_endpoint_lost_nothing(session, healthy)
     assert records_by_endpoint(session).get(garbage.url) is None
     messages = [e["error_details"]["message"] for e in outputs.report.telemetry_data["error_summary"]

@@ -11,71 +11,16 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
 from bridge.fetch import FetchError, FetchSettings, make_fetcher
+from tests.loopback import LoopbackServer, Respond, send
 
 PAGE = b'# TYPE DCGM_FI_DEV_GPU_TEMP gauge\nDCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 41\n' * 20
-
-Respond = Callable[[BaseHTTPRequestHandler], None]
-
-
-class Server:
-    """A ThreadingHTTPServer whose every GET is answered by `respond`; counts connections and requests."""
-
-    def __init__(self, respond: Respond, tls: ssl.SSLContext | None = None) -> None:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                with server.lock:
-                    server.connections += 1
-
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-                with server.lock:
-                    server.requests.append(dict(self.headers))
-                respond(self)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.lock = threading.Lock()
-        self.connections = 0
-        self.requests: list[dict[str, str]] = []
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        if tls is not None:
-            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
-        scheme = "https" if tls else "http"
-        self.url = f"{scheme}://127.0.0.1:{self.httpd.server_address[1]}/metrics"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def send(handler: BaseHTTPRequestHandler, body: bytes, *, status: int = 200, content_type: str = "text/plain",
-         headers: dict[str, str] | None = None) -> None:
-    handler.send_response(status)
-    handler.send_header("Content-Type", content_type)
-    handler.send_header("Content-Length", str(len(body)))
-    for name, value in (headers or {}).items():
-        handler.send_header(name, value)
-    handler.end_headers()
-    handler.wfile.write(body)
-
 
 def ok(handler: BaseHTTPRequestHandler) -> None:
     send(handler, PAGE)
@@ -92,7 +37,7 @@ def fetch_error(url: str, **settings: object) -> FetchError:
 
 
 def test_a_page_is_fetched_with_its_content_type_and_times() -> None:
-    with Server(ok) as server:
+    with LoopbackServer(ok) as server:
         fetcher = make_fetcher(FetchSettings())
         before = time.time_ns()
         page = fetcher.fetch(server.url)
@@ -102,7 +47,7 @@ def test_a_page_is_fetched_with_its_content_type_and_times() -> None:
 
 
 def test_the_connection_is_kept_alive_between_scrapes() -> None:
-    with Server(ok) as server:
+    with LoopbackServer(ok) as server:
         fetcher = make_fetcher(FetchSettings())
         for _ in range(5):
             fetcher.fetch(server.url)
@@ -114,7 +59,7 @@ def test_gzip_is_asked_for_and_decoded() -> None:
     def compressed(handler: BaseHTTPRequestHandler) -> None:
         send(handler, gzip.compress(PAGE), headers={"Content-Encoding": "gzip"})
 
-    with Server(compressed) as server:
+    with LoopbackServer(compressed) as server:
         fetcher = make_fetcher(FetchSettings())
         page = fetcher.fetch(server.url)
         fetcher.close()
@@ -126,7 +71,7 @@ def test_corrupt_gzip_is_an_incomplete_body() -> None:
     def corrupt(handler: BaseHTTPRequestHandler) -> None:
         send(handler, gzip.compress(PAGE)[:40] + b"\x00" * 40, headers={"Content-Encoding": "gzip"})
 
-    with Server(corrupt) as server:
+    with LoopbackServer(corrupt) as server:
         error = fetch_error(server.url)
     assert error.kind == "truncated"
 
@@ -154,7 +99,7 @@ def test_a_body_over_the_limit_is_refused_whether_declared_or_streamed(declared:
         else:
             chunked(handler, iter([big[i:i + 8192] for i in range(0, len(big), 8192)]))
 
-    with Server(respond) as server:
+    with LoopbackServer(respond) as server:
         error = fetch_error(server.url, max_body_bytes=64 * 1024)
     assert error.kind == "too_large"
     assert "65,536-byte limit" in error.message and "DCGM_BRIDGE_MAX_BODY_BYTES" in error.message
@@ -164,7 +109,7 @@ def test_a_gzip_bomb_is_measured_decoded() -> None:
     def bomb(handler: BaseHTTPRequestHandler) -> None:
         send(handler, gzip.compress(b"#" * 4_000_000), headers={"Content-Encoding": "gzip"})
 
-    with Server(bomb) as server:
+    with LoopbackServer(bomb) as server:
         error = fetch_error(server.url, max_body_bytes=1024 * 1024)
     assert error.kind == "too_large"
 
@@ -175,7 +120,7 @@ def test_an_exporter_that_never_answers_is_a_timeout() -> None:
     def silent(handler: BaseHTTPRequestHandler) -> None:
         release.wait(5)
 
-    with Server(silent) as server:
+    with LoopbackServer(silent) as server:
         error = fetch_error(server.url, read_timeout=0.2)
         release.set()
     assert error.kind == "timeout" and "did not answer within 0.2 s" in error.message
@@ -193,7 +138,7 @@ def test_an_exporter_that_stalls_mid_body_is_a_timeout_that_says_so() -> None:
 
         chunked(handler, chunks())
 
-    with Server(stall) as server:
+    with LoopbackServer(stall) as server:
         error = fetch_error(server.url, read_timeout=0.3)
         release.set()
     assert error.kind == "timeout" and "stalled mid-body" in error.message
@@ -207,7 +152,7 @@ def test_a_connection_cut_mid_body_is_truncated() -> None:
         handler.wfile.write(PAGE)
         handler.close_connection = True
 
-    with Server(cut) as server:
+    with LoopbackServer(cut) as server:
         error = fetch_error(server.url)
     assert error.kind == "truncated" and "incomplete body" in error.message
 
@@ -220,7 +165,7 @@ def test_status_json_and_empty_answers_are_named() -> None:
     ]
     kinds = []
     for respond in answers:
-        with Server(respond) as server:
+        with LoopbackServer(respond) as server:
             kinds.append(fetch_error(server.url).kind)
     assert kinds == ["http_status", "content_type", "empty"]
 
@@ -229,13 +174,13 @@ def test_a_redirect_is_not_followed() -> None:
     def moved(handler: BaseHTTPRequestHandler) -> None:
         send(handler, b"", status=302, headers={"Location": "http://127.0.0.1:1/elsewhere"})
 
-    with Server(moved) as server:
+    with LoopbackServer(moved) as server:
         error = fetch_error(server.url)
     assert error.kind == "http_status" and "HTTP 302" in error.message
 
 
 def test_a_refused_connection_names_the_endpoint_but_not_its_credentials() -> None:
-    with Server(ok) as server:
+    with LoopbackServer(ok) as server:
         port = server.httpd.server_address[1]
     error = fetch_error(f"http://alice:s3cretpw@127.0.0.1:{port}/metrics?token=t0psecret")
     assert error.kind == "connect" and f"127.0.0.1:{port}" in error.message
@@ -247,14 +192,14 @@ def test_a_proxy_in_the_environment_is_not_used(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:1")
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
-    with Server(ok) as server:
+    with LoopbackServer(ok) as server:
         fetcher = make_fetcher(FetchSettings())
         assert fetcher.fetch(server.url).body == PAGE
         fetcher.close()
 
 
 def test_endpoints_are_fetched_from_several_threads_at_once() -> None:
-    with Server(ok) as first, Server(ok) as second:
+    with LoopbackServer(ok) as first, LoopbackServer(ok) as second:
         fetcher = make_fetcher(FetchSettings())
         bodies: list[bytes] = []
 
@@ -281,10 +226,10 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
-def tls_server(certificate: tuple[Path, Path]) -> Server:
+def tls_server(certificate: tuple[Path, Path]) -> LoopbackServer:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(*certificate)
-    return Server(ok, tls=context)
+    return LoopbackServer(ok, tls=context)
 
 
 def test_tls_with_the_exporters_ca(certificate: tuple[Path, Path]) -> None:

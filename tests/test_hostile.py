@@ -9,8 +9,7 @@ import json
 import logging
 import math
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -29,6 +28,7 @@ from bridge.parse import PageParser, parse_page
 from bridge.samples import ParsedPage
 from bridge.simulator import Fault, NodeModel, SimulatedExporter, SimulatorConfig, render_page
 from tests.conftest import REAL_PAGES
+from tests.loopback import LoopbackServer, send
 from tests.test_parse import pages as generated_pages
 
 NS = 1_000_000_000
@@ -234,61 +234,37 @@ SECRETS = ["s3cret-pw-alice", "t0p-secret-query", "bearer-s3cret-tok", "otlp-pw-
            "otlp-hdr-s3cret"]
 
 
-class EchoingReceiver:
+def echo_and_reject(handler: BaseHTTPRequestHandler) -> None:
     """A hostile OTLP receiver: rejects everything with 400 and echoes the request line and headers back."""
-
-    def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                body = f"rejected {self.requestline} {dict(self.headers)}".encode()
-                self.send_response(400)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+    send(handler, f"rejected {handler.requestline} {dict(handler.headers)}".encode(), status=400)
 
 
 def test_no_credential_reaches_any_file_or_log_line_of_a_run(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
-    receiver = EchoingReceiver()
-    try:
-        with SimulatedExporter(SimulatorConfig(gpus=2, seed=1)) as with_userinfo, \
-                SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as with_token:
-            urls = [with_userinfo.url.replace("http://", "http://alice:s3cret-pw-alice@") + "?token=t0p-secret-query",
-                    with_token.url]
-            otlp = OtlpConfig(endpoint=f"http://bob:otlp-pw-s3cret@127.0.0.1:{receiver.port}/v1/metrics"
-                                       "?apikey=otlp-q-s3cret",
-                              headers=(("authorization", "Bearer otlp-hdr-s3cret"),), export_interval_s=0.02,
-                              timeout_s=1.0)
-            forwarder = OtlpForwarder(otlp, base_resource={"service.name": "t"}, log_interval_s=0.0)
-            config = Config(telemetry=TelemetryItems(urls=urls), default_endpoints=[], artifact_dir=str(tmp_path),
-                            run_id="creds", bearer_token="bearer-s3cret-tok", collection_interval=0.05,
-                            scrape_timeout=0.5, record_log_gzip=True)
-            session = Session(config, TABLE, forwarder=forwarder)
-            session.configure()
-            with_userinfo.add_fault(Fault("http-500", requests=(3, 3)))
-            with_token.add_fault(Fault("garbage-line"))
-            for _ in range(3):
-                for loop in session.loops.values():
-                    loop.scrape_now()
-            forwarder.flush(10.0)
-            status = json.dumps(session.status())
-            session.complete()
-    finally:
-        receiver.close()
+    with LoopbackServer(echo_and_reject) as receiver, \
+            SimulatedExporter(SimulatorConfig(gpus=2, seed=1)) as with_userinfo, \
+            SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as with_token:
+        urls = [with_userinfo.url.replace("http://", "http://alice:s3cret-pw-alice@") + "?token=t0p-secret-query",
+                with_token.url]
+        otlp = OtlpConfig(endpoint=f"http://bob:otlp-pw-s3cret@127.0.0.1:{receiver.port}/v1/metrics"
+                                   "?apikey=otlp-q-s3cret",
+                          headers=(("authorization", "Bearer otlp-hdr-s3cret"),), export_interval_s=0.02,
+                          timeout_s=1.0)
+        forwarder = OtlpForwarder(otlp, base_resource={"service.name": "t"}, log_interval_s=0.0)
+        config = Config(telemetry=TelemetryItems(urls=urls), default_endpoints=[], artifact_dir=str(tmp_path),
+                        run_id="creds", bearer_token="bearer-s3cret-tok", collection_interval=0.05,
+                        scrape_timeout=0.5, record_log_gzip=True)
+        session = Session(config, TABLE, forwarder=forwarder)
+        session.configure()
+        with_userinfo.add_fault(Fault("http-500", requests=(3, 3)))
+        with_token.add_fault(Fault("garbage-line"))
+        for _ in range(3):
+            for loop in session.loops.values():
+                loop.scrape_now()
+        forwarder.flush(10.0)
+        status = json.dumps(session.status())
+        session.complete()
     assert forwarder.stats().rejected_points > 0  # the receiver did echo the credentials back
     texts = {"status": status}
     for path in tmp_path.rglob("*"):

@@ -8,13 +8,11 @@ first 200 from /readyz, and from wait4() after SIGTERM (final scrape, report, me
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +22,7 @@ import pytest
 
 from bridge.kube.jobset import SIDECAR_SHUTDOWN_CPU_SECONDS, SIDECAR_START_CPU_SECONDS
 from tests.conftest import free_port
+from tests.loopback import LoopbackServer, send
 
 PAGE = Path(__file__).parents[1] / "data" / "k8s-ai-conformance_kops_l4.txt"
 DEADLINE_S = 60.0
@@ -32,23 +31,8 @@ DEADLINE_S = 60.0
 @pytest.fixture
 def exporter() -> Iterator[str]:
     body = PAGE.read_bytes()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    server.shutdown()
-    server.server_close()
+    with LoopbackServer(lambda h: send(h, body, content_type="text/plain; version=0.0.4")) as server:
+        yield server.url
 
 
 def cpu_seconds(pid: int) -> float:
