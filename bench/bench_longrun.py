@@ -30,8 +30,8 @@ from bridge.config import Config  # noqa: E402
 from bridge.endpoints import TelemetryItems  # noqa: E402
 from bridge.fetch import FetchedPage  # noqa: E402
 from bridge.fields import default_table  # noqa: E402
-from bridge.lifecycle import Session  # noqa: E402
 from bridge.otlp import OtlpForwarder, resolve_config  # noqa: E402
+from bridge.sidecar.session import Session  # noqa: E402
 from bridge.simulator import ManualClock, NodeModel, SimulatorConfig, render_page  # noqa: E402
 
 NS = 1_000_000_000

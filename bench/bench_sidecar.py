@@ -121,9 +121,9 @@ def in_situ_profile(urls: list[str], out: Path, rounds: int = 25) -> dict[str, f
     from bridge.config import Config
     from bridge.endpoints import TelemetryItems
     from bridge.fields import default_table
-    from bridge.lifecycle import Session
     from bridge.otlp.encode import ContextCache, EndpointEncoder
     from bridge.parse import PageParser
+    from bridge.sidecar.session import Session
 
     session = Session(Config(telemetry=TelemetryItems(urls=urls), default_endpoints=[], artifact_dir=str(out),
                              run_id="profile"), default_table())

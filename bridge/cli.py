@@ -6,9 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import signal
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +23,9 @@ class _LazyGroup(click.Group):
     """Commands from other packages are imported only when they run (or when --help lists them), so
     `dcgm-bridge sidecar` under a 25m CPU limit never pays for the simulator or the kube code."""
 
-    lazy = {"simulate": "bridge.simulator.cli:simulate", "report": "bridge.report.cli:report",
-            "kube": "bridge.kube.cli:kube"}
+    lazy = {"sidecar": "bridge.sidecar.cli:sidecar", "profile": "bridge.sidecar.cli:profile",
+            "demo": "bridge.sidecar.cli:demo", "simulate": "bridge.simulator.cli:simulate",
+            "report": "bridge.report.cli:report", "kube": "bridge.kube.cli:kube"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])
@@ -40,6 +38,18 @@ class _LazyGroup(click.Group):
             command: click.Command = getattr(import_module(module), attr)
             return command
         return super().get_command(ctx, name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """The one place a `BridgeError` becomes a message: one line (or its listed problems), no traceback;
+        exit 2 for configuration, the error's own code for Kubernetes, else 1 (README "Exit codes")."""
+        from bridge.errors import BridgeError, ConfigError, KubeError
+
+        try:
+            return super().invoke(ctx)
+        except BridgeError as exc:
+            click.echo(f"Error: {exc}", err=True)
+            code = 2 if isinstance(exc, ConfigError) else exc.exit_code if isinstance(exc, KubeError) else 1
+            ctx.exit(code)
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,10 +76,9 @@ def _json_value(value: float) -> float | str | None:
               help="Custom-metrics CSV (dcgm-exporter format) to map extra fields.")
 def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...]) -> None:
     """Show what the bridge sees in one page: SOURCE is a file or a URL."""
-    from bridge.custom_metrics import CustomMetricsError, table_with_custom
     from bridge.endpoints import normalize_url, redact_url
     from bridge.fetch import FetchError, FetchSettings, make_fetcher
-    from bridge.fields import default_table
+    from bridge.fields import CustomMetricsError, default_table, table_with_custom
     from bridge.normalize import Normalizer
     from bridge.parse import parse_page
     from bridge.record_log import record_to_dict
@@ -114,196 +123,6 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...]) -> None:
         for key, value in r.telemetry_data.items():
             spec = table.by_key.get(key)
             click.echo(f"      {spec.label if spec else key:<45} {value:,.6g}")
-
-
-# -- sidecar ----------------------------------------------------------------------------------------
-def telemetry_options(func: Any) -> Any:
-    options = [
-        click.option("--gpu-telemetry", multiple=True, metavar="ITEM",
-                     help="DCGM exporter URL(s), a custom-metrics .csv, k8s://ns/svc[:port] or 'dashboard'. "
-                          "Several per flag (space or comma separated)."),
-        click.option("--no-gpu-telemetry", is_flag=True, default=None, help="Disable GPU telemetry."),
-        click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     help="YAML file with a gpu_telemetry: block (AIPerf's shape plus our settings)."),
-        click.option("--run-id", help="Run id on every record and OTLP point (default: generated)."),
-        click.option("--artifact-dir", help="Where the outputs go (default ./artifacts)."),
-        click.option("--counter-mode", type=click.Choice(["interpolated", "aiperf"])),
-        click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix."),
-        click.option("--live", is_flag=True, help="Show a refreshing per-GPU table while collecting."),
-    ]
-    options += [
-        click.option("--otlp-endpoint", help="Forward every sample as OTLP here (else OTEL_EXPORTER_OTLP_"
-                     "[METRICS_]ENDPOINT; off when neither is set)."),
-        click.option("--otlp-protocol", type=click.Choice(["http/protobuf", "grpc"]),
-                     help="OTLP transport (default http/protobuf, or OTEL_EXPORTER_OTLP_PROTOCOL)."),
-        click.option("--otlp-headers", help="k=v,k2=v2 sent with every export (or OTEL_EXPORTER_OTLP_HEADERS)."),
-        click.option("--otlp-timeout", type=float, help="Seconds per export request."),
-        click.option("--otlp-compression", type=click.Choice(["gzip", "none"])),
-        click.option("--otlp-insecure", is_flag=True, default=None, help="gRPC without TLS."),
-        click.option("--otlp-units", type=click.Choice(["none", "ucum"]),
-                     help="Set UCUM units on metrics (changes their Prometheus names; default none)."),
-        click.option("--otlp-export-interval", type=float, help="Seconds between exports (default 1)."),
-        click.option("--otlp-max-queue-points", type=int, help="Queue bound; the oldest pages are dropped past it."),
-        click.option("--relabel-config", type=click.Path(exists=True, dir_okay=False),
-                     help="Prometheus-style relabel rules (YAML) applied to OTLP and the pull endpoint."),
-        click.option("--service-name", help="OTLP resource service.name (default dcgm-exporter)."),
-        click.option("--resource-attribute", multiple=True, metavar="K=V", help="Extra OTLP resource attribute."),
-        click.option("--attribute", multiple=True, metavar="K=V", help="Static attribute on every data point."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
-
-
-_OTLP_FLAGS = ("otlp_endpoint", "otlp_protocol", "otlp_headers", "otlp_timeout", "otlp_compression",
-               "otlp_insecure", "otlp_units", "otlp_export_interval", "otlp_max_queue_points", "relabel_config",
-               "service_name", "resource_attribute", "attribute")
-
-
-def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
-    out = {}
-    for value in values:
-        key, sep, val = value.partition("=")
-        if not sep or not key:
-            raise click.ClickException(f"{flag} {value!r}: expected KEY=VALUE")
-        out[key.strip()] = val.strip()
-    return out
-
-
-def build_forwarder(otlp: dict[str, Any]) -> tuple[Any, Any]:
-    """The OTLP forwarder (None when export is off) and the relabel rules, from the flags and OTEL_* env."""
-    import os
-
-    from bridge.otlp import OtlpConfigError, OtlpForwarder, base_attributes, resolve_config
-    from bridge.relabel import NO_RELABEL, load_config
-
-    try:
-        relabel = load_config(otlp["relabel_config"]) if otlp.get("relabel_config") else NO_RELABEL
-    except (OSError, ValueError) as exc:
-        raise click.ClickException(f"--relabel-config {otlp['relabel_config']}: {exc}") from None
-    try:
-        config = resolve_config(os.environ, endpoint=otlp.get("otlp_endpoint"), protocol=otlp.get("otlp_protocol"),
-                                headers=otlp.get("otlp_headers"), timeout_s=otlp.get("otlp_timeout"),
-                                compression=otlp.get("otlp_compression"), insecure=otlp.get("otlp_insecure"),
-                                units=otlp.get("otlp_units"), export_interval_s=otlp.get("otlp_export_interval"),
-                                max_queue_points=otlp.get("otlp_max_queue_points"))
-    except OtlpConfigError as exc:
-        raise click.ClickException(f"OTLP configuration: {exc}") from None
-    if config is None:
-        return None, relabel
-    resource = base_attributes(os.environ, service_name=otlp.get("service_name"),
-                               attributes=_pairs(otlp.get("resource_attribute") or (), "--resource-attribute"))
-    forwarder = OtlpForwarder(config, base_resource=resource,
-                              static_attributes=_pairs(otlp.get("attribute") or (), "--attribute"),
-                              relabel_config=relabel)
-    return forwarder, relabel
-
-
-def split_flags(flags: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    otlp = {k: flags.pop(k) for k in _OTLP_FLAGS if k in flags}
-    return flags, otlp
-
-
-def resolve_config(flags: dict[str, Any]) -> Any:
-    from bridge.config import ConfigError, resolve
-
-    config_file = flags.pop("config_file", None)
-    flags["gpu_telemetry"] = flags.get("gpu_telemetry") or None
-    try:
-        return resolve(flags, config_file=config_file)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def build_session_table(config: Any) -> Any:
-    from bridge.custom_metrics import CustomMetricsError, table_with_custom
-    from bridge.fields import default_table
-
-    try:
-        return table_with_custom(default_table(), config.telemetry.metrics_files)
-    except CustomMetricsError as exc:
-        raise click.ClickException(str(exc)) from None
-
-
-def build_session(config: Any, otlp: dict[str, Any]) -> Any:
-    from bridge.lifecycle import Session
-
-    table = build_session_table(config)
-    forwarder, relabel = build_forwarder(otlp)
-    return Session(config, table, forwarder=forwarder, relabel_config=relabel)
-
-
-@main.command()
-@telemetry_options
-@click.option("--health-port", type=int, help="Control API port (default 8086).")
-def sidecar(live: bool, **flags: Any) -> None:
-    """The container entry point: configure, serve the control API, collect until complete or a signal."""
-    from bridge.control import ControlServer
-
-    flags, otlp = split_flags(flags)
-    config = resolve_config(flags)
-    if not config.enabled:
-        click.echo("GPU telemetry is disabled (--no-gpu-telemetry); nothing to do.")
-        return
-    session = build_session(config, otlp)
-    done = threading.Event()
-    # A native sidecar that exits is restarted by the kubelet (and would overwrite the finished run):
-    # with exit_on_complete false it stays up after POST /complete until SIGTERM.
-    server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
-                           on_complete=done.set if config.exit_on_complete else None,
-                           metrics_text=session.exposition)
-    server.start()
-    click.echo(f"dcgm-bridge sidecar: run {session.run_id}, control API on port {server.port}", err=True)
-
-    def _signal(signum: int, _frame: object) -> None:
-        done.set()
-
-    signal.signal(signal.SIGTERM, _signal)
-    signal.signal(signal.SIGINT, _signal)
-    session.configure()
-    session.start()
-    view = _live_view(session, live or config.telemetry.dashboard)
-    done_file = Path(config.done_file) if config.done_file else None
-    while not done.wait(0.25):
-        if done_file is not None and done_file.exists():
-            break
-    if view is not None:
-        view.stop()
-    session.complete()
-    server.stop()
-    click.echo(f"dcgm-bridge sidecar: run {session.run_id} complete; outputs in {session.artifact_dir}", err=True)
-
-
-def _live_view(session: Any, wanted: bool) -> Any:
-    if not wanted:
-        return None
-    from bridge.live import LiveView
-
-    view = LiveView(session)
-    view.start()
-    return view
-
-
-@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@telemetry_options
-@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def profile(command: tuple[str, ...], live: bool, **flags: Any) -> None:
-    """Run a benchmark command with GPU telemetry: dcgm-bridge profile [OPTIONS] -- CMD [ARGS]…
-
-    CMD gets DCGM_BRIDGE_CONTROL_URL to post phase marks; without marks the phases come from a
-    phase_manifest.json below the artifact directory (AIPerf writes one), else the whole run is
-    reported. The exit code is CMD's.
-    """
-    from bridge.run import run_profile
-
-    flags, otlp = split_flags(flags)
-    config = resolve_config(flags)
-    session = build_session(config, otlp) if config.enabled else None
-    try:
-        code = run_profile(config, session, list(command), live=live)
-    except (OSError, ValueError) as exc:
-        raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None
-    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,7 @@ from bridge.endpoints import (
     parse_default_endpoints,
     parse_items,
 )
-
-
-class ConfigError(ValueError):
-    """Bad configuration: start-up stops with this message."""
+from bridge.errors import ConfigError as ConfigError
 
 
 @dataclass(frozen=True)
@@ -201,9 +198,26 @@ def resolve(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | Non
             continue
         values[setting.name] = parsed
     enabled, telemetry = _telemetry(flags, file_values, config_file, errors)
+    errors.extend(_unreadable_secret_files(values))
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(sorted(errors)))
     return Config(enabled=enabled, telemetry=telemetry, **values)
+
+
+def _unreadable_secret_files(values: Mapping[str, Any]) -> list[str]:
+    """A token or password file that cannot be read is a configuration error now, not a failed scrape later."""
+    problems = []
+    for name in ("bearer_token_file", "basic_auth_password_file"):
+        path = values.get(name)
+        if not path:
+            continue
+        try:
+            Path(path).read_bytes()
+        except OSError as exc:
+            setting = next(s for s in SETTINGS if s.name == name)
+            problems.append(f"{setting.env[0]} / --{name.replace('_', '-')} {path}: cannot read it "
+                            f"({exc.strerror or exc}); mount the secret or fix the path")
+    return problems
 
 
 def _lookup(setting: Setting, flags: Mapping[str, Any], env: Mapping[str, str], file_values: Mapping[str, Any],

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
+from bridge.errors import ConfigError
+
 DEFAULT_ENDPOINTS = ("http://localhost:9400/metrics", "http://localhost:9401/metrics")
 LOCAL_COLLECTORS = frozenset(["pynvml", "amdsmi"])
 # Query parameters whose values are secrets (exporter-toolkit and proxies use several spellings).
@@ -19,7 +21,7 @@ _SECRET_PARAMS = re.compile(r"(token|secret|password|passwd|pwd|key|auth|signatu
 REDACTED = "REDACTED"
 
 
-class TelemetryItemError(ValueError):
+class TelemetryItemError(ConfigError):
     """A `--gpu-telemetry` item that is none of the accepted forms."""
 
 

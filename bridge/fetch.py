@@ -23,13 +23,7 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from bridge.endpoints import redact_url
-
-
-class FetchError(Exception):
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
+from bridge.errors import FetchError as FetchError
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,10 +36,6 @@ _AIPERF_IDENTITY = (
 _OURS = ("gpu_instance_id", "gpu_instance_profile", "run_id", "phase", "scrape_start_ns", "scrape_end_ns")
 
 
-class RecordLogError(OSError):
-    """The record log could not be written (disk full, permission): nothing already flushed is lost."""
-
-
 def record_to_dict(rec: GpuRecord) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in _AIPERF_IDENTITY:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from bridge.errors import ConfigError
+
 Action = Literal["keep", "drop", "replace", "labeldrop", "labelkeep"]
 ACTIONS: tuple[Action, ...] = ("keep", "drop", "replace", "labeldrop", "labelkeep")
 NAME_LABEL = "__name__"
@@ -47,7 +49,7 @@ EXPORTER_LABELS = frozenset(
 _EXPORTER_PREFIXES = ("DCGM_FI_", "dra_")
 
 
-class RelabelConfigError(ValueError):
+class RelabelConfigError(ConfigError):
     """The relabel file is invalid; the message lists every problem, sorted."""
 
 

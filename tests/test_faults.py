@@ -2,7 +2,7 @@
 the sidecar stays up, every healthy endpoint's scrapes are all in the record log, and the report names
 the failure (error_summary, endpoint state).
 
-tests/test_sidecar.py checks the scrape-error events of the simple faults; here each fault runs a whole
+tests/sidecar/test_session.py checks the scrape-error events of the simple faults; here each fault runs a whole
 session to its report. The SIGTERM case is tests/test_run.py (a subprocess).
 """
 
@@ -22,9 +22,9 @@ import pytest
 from bridge.config import Config
 from bridge.endpoints import TelemetryItems, display_key
 from bridge.fields import default_table
-from bridge.lifecycle import Session
 from bridge.otlp import OtlpConfig, OtlpForwarder
 from bridge.record_log import read_dicts, read_records
+from bridge.sidecar.session import Session
 from bridge.simulator import Fault, ManualClock, SimulatedExporter, SimulatorConfig
 from tests.loopback import LoopbackServer, send
 

@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from bridge.config import Config
 from bridge.endpoints import TelemetryItems
 from bridge.fields import BLANK_VALUES, default_table
-from bridge.lifecycle import Session
 from bridge.normalize import Normalizer
 from bridge.otlp import OtlpConfig, OtlpForwarder
 from bridge.otlp.encode import ContextCache, EndpointEncoder
 from bridge.parse import PageParser, parse_page
 from bridge.samples import ParsedPage
+from bridge.sidecar.session import Session
 from bridge.simulator import Fault, NodeModel, SimulatedExporter, SimulatorConfig, render_page
 from tests.conftest import REAL_PAGES
 from tests.loopback import LoopbackServer, send
@@ -158,7 +158,7 @@ def test_random_pages_never_break_the_normaliser(text, gpu_labels):
 # -- the control API ------------------------------------------------------------------------------------
 @pytest.fixture
 def control(tmp_path):
-    from bridge.control import ControlServer
+    from bridge.sidecar.control import ControlServer
 
     config = Config(telemetry=TelemetryItems(urls=[]), default_endpoints=[], artifact_dir=str(tmp_path), run_id="c")
     session = Session(config, TABLE)

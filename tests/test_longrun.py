@@ -12,10 +12,10 @@ import orjson
 from bridge.config import Config
 from bridge.endpoints import TelemetryItems
 from bridge.fields import default_table
-from bridge.lifecycle import Session
 from bridge.record_log import read_records
 from bridge.report import build_report_from_events
 from bridge.report.write import write_report
+from bridge.sidecar.session import Session
 from bridge.simulator import Fault, ManualClock, SimulatedExporter, SimulatorConfig
 
 NS = 1_000_000_000

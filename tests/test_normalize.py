@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.custom_metrics import CustomMetricsError, key_for, parse_custom_metrics
-from bridge.fields import default_table
+from bridge.fields import CustomMetricsError, default_table, key_for, parse_custom_metrics
 from bridge.normalize import Normalizer
 from bridge.parse import parse_page
 from tests.conftest import DATA

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from bridge.errors import KubeError
+
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 DEFAULT_PORT = 9400
 # Port names dcgm-exporter uses: the GPU Operator's pods say "metrics", its Service "gpu-metrics".
@@ -25,7 +27,7 @@ RBAC_HINT = ("grant `list` on endpointslices (apiGroup discovery.k8s.io) in name
              "or pass the exporter URLs yourself")
 
 
-class DiscoveryError(RuntimeError):
+class DiscoveryError(KubeError):
     """A k8s:// item that cannot be expanded; the message says why and what to do."""
 
 

@@ -223,8 +223,7 @@ def _telemetry(opts: ProfileOptions, env: Mapping[str, str], problems: list[str]
 def _metrics_csv(paths: Sequence[str], problems: list[str]) -> str | None:
     if not paths:
         return None
-    from bridge.custom_metrics import CustomMetricsError, parse_custom_metrics
-    from bridge.fields import default_table
+    from bridge.fields import CustomMetricsError, default_table, parse_custom_metrics
 
     texts: list[str] = []
     for path in paths:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bridge.errors import KubeError as KubeError
 from bridge.kube.jobset import (
     ARTIFACTS,
     CONTROL_PLANE,
@@ -41,13 +42,6 @@ INSTALL_JOBSET = ("kubectl apply --server-side -f "
                   f"https://github.com/kubernetes-sigs/jobset/releases/download/{JOBSET_RELEASE}/manifests.yaml")
 TERMINAL = ("Completed", "Failed")
 EXIT_CODES = {"Completed": 0, "Failed": 1, "Timeout": 2, "Deleted": 3}
-
-
-class KubeError(RuntimeError):
-    def __init__(self, message: str, exit_code: int = 1, status: int | None = None) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.status = status  # the HTTP status behind it, when the server answered
 
 
 @dataclass(frozen=True)

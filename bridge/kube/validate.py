@@ -14,6 +14,8 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
+from bridge.errors import KubeError
+
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -37,7 +39,7 @@ POD_RESTART_POLICIES = ("Always", "OnFailure", "Never")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
-class ValidationError(ValueError):
+class ValidationError(KubeError, ValueError):
     """One or more inputs that would make an invalid JobSet; the message lists them all, sorted."""
 
     def __init__(self, problems: Sequence[str]) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
+from bridge.errors import ConfigError
 from bridge.otlp.starttime import StartTimeMode
 
 Protocol = Literal["http/protobuf", "grpc"]
@@ -33,7 +34,7 @@ Units = Literal["none", "ucum"]
 _PREFIX = "OTEL_EXPORTER_OTLP_"
 
 
-class OtlpConfigError(ValueError):
+class OtlpConfigError(ConfigError):
     """Invalid OTLP settings; the message lists every problem, sorted."""
 
 

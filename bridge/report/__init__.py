@@ -3,7 +3,7 @@
     record log ──▶ series (per endpoint × GPU identity) ──▶ window ──▶ stats (gauges, counters, codes)
         ──▶ telemetry_data + energy + phase files ──▶ write (JSON merge, CSV) / console
 
-Public surface (the lifecycle and the `report` command use only these):
+Public surface (the sidecar and the `report` command use only these):
 
     build_report(records, *, marks, phases, window, requests_end_ns, table, counter_mode, grace_ns,
                  endpoints_configured, endpoints_successful, errors, endpoint_states, tz) -> Report

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 # The statistics need numpy (~0.25 CPU-s to import here), and importing the builder is when to pay for it:
 # the sidecar imports this module in a background thread once collection has started
-# (lifecycle._import_report_modules), so that the import is not paid at SIGTERM, in the shutdown budget.
+# (sidecar/session.py, _import_report_modules), so that the import is not paid at SIGTERM, in the shutdown budget.
 import numpy  # noqa: F401
 
 from bridge.fields import FieldTable
@@ -36,7 +36,7 @@ from bridge.samples import GpuRecord, PhaseMark, ScrapeFailure
 
 @runtime_checkable
 class SeriesSource(Protocol):
-    """Series already collected: a SeriesAccumulator, or the sidecar's report_glue.LiveSeries."""
+    """Series already collected: a SeriesAccumulator, or the sidecar's report.spool.LiveSeries."""
 
     @property
     def records(self) -> int: ...

@@ -51,8 +51,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
     --events; --events also supplies endpoints, errors and endpoint states when combined with the others.
     """
-    from bridge.custom_metrics import CustomMetricsError, table_with_custom
-    from bridge.fields import default_table
+    from bridge.fields import CustomMetricsError, default_table, table_with_custom
     from bridge.report.build import build_report
     from bridge.report.console import render_console
     from bridge.report.events import RunEvents, load_events
@@ -103,7 +102,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     except ReportWriteError as exc:
         raise click.ClickException(str(exc)) from None
     if html_path is not None:
-        from bridge.html_report import write_html
+        from bridge.report.html import write_html
 
         written.append(write_html(built, source, html_path))
     if show_console:
@@ -118,8 +117,8 @@ def _store_records(url: str, run_id: str, kwargs: dict[str, Any], grace_ns: int,
                    strip_suffix: str | None) -> list[Any]:
     """The run's records from a PromQL store, over the span the window needs (with a margin for the
     samples that bracket its edges)."""
+    from bridge.report.store import records_from_store
     from bridge.report.window import phases_from_marks
-    from bridge.report_store import records_from_store
 
     window = kwargs.get("window")
     phases = kwargs.get("phases") or phases_from_marks(kwargs.get("marks") or ())

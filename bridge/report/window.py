@@ -15,13 +15,14 @@ from typing import Any
 
 import orjson
 
+from bridge.errors import ReportError
 from bridge.samples import PhaseKind, PhaseMark
 
 DEFAULT_GRACE_NS = 666_000_000  # AIPERF_GPU_FINAL_SCRAPE_GRACE_NS
 MANIFEST_FILE = "phase_manifest.json"
 
 
-class WindowError(ValueError):
+class WindowError(ReportError, ValueError):
     """The phase marks, manifest or explicit bounds do not describe a usable window."""
 
 

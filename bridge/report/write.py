@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from bridge.errors import ReportError
 from bridge.report.energy import energy_metrics
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ CSV_STATS = ["avg", "min", "max", "sum", "p1", "p5", "p10", "p25", "p50", "p75",
 _OPTIONAL_COLUMNS = (("hostname", "Hostname"), ("namespace", "Namespace"), ("pod_name", "Pod Name"))
 
 
-class ReportWriteError(OSError):
+class ReportWriteError(ReportError, OSError):
     """A report file could not be written, or an existing one is not a JSON object we may merge into."""
 
 

@@ -30,10 +30,10 @@ import pytest
 import urllib3
 import yaml
 
-from bridge.lifecycle import Session
 from bridge.otlp import ExportStats, OtlpConfig, OtlpForwarder, base_attributes
-from bridge.promexpo import CONTENT_TYPE, BridgeHealth, render_exposition
 from bridge.samples import ParsedPage
+from bridge.sidecar.pull import CONTENT_TYPE, BridgeHealth, render_exposition
+from bridge.sidecar.session import Session
 from bridge.simulator import ManualClock, SimulatedExporter, SimulatorConfig
 from tests.conftest import free_port, require_binary
 from tests.grafana.simrun import RecordedRun, Step, drive_run

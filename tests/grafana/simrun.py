@@ -1,6 +1,6 @@
 """A benchmark run, warmup then profiling, recorded by the real sidecar pipeline from simulated exporters.
 
-`Session` (bridge/lifecycle.py) scrapes real HTTP simulators on loopback, writes the record log and
+`Session` (bridge/sidecar/session.py) scrapes real HTTP simulators on loopback, writes the record log and
 events, builds the report at completion and hands every parsed page to its listeners — the seam the
 sidecar's OTLP forwarder and pull endpoint hang on. The scrape loops are never started: the driver
 triggers each scrape itself, so the run is one deterministic sequence of steps, and a `Step` callback
@@ -24,8 +24,8 @@ from typing import Any
 from bridge.config import Config
 from bridge.endpoints import TelemetryItems, display_key
 from bridge.fields import default_table
-from bridge.lifecycle import Session, SessionOutputs
 from bridge.samples import ParsedPage
+from bridge.sidecar.session import Session, SessionOutputs
 from bridge.simulator import ManualClock, SimulatedExporter
 
 NS = 1_000_000_000

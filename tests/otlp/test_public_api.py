@@ -21,7 +21,7 @@ def test_the_public_surface_is_exactly_this():
 
 def test_importing_the_package_loads_no_heavy_dependency():
     code = (
-        "import sys, bridge.otlp, bridge.relabel, bridge.promexpo, bridge.promstore; "
+        "import sys, bridge.otlp, bridge.relabel, bridge.sidecar.pull, bridge.report.promql; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
         "{'grpc', 'opentelemetry', 'google', 'yaml', 'urllib3', 'prometheus_api_client', 'requests'}))"
     )

@@ -1,8 +1,8 @@
 """Our OTLP forwarder and pull endpoint against real receivers on loopback.
 
 pages (seeded, timestamps we choose) → OtlpForwarder → VictoriaMetrics / rotel → VictoriaMetrics,
-read back with PromQL (bridge/promstore.py, prometheus-api-client); Prometheus 2.53 scraping
-bridge/promexpo.py's text with collector/prometheus/prometheus.yml. The sidecar end-to-end variants
+read back with PromQL (bridge/report/promql.py, prometheus-api-client); Prometheus 2.53 scraping
+bridge/sidecar/pull.py's text with collector/prometheus/prometheus.yml. The sidecar end-to-end variants
 come with the sidecar wiring.
 """
 
@@ -25,9 +25,9 @@ import yaml
 from bridge.fields import is_blank_label, is_blank_value
 from bridge.otlp import OtlpConfig, OtlpForwarder, base_attributes
 from bridge.parse import PageParser
-from bridge.promexpo import CONTENT_TYPE, BridgeHealth, EndpointHealth, LatestPage, render_exposition
-from bridge.promstore import fetch_run_samples
+from bridge.report.promql import fetch_run_samples
 from bridge.samples import ParsedPage
+from bridge.sidecar.pull import CONTENT_TYPE, BridgeHealth, EndpointHealth, LatestPage, render_exposition
 from tests.conftest import free_port, require_binary
 from tests.otlp.conftest import COLLECTOR, Server, VictoriaMetrics, prom_query, wait_until
 from tests.otlp.pages import COUNTERS, dcgm_page

@@ -14,11 +14,11 @@ from bridge.cli import main
 from bridge.config import Config
 from bridge.endpoints import TelemetryItems
 from bridge.fields import default_table
-from bridge.lifecycle import Session
 from bridge.otlp import OtlpForwarder, resolve_config
 from bridge.record_log import read_dicts, read_records
 from bridge.report import build_report_from_events
-from bridge.report_store import records_from_store
+from bridge.report.store import records_from_store
+from bridge.sidecar.session import Session
 from bridge.simulator import Fault, SimulatedExporter, SimulatorConfig
 from tests.otlp.conftest import prom_query, wait_until
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bridge.lifecycle import LifecycleError, Session
+from bridge.sidecar.session import LifecycleError, Session
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 from bridge.config import Config
 from bridge.endpoints import TelemetryItems
 from bridge.fields import default_table
-from bridge.lifecycle import Session, SessionOutputs
+from bridge.sidecar.session import Session, SessionOutputs
 
 
 def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333, console: Any = None,
@@ -51,7 +51,7 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
                 session.mark_phase(name, kind, "end", end_ns)
         outputs = session.complete(requests_end_ns=end_ns)
     if outputs.report is not None:
-        from bridge.html_report import write_html
+        from bridge.report.html import write_html
 
         outputs.files.append(write_html(outputs.report, session.records.path, out / "gpu_telemetry.html",
                                         title=f"dcgm-bridge demo · {session.run_id}"))

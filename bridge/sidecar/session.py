@@ -12,28 +12,27 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from bridge.config import Config
 from bridge.endpoints import candidate_endpoints, display_key, redact_url
+from bridge.errors import LifecycleError as LifecycleError
 from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
 from bridge.normalize import Normalizer
 from bridge.parse import PageParser, TemplatedPage
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
-from bridge.report_glue import LiveSeries
+from bridge.report.spool import LiveSeries
 from bridge.samples import GpuRecord, ParsedPage, PhaseMark
 from bridge.scrape import ScrapeGroup, ScrapeLoop
+from bridge.sidecar.finish import SessionOutputs as SessionOutputs
+from bridge.sidecar.finish import write_session_report
 
 logger = logging.getLogger(__name__)
 
 PHASE_KINDS = ("warmup", "profiling", "cooldown")
-
-
-class LifecycleError(ValueError):
-    """A control request that does not fit the run's state (a 400 for the control API)."""
 
 
 @dataclass
@@ -44,13 +43,6 @@ class Probe:
 
 
 PageListener = Callable[[str, ParsedPage, int, str | None], None]
-
-
-@dataclass
-class SessionOutputs:
-    artifact_dir: Path
-    files: list[Path] = field(default_factory=list)
-    report: Any = None
 
 
 class Session:
@@ -91,7 +83,7 @@ class Session:
                                   monotonic=monotonic, opener=opener)
         self.events = LineWriter(self.artifact_dir / EVENTS_FILE, flush_interval_s=0.0, monotonic=monotonic,
                                  opener=opener)
-        # The report's input, kept as the records are written (report_glue.py: no log re-read at the end).
+        # The report's input, kept as the records are written (report/spool.py: no log re-read at the end).
         self.live_series: LiveSeries | None = LiveSeries(self.artifact_dir / f".dcgm-bridge-spool-{self.run_id}")
         self._keys: dict[str, tuple[str, str]] = {}  # url -> (redacted, display key)
         self._dropped_noted: dict[str, tuple[str, int]] = {}  # url -> (message, time) of the last parse event
@@ -237,7 +229,7 @@ class Session:
 
     def exposition(self) -> bytes:
         """The pull endpoint's page: the latest relabelled samples of every endpoint plus our own health."""
-        from bridge.promexpo import BridgeHealth, EndpointHealth, LatestPage, render_exposition
+        from bridge.sidecar.pull import BridgeHealth, EndpointHealth, LatestPage, render_exposition
 
         latest = [LatestPage(display_key(url), page, self.run_id, phase or "none", ts)
                   for url, (page, phase, ts) in list(self._pages.items())]
@@ -252,8 +244,6 @@ class Session:
         return render_exposition(latest, health)
 
     def _write_report(self, outputs: SessionOutputs) -> None:
-        from bridge.report_glue import write_session_report  # lazy: numpy and rich load only here
-
         try:
             write_session_report(self, outputs)
         except Exception:  # the record log is already safe; a report bug must not lose it

@@ -7,8 +7,8 @@ import subprocess
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.parse import parse_page
-from bridge.promexpo import BridgeHealth, EndpointHealth, LatestPage, render_exposition
 from bridge.relabel import parse_config
+from bridge.sidecar.pull import BridgeHealth, EndpointHealth, LatestPage, render_exposition
 from tests.conftest import REAL_PAGES, require_binary
 from tests.otlp.pages import dcgm_page
 

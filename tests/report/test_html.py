@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from bridge.html_report import render_html, write_html
 from bridge.record_log import read_records
+from bridge.report.html import render_html, write_html
 from bridge.simulator import ManualClock, SimulatedExporter, SimulatorConfig
 from tests.conftest import require_binary
 from tests.grafana.simrun import NS, RecordedRun, drive_run

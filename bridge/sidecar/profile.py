@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from bridge.config import Config
 
 if TYPE_CHECKING:
-    from bridge.lifecycle import Session
+    from bridge.sidecar.session import Session
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str],
     if session is None or not config.enabled:
         return subprocess.call(command)
 
-    from bridge.control import ControlServer
+    from bridge.sidecar.control import ControlServer
 
     if not session.config.phase_manifest:
         # AIPerf writes phase_manifest.json below its artifact directory: look there when no marks came.
@@ -62,7 +62,7 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str],
         session.configure()
         session.start()
         if live or config.telemetry.dashboard:
-            from bridge.live import LiveView
+            from bridge.sidecar.live import LiveView
 
             view = LiveView(session)
             view.start()

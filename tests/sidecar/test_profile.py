@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from bridge.cli import main
 from bridge.record_log import read_dicts, read_records
-from bridge.run import is_aiperf, with_aiperf_flags
+from bridge.sidecar.profile import is_aiperf, with_aiperf_flags
 from bridge.simulator import SimulatedExporter, SimulatorConfig
 from tests.conftest import free_port
 

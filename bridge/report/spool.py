@@ -1,8 +1,8 @@
-"""The lifecycle's last step: build the report from what was recorded and write it.
+"""The live report's series: every record the run writes, spooled per series to disk as it is written.
 
-The report is built from the records the run wrote and the events file — what `dcgm-bridge report`
-reads afterwards — so the two agree (tests/test_longrun.py compares them). The records do not come
-back from the JSONL log, though: re-reading a 1-hour 64-GPU log costs ~5 CPU-seconds, while the
+The sidecar's report is built from these series and the events file — the same inputs `dcgm-bridge
+report` reads afterwards — so the two agree (tests/test_longrun.py compares them). The records do not
+come back from the JSONL log, though: re-reading a 1-hour 64-GPU log costs ~5 CPU-seconds, while the
 shutdown budget under a 25m limit is 0.75 (30 s × 25m). `LiveSeries` takes each record as it is
 written, appends its values as one row to its series' spool file (raw float64/int64, ~2 µs per
 record, nothing kept in memory beyond 16 KB per series, so RSS stays flat over hours), and at the end
@@ -28,7 +28,6 @@ from bridge.report.series import SeriesRows
 from bridge.samples import GpuRecord
 
 if TYPE_CHECKING:
-    from bridge.lifecycle import Session, SessionOutputs
     from bridge.report.series import Series
 
 logger = logging.getLogger(__name__)
@@ -146,46 +145,3 @@ class LiveSeries:
 
     def remove(self) -> None:
         shutil.rmtree(self.spool_dir, ignore_errors=True)
-
-
-def manifest_phases(session: Session) -> Any:
-    """Phases from AIPerf's phase_manifest.json when the run posted no marks and one is configured."""
-    from bridge.report import load_manifest
-
-    if session.marks or not session.config.phase_manifest:
-        return None
-    try:
-        return load_manifest(Path(session.config.phase_manifest))
-    except (OSError, ValueError) as exc:
-        logger.warning("no phases from %s (%s): the report covers the whole run", session.config.phase_manifest, exc)
-        return None
-
-
-def write_session_report(session: Session, outputs: SessionOutputs) -> None:
-    from bridge.report import build_report_from_events, write_report
-
-    kwargs: dict[str, Any] = {}
-    phases = manifest_phases(session)
-    if phases:
-        kwargs["phases"] = phases
-    live = session.live_series
-    records: Any = live if live is not None and live.complete else session.records.path
-    report = build_report_from_events(records, _events(session), table=session.table,
-                                      counter_mode=session.config.counter_mode,
-                                      grace_ns=session.config.final_scrape_grace_ns, **kwargs)
-    outputs.report = report
-    outputs.files.extend(write_report(report, session.artifact_dir, prefix=session.config.profile_export_prefix))
-
-
-def _events(session: Session) -> Any:
-    """The events file, plus the lines the disk refused (still in memory): a full disk loses no failure."""
-    pending = session.events.pending()
-    if not pending:
-        return session.events.path
-    import orjson
-
-    from bridge.record_log import read_dicts
-    from bridge.report.events import events_from_dicts
-
-    written = list(read_dicts(session.events.path)) if session.events.path.exists() else []
-    return events_from_dicts(written + [orjson.loads(line) for line in pending])

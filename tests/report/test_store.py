@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.promstore import fetch_run_samples, run_selector
+from bridge.report.promql import fetch_run_samples, run_selector
 
 
 class FakeStore:

@@ -6,7 +6,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bridge.lifecycle import Session
+    from bridge.sidecar.session import Session
 
 _COLUMNS = (
     ("Util %", "nvidia_gpu_utilization", "{:.0f}"),

@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from bridge.fields import FieldTable
 from bridge.normalize import Normalizer
-from bridge.promstore import QueryClient, fetch_run_samples
+from bridge.report.promql import QueryClient, fetch_run_samples
 from bridge.samples import GpuRecord, ParsedPage
 
 

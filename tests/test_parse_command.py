@@ -1,0 +1,42 @@
+"""`dcgm-bridge parse`: what the bridge sees in one page."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from bridge.cli import main
+from bridge.simulator import SimulatedExporter, SimulatorConfig
+from tests.conftest import REAL_PAGES
+
+
+@pytest.mark.parametrize("path", REAL_PAGES, ids=lambda p: p.name)
+def test_parse_json_shows_samples_dropped_lines_and_gpus(path):
+    result = CliRunner().invoke(main, ["parse", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert set(out) == {"samples", "dropped", "gpus"} and out["samples"]
+    assert all(set(s) == {"name", "labels", "value", "timestamp_ms"} for s in out["samples"])
+    assert len(out["gpus"]) == (2 if "mig" in path.name else 1)
+
+
+def test_parse_json_keeps_sentinels_and_encodes_non_finite_values(tmp_path):
+    page = tmp_path / "p.txt"
+    page.write_text('a{gpu="0",UUID="GPU-1"} NaN\nb{gpu="0",UUID="GPU-1"} +Inf\n'
+                    'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 9223372036854775794\nbroken line here\n')
+    out = json.loads(CliRunner().invoke(main, ["parse", str(page), "--json"]).output)
+    assert [s["value"] for s in out["samples"]] == [None, "+Inf", 9.223372036854776e18]
+    assert out["dropped"][0]["line"] == 4 and out["gpus"] == []
+
+
+def test_parse_reads_a_url(tmp_path):
+    with SimulatedExporter(SimulatorConfig(gpus=3)) as exporter:
+        result = CliRunner().invoke(main, ["parse", f"127.0.0.1:{exporter.port}"])
+    assert result.exit_code == 0 and "3 GPUs" in result.output
+
+
+def test_parse_of_a_missing_file_says_so():
+    result = CliRunner().invoke(main, ["parse", "/nonexistent/page.txt"])
+    assert result.exit_code != 0 and "no such file" in result.output

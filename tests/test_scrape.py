@@ -1,0 +1,128 @@
+"""The scrape loop's tick and boundary rules, with a scripted fetcher and a fake clock, and on the
+running scrape thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from bridge.fetch import FetchedPage
+from bridge.record_log import read_records
+from bridge.scrape import ScrapeLoop
+from bridge.simulator import Fault, SimulatedExporter, SimulatorConfig
+from tests.sidecar.helpers import session_for
+
+
+# -- the loop's rules, with a scripted fetcher and a fake clock ---------------------------------------
+class ScriptedFetcher:
+    """Each fetch makes the loop's clock jump by `cost` (a slow scrape, without waiting for it)."""
+
+    def __init__(self, offset: list[float], cost: float, stop_after: int, loop_ref: list[ScrapeLoop]):
+        self.offset, self.cost, self.stop_after, self.loop_ref = offset, cost, stop_after, loop_ref
+        self.calls = 0
+
+    def fetch(self, url: str) -> FetchedPage:
+        self.calls += 1
+        self.offset[0] += self.cost
+        if self.calls >= self.stop_after:
+            threading.Thread(target=self.loop_ref[0].stop).start()
+        return FetchedPage(b"m 1\n", self.calls, self.calls, "text/plain")
+
+    def close(self) -> None:
+        pass
+
+
+def test_ticks_that_pass_during_a_slow_scrape_are_missed_not_queued():
+    offset = [0.0]
+    ref: list[ScrapeLoop] = []
+    fetcher = ScriptedFetcher(offset, cost=0.35, stop_after=5, loop_ref=ref)  # each scrape spans 3.5 ticks
+    loop = ScrapeLoop("http://x/metrics", fetcher, 0.1, lambda u, p: None, lambda u, e, t: None,
+                      monotonic=lambda: time.monotonic() + offset[0])
+    ref.append(loop)
+    loop.start()
+    loop.group._thread.join(10)  # type: ignore[union-attr]
+    assert fetcher.calls == 5
+    # Three ticks pass during each slow scrape (more if the machine is slow): missed, never queued.
+    assert loop.stats.missed_ticks >= 5 * 3
+    assert loop.stats.scrapes == 5
+
+
+def test_a_scrape_in_flight_that_started_after_the_boundary_serves_it():
+    release = threading.Event()
+    started = threading.Event()
+
+    class Blocking:
+        def fetch(self, url: str) -> FetchedPage:
+            started.set()
+            release.wait(5)
+            return FetchedPage(b"m 1\n", 0, 0, "text/plain")
+
+        def close(self) -> None:
+            pass
+
+    now = [1000]
+    loop = ScrapeLoop("http://x/metrics", Blocking(), 60.0, lambda u, p: None, lambda u, e, t: None,
+                      now_ns=lambda: now[0])
+    loop.start()
+    assert started.wait(5)  # the first tick's scrape is in flight, started at t=1000
+    boundary = loop.request_boundary(999)
+    assert not boundary.done.is_set()
+    release.set()
+    assert boundary.done.wait(5) and boundary.error is None
+    loop.stop(5)
+    assert loop.stats.scrapes == 1  # no extra scrape was needed
+
+
+# -- the one scrape thread, running, over real HTTP ----------------------------------------------------
+def wait_until(predicate, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def test_a_slow_endpoint_never_holds_up_the_others_on_the_scrape_thread(tmp_path):
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as slow, SimulatedExporter(SimulatorConfig(gpus=1)) as ok:
+        session = session_for([slow.url, ok.url], tmp_path, collection_interval=0.05, scrape_timeout=5.0)
+        session.configure()
+        slow.add_fault(Fault("slow", delay_s=1.0))
+        session.start()
+        slow_loop, ok_loop = session.loops[slow.url], session.loops[ok.url]
+        assert len({id(slow_loop.group), id(ok_loop.group)}) == 1  # one thread scrapes both
+        wait_until(lambda: ok_loop.stats.scrapes >= 1 + 20, "20 scrapes of the healthy endpoint")
+        slow_done = slow_loop.stats.scrapes + sum(slow_loop.stats.failures.values())
+        session.complete()  # waits for the slow scrape in flight: its missed ticks are reckoned when it ends
+    # 20 healthy scrapes took ~1 s; the slow endpoint finished at most a couple of its 1-second scrapes,
+    # and the ticks that came while one was in flight were missed, not queued.
+    assert slow_done <= 1 + 3 and slow_loop.stats.missed_ticks >= 5
+    records = list(read_records(session.records.path))
+    assert sum(r.telemetry_source_url == ok.url for r in records) >= 21
+
+
+def test_a_phase_mark_between_ticks_scrapes_every_endpoint_at_once(tmp_path):
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as first, SimulatedExporter(SimulatorConfig(gpus=1)) as second:
+        session = session_for([first.url, second.url], tmp_path, collection_interval=300.0)
+        session.configure()  # the baseline scrape
+        session.start()  # tick 0; the next tick is 5 minutes away
+        loops = list(session.loops.values())
+        wait_until(lambda: all(loop.stats.scrapes == 2 for loop in loops), "tick 0 on both endpoints")
+        boundaries = [loop.request_boundary(time.time_ns()) for loop in loops]
+        assert all(b.done.wait(10) and b.error is None for b in boundaries)
+        assert [loop.stats.scrapes for loop in loops] == [3, 3]
+        session.complete()
+
+
+def test_a_phase_mark_after_completion_scrapes_nothing(tmp_path):
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
+        session = session_for([exporter.url], tmp_path)
+        session.configure()
+        session.start()
+        session.complete()
+        loop = session.loops[exporter.url]
+        scrapes = loop.stats.scrapes
+        late = loop.request_boundary(time.time_ns())
+    assert late.done.is_set() and late.error == "collection has stopped" and loop.stats.scrapes == scrapes
+
+
+# -- control API --------------------------------------------------------------------------------------
