@@ -37,8 +37,10 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "bridge":
             found.add(node.module)
             # `from bridge import __version__` names an attribute; `from bridge.report import spool` a module
-            found.update(f"{node.module}.{a.name}" for a in node.names
-                         if (BRIDGE.parent / (node.module + "." + a.name).replace(".", "/")).with_suffix(".py").exists())
+            for alias in node.names:
+                dotted = f"{node.module}.{alias.name}"
+                if (BRIDGE.parent / dotted.replace(".", "/")).with_suffix(".py").exists():
+                    found.add(dotted)
     return found
 
 
