@@ -131,7 +131,7 @@ def profile(**kw: Any) -> None:
                        "they become one URL per ready endpoint", err=True)
         jobset = build_jobset(resolved.spec)
         _refuse_webhook_problems(jobset)
-        click.echo(to_yaml([jobset], header=resolved.estimate.lines()), nl=False)
+        click.echo(to_yaml([jobset], header=resolved.estimate.all_lines()), nl=False)
         return
     _submit(resolved, cluster)
 
@@ -200,7 +200,7 @@ def estimate(**kw: Any) -> None:
         resolved = resolve(options, os.environ, job_id="estimate")
     except ValidationError as exc:
         _fail("invalid options:\n  " + "\n  ".join(exc.problems), 2)
-    click.echo("\n".join(resolved.estimate.lines()))
+    click.echo("\n".join(resolved.estimate.all_lines()))
 
 
 @kube.command()

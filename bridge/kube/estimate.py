@@ -26,10 +26,37 @@ SAMPLE_BYTES = 16  # float64 value + int64 timestamp per metric per GPU per scra
 DEFAULT_GPUS_PER_ENDPOINT = 8
 DEFAULT_METRICS = 24
 DEFAULT_DURATION_S = 600.0
-# Scrape + parse + record CPU per GPU on a page: an 8-GPU simulated page at 100 Hz cost 15.9 CPU-s per
-# 5,328 scrapes, ~0.375 ms per GPU per scrape; rounded up.
-SCRAPE_CPU_SECONDS_PER_GPU = 0.0004
+# The sidecar's whole cost per GPU on a page, in situ: bench/bench_sidecar.py measured 1.72 ms of CPU per
+# 8-GPU scrape with OTLP on (GET, parse, normalise, record, live series, OTLP, wake-ups; bench/RESULTS.md),
+# ~0.215 ms per GPU per scrape. Update it when the bench moves.
+SCRAPE_CPU_SECONDS_PER_GPU = 0.000215
 CPU_WARN_FRACTION = 0.8
+# The sidecar's default CPU: what scraping needs at the interval, with the warning's headroom, rounded up
+# to 5m; never below AIPerf's 25m (the start-up and shutdown budgets in jobset.py assume at least that).
+SIDECAR_CPU_FLOOR_M = 25
+SIDECAR_CPU_STEP_M = 5
+
+
+@dataclass(frozen=True)
+class SidecarCpu:
+    quantity: str  # the container's CPU request and limit, e.g. "165m"
+    reason: str  # how it was chosen, for --dry-run and `kube estimate`
+
+
+def sidecar_cpu(*, endpoints: int, gpus_per_endpoint: int, collection_interval_s: float,
+                override: str | None = None) -> SidecarCpu:
+    """The sidecar's CPU: AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU when set, else sized to the scrape work."""
+    if override:
+        return SidecarCpu(override, "from AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU")
+    interval = max(collection_interval_s, 0.01)
+    need_m = endpoints * gpus_per_endpoint * SCRAPE_CPU_SECONDS_PER_GPU / interval * 1000
+    sized = math.ceil(need_m / CPU_WARN_FRACTION / SIDECAR_CPU_STEP_M) * SIDECAR_CPU_STEP_M
+    work = (f"{endpoints} endpoints x {gpus_per_endpoint} GPUs x {SCRAPE_CPU_SECONDS_PER_GPU * 1000:g} ms "
+            f"per GPU-scrape / {collection_interval_s:g} s = {need_m:.0f}m of scraping")
+    if sized <= SIDECAR_CPU_FLOOR_M:
+        return SidecarCpu(f"{SIDECAR_CPU_FLOOR_M}m", f"the {SIDECAR_CPU_FLOOR_M}m floor ({work})")
+    return SidecarCpu(f"{sized}m", f"sized to the work: {work}, / {CPU_WARN_FRACTION:g} for headroom; "
+                                   "AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU overrides")
 
 
 @dataclass(frozen=True)
@@ -46,6 +73,7 @@ class Estimate:
     telemetry_records: int = 0  # GPU records the sidecar will write (0 = no URL given)
     telemetry_cpu_need: float = 0.0  # cores the scrape loop needs at the collection interval
     telemetry_cpu_limit: float | None = None
+    telemetry_cpu: SidecarCpu | None = None  # the sidecar's CPU and why (None: no sidecar)
 
     @property
     def total_mib(self) -> int:
@@ -75,13 +103,21 @@ class Estimate:
         out += [f"  warning: {w}" for w in self.warnings()]
         return out
 
+    def all_lines(self) -> list[str]:
+        """The memory table, then the sidecar's CPU and why (what --dry-run and `kube estimate` print)."""
+        out = self.lines()
+        if self.telemetry_cpu is not None:
+            out.append(f"gpu-telemetry sidecar CPU: {self.telemetry_cpu.quantity} ({self.telemetry_cpu.reason})")
+        return out
+
 
 def estimate_controller(*, concurrency: int | None, request_count: int | None, streaming: bool,
                         telemetry_enabled: bool, telemetry_urls: int,
                         gpus_per_endpoint: int = DEFAULT_GPUS_PER_ENDPOINT, metrics: int = DEFAULT_METRICS,
                         collection_interval_s: float = 0.333, duration_s: float = DEFAULT_DURATION_S,
                         telemetry_memory: str | None = None, telemetry_cpu: str | None = None) -> Estimate:
-    """`telemetry_urls` counts only user-given URLs (a k8s:// item not yet expanded counts as one)."""
+    """`telemetry_urls` counts only user-given URLs (a k8s:// item not yet expanded counts as one).
+    `telemetry_cpu` is the sidecar's CPU when the user set it; otherwise it is sized here."""
     conc = concurrency or 1
     requests = request_count or 0
     per_request = INFLIGHT_KIB_STREAMING if streaming else INFLIGHT_KIB_TEXT
@@ -110,9 +146,13 @@ def estimate_controller(*, concurrency: int | None, request_count: int | None, s
     limit = None
     if telemetry_enabled and telemetry_memory:
         limit = int(quantity_value(telemetry_memory) / MIB)
-    cpu_limit = float(quantity_value(telemetry_cpu)) if telemetry_enabled and telemetry_cpu else None
+    cpu = None
+    if telemetry_enabled:
+        cpu = sidecar_cpu(endpoints=telemetry_urls, gpus_per_endpoint=gpus_per_endpoint,
+                          collection_interval_s=collection_interval_s, override=telemetry_cpu)
+    cpu_limit = float(quantity_value(cpu.quantity)) if cpu is not None else None
     need = telemetry_urls * gpus_per_endpoint * SCRAPE_CPU_SECONDS_PER_GPU / max(collection_interval_s, 0.01)
-    return Estimate((benchmark, telemetry), limit, records, need if records else 0.0, cpu_limit)
+    return Estimate((benchmark, telemetry), limit, records, need if records else 0.0, cpu_limit, cpu)
 
 
 def benchmark_memory_request(estimate: Estimate) -> str:

@@ -129,7 +129,9 @@ def resolve(opts: ProfileOptions, env: Mapping[str, str], *, job_id: str | None 
         telemetry_enabled=telemetry.enabled, telemetry_urls=len(telemetry.urls) + len(discovery),
         gpus_per_endpoint=opts.gpus_per_endpoint, collection_interval_s=interval, duration_s=opts.duration,
         telemetry_memory=telemetry.memory if telemetry.enabled else None,
-        telemetry_cpu=telemetry.cpu if telemetry.enabled else None)
+        telemetry_cpu=env.get(CPU_ENV) if telemetry.enabled else None)
+    if estimate.telemetry_cpu is not None:
+        telemetry = replace(telemetry, cpu=estimate.telemetry_cpu.quantity)
     warnings += estimate.warnings()
     benchmark = Benchmark(
         model=opts.model, url=opts.url, endpoint_type=opts.endpoint_type, endpoint=opts.endpoint,
@@ -166,7 +168,7 @@ def _telemetry(opts: ProfileOptions, env: Mapping[str, str], problems: list[str]
                             "--exporter-token-secret NAME[:KEY] (a Secret holding a bearer token)")
     if items.dashboard:
         warnings.append("--gpu-telemetry dashboard: ignored on Kubernetes (the sidecar has no terminal)")
-    cpu: str = env.get(CPU_ENV) or DEFAULT_CPU
+    cpu: str = env.get(CPU_ENV) or DEFAULT_CPU  # the floor until resolve() sizes it to the endpoints
     memory: str = env.get(MEMORY_ENV) or DEFAULT_MEMORY
     problems += validate.check_quantity(CPU_ENV, cpu, minimum=MIN_SIDECAR_CPU, unit="cpu")
     problems += validate.check_quantity(MEMORY_ENV, memory, minimum=MIN_SIDECAR_MEMORY, unit="memory")

@@ -119,3 +119,19 @@ def test_commands_that_need_a_cluster_explain_a_missing_kubeconfig(command: list
     result = CliRunner().invoke(kube, [*command, "--kubeconfig", str(missing)])
     assert result.exit_code == 1
     assert f"cannot load kubeconfig {missing}" in result.stderr
+
+
+def test_dry_run_with_sixteen_endpoints_sizes_the_sidecar_cpu_above_25m_and_says_why() -> None:
+    urls = [f"node{i}:9400" for i in range(16)]
+    result = dry_run("--gpu-telemetry", *urls)
+    assert result.exit_code == 0, result.output
+    (jobset,) = yaml.safe_load_all(result.stdout)
+    sidecar = sidecar_of(jobset)
+    assert sidecar is not None
+    cpu = sidecar["resources"]["limits"]["cpu"]
+    assert cpu.endswith("m") and int(cpu[:-1]) > 25
+    assert f"# gpu-telemetry sidecar CPU: {cpu} (sized to the work: 16 endpoints x 8 GPUs" in result.stdout
+    overridden = dry_run("--gpu-telemetry", *urls, env={"AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU": "30m"})
+    (jobset,) = yaml.safe_load_all(overridden.stdout)
+    assert sidecar_of(jobset)["resources"]["limits"]["cpu"] == "30m"  # type: ignore[index]
+    assert "(from AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU)" in overridden.stdout

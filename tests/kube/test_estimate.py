@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from bridge.kube.estimate import benchmark_memory_request, estimate_controller
+from bridge.kube.estimate import (
+    CPU_WARN_FRACTION,
+    SCRAPE_CPU_SECONDS_PER_GPU,
+    benchmark_memory_request,
+    estimate_controller,
+    sidecar_cpu,
+)
+from bridge.kube.validate import quantity_value
 
 COMMON = {"concurrency": 32, "request_count": 1024, "streaming": True}
 
@@ -63,3 +70,23 @@ def test_the_record_count_sizes_the_shutdown_and_counts_only_named_urls() -> Non
 def test_the_benchmark_memory_request_is_the_estimate_rounded_up_to_256mi() -> None:
     estimate = estimate_controller(**COMMON, telemetry_enabled=False, telemetry_urls=0)
     assert benchmark_memory_request(estimate) == "1792Mi"
+
+
+def test_the_sidecar_cpu_grows_with_endpoints_and_interval_from_the_25m_floor() -> None:
+    one = sidecar_cpu(endpoints=1, gpus_per_endpoint=8, collection_interval_s=0.333)
+    assert one.quantity == "25m" and "floor" in one.reason
+    eight = sidecar_cpu(endpoints=8, gpus_per_endpoint=8, collection_interval_s=0.333)
+    sixteen = sidecar_cpu(endpoints=16, gpus_per_endpoint=8, collection_interval_s=0.333)
+    slow = sidecar_cpu(endpoints=16, gpus_per_endpoint=8, collection_interval_s=1.0)
+    cores = [float(quantity_value(c.quantity)) for c in (eight, sixteen, slow)]
+    assert 0.025 < cores[0] < cores[1] and cores[2] < cores[1]
+    # sized so that the scraping need stays under the warning's fraction of the limit
+    need = 16 * 8 * SCRAPE_CPU_SECONDS_PER_GPU / 0.333
+    assert need <= cores[1] * CPU_WARN_FRACTION
+    assert "16 endpoints x 8 GPUs" in sixteen.reason
+    assert sidecar_cpu(endpoints=16, gpus_per_endpoint=8, collection_interval_s=0.333, override="40m").quantity == "40m"
+
+
+def test_a_sized_sidecar_never_warns_that_it_cannot_keep_up() -> None:
+    for urls in (1, 4, 16, 64):
+        assert estimate_controller(**COMMON, telemetry_enabled=True, telemetry_urls=urls).warnings() == []
