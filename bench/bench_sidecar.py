@@ -4,7 +4,8 @@ tick lateness p99 and missed ticks (from /status); CPU-seconds from start to /re
 to exit with the report written. The simulators and the OTLP receiver run in other processes.
 
 Targets (issue #7): ≤ 25 millicores; RSS flat and ≤ 100 MiB; no missed tick; start and shutdown within
-a 25m limit's probe and grace budget (shutdown: 30 s × 25m = 0.75 CPU-s).
+a 25m limit's probe and grace budget (shutdown: 30 s × 25m = 0.75 CPU-s). The floor (issue #18): a bare
+scrape loop on the same endpoints in the same window (bench/_bare_scrape.py); the sidecar within 1.5x.
 
     .venv/bin/python bench/bench_sidecar.py [--seconds 60] [--endpoints 8] [--gpus 8]
 """
@@ -38,6 +39,7 @@ from _procs import (  # noqa: E402
 )
 
 TARGET_MILLICORES = 25.0
+TARGET_FLOOR_RATIO = 1.5
 TARGET_RSS_MIB = 100.0
 SHUTDOWN_CPU_S = 0.75  # 30 s of grace under a 25m limit
 START_CPU_S = 1.5  # bridge/kube/jobset.py SIDECAR_START_CPU_SECONDS (the startup probe's budget)
@@ -62,15 +64,21 @@ def main(argv: list[str] | None = None) -> int:
                                  "--otlp-endpoint", otlp_url, *[a for u in urls for a in ("--gpu-telemetry", u)]],
                                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
     base = f"http://127.0.0.1:{port}"
+    floor: subprocess.Popen[bytes] | None = None
     try:
         wait_for(base + "/readyz", 120, proc)
         to_ready = cpu_seconds(proc.pid)
         # Start-up, not steady state: the first pages (templates, plans), the first OTLP batches, and the live
         # report's spool buffers filling to their 16 KB per series (~17 s at 3 Hz).
+        floor = subprocess.Popen([sys.executable, str(ROOT / "bench" / "_bare_scrape.py"), "0.333", *urls],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(20.0)
         cpu0, rss0, t0 = cpu_seconds(proc.pid), rss_mib(proc.pid), time.monotonic()
+        floor0 = cpu_seconds(floor.pid)
         time.sleep(opts.seconds)
         cpu1, rss1, t1 = cpu_seconds(proc.pid), rss_mib(proc.pid), time.monotonic()
+        floor1 = cpu_seconds(floor.pid)
+        stop(floor)
         status = json.loads(get(base + "/status")[1])
         before = cpu_seconds(proc.pid)
         proc.send_signal(signal.SIGTERM)
@@ -80,11 +88,15 @@ def main(argv: list[str] | None = None) -> int:
         stages = in_situ_profile(urls, out / "profile")
     finally:
         stop(proc)
+        if floor is not None:
+            stop(floor)
         stop(sims)
         stop(sink)
         report_written = (out / "artifacts" / "profile_export_aiperf.json").exists()
         shutil.rmtree(out, ignore_errors=True)
     millicores = (cpu1 - cpu0) / (t1 - t0) * 1000
+    floor_millicores = (floor1 - floor0) / (t1 - t0) * 1000
+    ratio = millicores / floor_millicores if floor_millicores else float("inf")
     scrapes = sum(e["scrapes"] for e in status["endpoints"])
     missed = sum(e["missed_ticks"] for e in status["endpoints"])
     failures = sum(sum(e["failures"].values()) for e in status["endpoints"])
@@ -96,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{otlp.get('dropped_points', 0)} dropped)")
     print(f"  CPU                     {millicores:7.1f} millicores   ({millicores / (rate or 1):.2f} ms per scrape)   "
           f"target <= {TARGET_MILLICORES:g}: {verdict(millicores <= TARGET_MILLICORES)}")
+    print(f"  bare scrape loop        {floor_millicores:7.1f} millicores   (same endpoints, same window: GET and split "
+          f"lines only)   sidecar/floor {ratio:.2f}x   target <= {TARGET_FLOOR_RATIO:g}x: "
+          f"{verdict(ratio <= TARGET_FLOOR_RATIO)}")
     flat = rss1 - rss0 <= max(3.0, 0.05 * rss0)  # (bench_longrun.py follows RSS over an hour)
     print(f"  RSS                     {rss0:7.1f} MiB at the start, {rss1:.1f} MiB at the end   "
           f"target flat and <= {TARGET_RSS_MIB:g} MiB: {verdict(flat and rss1 <= TARGET_RSS_MIB)}")
