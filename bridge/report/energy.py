@@ -17,13 +17,13 @@ from typing import Any
 
 from bridge.report.series import Series
 from bridge.report.stats import (
-    CounterMode,
     counter_delta_aiperf,
     counter_delta_interpolated,
     gauge_mean,
     integrate_gauge,
 )
 from bridge.report.window import Window
+from bridge.samples import CounterMode
 
 ENERGY_KEY = "nvidia_energy_consumption"  # MJ
 POWER_KEY = "nvidia_power_usage"  # W

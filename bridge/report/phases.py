@@ -14,9 +14,9 @@ from typing import Any
 
 from bridge.fields import FieldTable
 from bridge.report.series import Series
-from bridge.report.stats import CounterMode
 from bridge.report.telemetry_data import RunInfo, build_block
 from bridge.report.window import Phase, Window, phase_window
+from bridge.samples import CounterMode
 
 PHASE_FILE = "gpu_telemetry.json"
 PHASE_SCHEMA_VERSION = 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     # Columns aligned with one series' timestamps: arrays, or the rows of one matrix.
     Columns = Sequence[NDArray[np.float64]] | NDArray[np.float64]
 
-CounterMode = Literal["interpolated", "aiperf"]
-COUNTER_MODES: tuple[CounterMode, ...] = ("interpolated", "aiperf")
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 # A decrease to below this fraction of the counter's high-water mark is a reset; a smaller dip is an

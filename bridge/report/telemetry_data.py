@@ -18,7 +18,6 @@ from bridge.report.events import EndpointState
 from bridge.report.series import GpuMeta, Series
 from bridge.report.stats import (
     CounterDelta,
-    CounterMode,
     Scratch,
     code_stats,
     counter_delta_aiperf,
@@ -28,7 +27,7 @@ from bridge.report.stats import (
     gauge_stats_columns,
 )
 from bridge.report.window import Window
-from bridge.samples import MetricKind, ScrapeFailure
+from bridge.samples import CounterMode, MetricKind, ScrapeFailure
 
 if TYPE_CHECKING:
     import numpy as np
@@ -265,7 +264,7 @@ def error_summary(info: RunInfo, since_ns: int | None = None, until_ns: int | No
 
     for failure in info.errors:
         if inside(failure.time_ns):
-            k = (failure.kind, f"{display_key(failure.endpoint)}: {failure.message}")
+            k: tuple[str, str] = (failure.kind, f"{display_key(failure.endpoint)}: {failure.message}")
             counts[k] = counts.get(k, 0) + 1
     for state in info.states:
         if state.state == "down" and inside(state.time_ns):

@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from bridge.samples import COUNTER_MODES
+
 
 # -- sidecar ----------------------------------------------------------------------------------------
 def telemetry_options(func: Any) -> Any:
@@ -24,7 +26,7 @@ def telemetry_options(func: Any) -> Any:
                      help="YAML file with a gpu_telemetry: block (AIPerf's shape plus our settings)."),
         click.option("--run-id", help="Run id on every record and OTLP point (default: generated)."),
         click.option("--artifact-dir", help="Where the outputs go (default ./artifacts)."),
-        click.option("--counter-mode", type=click.Choice(["interpolated", "aiperf"])),
+        click.option("--counter-mode", type=click.Choice(COUNTER_MODES)),
         click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix."),
         click.option("--live", is_flag=True, help="Show a refreshing per-GPU table while collecting."),
     ]

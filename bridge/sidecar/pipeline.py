@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bridge.endpoints import display_key, redact_url
+from bridge.events import EndpointState
 from bridge.fetch import FetchedPage, FetchError
 from bridge.normalize import Normalizer
 from bridge.otlp.export import ExportStats
 from bridge.parse import PageParser, TemplatedPage
 from bridge.record_log import LineWriter
 from bridge.report.spool import LiveSeries
-from bridge.samples import GpuRecord, ParsedPage
+from bridge.samples import GpuRecord, ParsedPage, ScrapeFailure
 
 logger = logging.getLogger(__name__)
 
@@ -195,19 +196,17 @@ class Pipeline:
                 self._note_dropped(page)
             if page.url in self.down:
                 self.down.discard(page.url)
-                self.events.write_event({"type": "endpoint_state", "endpoint": page.endpoint,
-                                         "time_ns": page.start_ns, "state": "up", "reason": "scrape succeeded"})
+                self.events.write_event(EndpointState(page.endpoint, page.start_ns, "up", "scrape succeeded"))
         for sink in self.sinks:
             sink.take(pages)
 
     def on_failure(self, url: str, exc: FetchError, start_ns: int) -> None:
         """The scrape loop's failure callback: a `scrape_error` event; the first of a run marks the endpoint down."""
-        self.events.write_event({"type": "scrape_error", "endpoint": redact_url(url), "time_ns": start_ns,
-                                 "kind": exc.kind, "message": exc.message})
+        endpoint = redact_url(url)
+        self.events.write_event(ScrapeFailure(endpoint, start_ns, exc.kind, exc.message))
         if url not in self.down:
             self.down.add(url)
-            self.events.write_event({"type": "endpoint_state", "endpoint": redact_url(url), "time_ns": start_ns,
-                                     "state": "down", "reason": exc.message})
+            self.events.write_event(EndpointState(endpoint, start_ns, "down", exc.message))
             if self.otlp is not None:  # its series are gone
                 self.otlp.mark_stale([url], self.phase(), start_ns)
 
@@ -224,5 +223,4 @@ class Pipeline:
             return
         self._dropped_noted[page.url] = (message, page.start_ns)
         logger.warning("%s: %s", page.endpoint, message)
-        self.events.write_event({"type": "scrape_error", "endpoint": page.endpoint, "time_ns": page.start_ns,
-                                 "kind": "parse", "message": message})
+        self.events.write_event(ScrapeFailure(page.endpoint, page.start_ns, "parse", message))

@@ -19,13 +19,14 @@ from typing import IO, Any
 from bridge.config import Config
 from bridge.endpoints import candidate_endpoints, display_key, redact_url
 from bridge.errors import LifecycleError as LifecycleError
+from bridge.events import Complete, Configured
 from bridge.fetch import Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
 from bridge.normalize import Normalizer
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries
-from bridge.samples import GpuRecord, PhaseMark
+from bridge.samples import PHASE_EVENTS, PHASE_KINDS, GpuRecord, PhaseMark, SessionState
 from bridge.scrape import ScrapeGroup, ScrapeLoop
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
 from bridge.sidecar.finish import write_session_report
@@ -44,7 +45,6 @@ from bridge.sidecar.pipeline import (
 
 logger = logging.getLogger(__name__)
 
-PHASE_KINDS = ("warmup", "profiling", "cooldown")
 
 
 @dataclass
@@ -75,7 +75,7 @@ class Session:
         self._monotonic = monotonic
         self.forwarder = forwarder  # None when OTLP export is off
         self.relabel_config = relabel_config  # for the pull endpoint
-        self.state = "created"
+        self.state: SessionState = "created"
         self.probes: list[Probe] = []
         self.loops: dict[str, ScrapeLoop] = {}
         self.marks: list[PhaseMark] = []
@@ -125,11 +125,10 @@ class Session:
                     self.loops[probe.url] = ScrapeLoop(probe.url, self.fetcher, self.config.collection_interval,
                                                        self.pipeline.on_page, self.pipeline.on_failure,
                                                        monotonic=self._monotonic, now_ns=self._now_ns, group=group)
-            configured = [redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults]
-            successful = [redact_url(p.url) for p in self.probes if p.reachable]
-            self.events.write_event({"type": "configured", "time_ns": self._now_ns(), "run_id": self.run_id,
-                                     "endpoints_configured": configured, "endpoints_successful": successful,
-                                     "counter_mode": self.config.counter_mode})
+            configured = tuple(redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults)
+            successful = tuple(redact_url(p.url) for p in self.probes if p.reachable)
+            self.events.write_event(Configured(self._now_ns(), self.run_id, configured, successful,
+                                               self.config.counter_mode))
             for probe in self.probes:
                 if probe.reachable:
                     self.loops[probe.url].scrape_now()  # the baseline scrape
@@ -166,7 +165,7 @@ class Session:
         """Validates its arguments itself: they come straight from a POST body."""
         if kind not in PHASE_KINDS:
             raise LifecycleError(f"kind must be one of {', '.join(PHASE_KINDS)}, got {kind!r}")
-        if event not in ("start", "end"):
+        if event not in PHASE_EVENTS:
             raise LifecycleError(f"event must be 'start' or 'end', got {event!r}")
         if not name or not isinstance(name, str):
             raise LifecycleError("name must be a non-empty string")
@@ -178,8 +177,7 @@ class Session:
                 raise LifecycleError("the run is already complete")
             self.marks.append(mark)
             self.phase = name if event == "start" else (None if self.phase == name else self.phase)
-            self.events.write_event({"type": "phase", "name": name, "kind": kind, "event": event,
-                                     "time_ns": time_ns})
+            self.events.write_event(mark)
             self.events.flush()
             loops = list(self.loops.values())
         threading.Thread(target=self._boundary, args=(mark, loops), daemon=True,
@@ -212,10 +210,9 @@ class Session:
                 loop.stop(timeout=max(0.1, deadline - self._monotonic()))
             otlp = self._close_forwarder(deadline)
             self.records.close()
-            self.events.write_event({"type": "complete", "time_ns": self._now_ns(),
-                                     "requests_end_ns": requests_end_ns, "collection_complete": True,
-                                     "endpoints": [loop.stats.as_json() for loop in self.loops.values()],
-                                     "otlp": otlp, "record_log": self._record_log_status()})
+            self.events.write_event(Complete(self._now_ns(), requests_end_ns, True,
+                                             tuple(loop.stats.as_json() for loop in self.loops.values()),
+                                             otlp, self._record_log_status()))
             self.events.close()
             self.fetcher.close()
             self.state = "completed"
