@@ -31,13 +31,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
-from bridge.endpoints import redact_url
 from bridge.otlp.config import OtlpConfig
 from bridge.otlp.encode import ContextCache, EndpointEncoder
 from bridge.otlp.resource import endpoint_attributes
-from bridge.otlp.transport import Sender, SendResult, make_sender, scrub, secrets_of
+from bridge.otlp.transport import Sender, SendResult, make_sender, secrets_of
 from bridge.otlp.wire import request_bytes
 from bridge.parse import TemplatedPage
+from bridge.redact import redact_url, scrub
 from bridge.relabel import NO_RELABEL, RelabelConfig
 from bridge.samples import ParsedPage
 

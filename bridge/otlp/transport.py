@@ -13,10 +13,9 @@ import time
 import zlib
 from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple, Protocol
-from urllib.parse import unquote, urlsplit
 
-from bridge.fetch import URLLIB3_LOGGERS, LogScrubber
 from bridge.otlp.config import OtlpConfig
+from bridge.redact import URLLIB3_LOGGERS, LogScrubber, scrub, secret_list, url_secrets
 
 USER_AGENT = "dcgm-bridge-otlp/0.1"
 RETRYABLE_HTTP = frozenset([429, 502, 503, 504])
@@ -50,21 +49,10 @@ def make_sender(config: OtlpConfig) -> Sender:
 
 def secrets_of(config: OtlpConfig) -> tuple[str, ...]:
     """What must never reach a log line or the status: header values, and the endpoint's userinfo and query."""
-    parts = urlsplit(config.endpoint if "://" in config.endpoint else f"//{config.endpoint}")
-    found = [value for _, value in config.headers]
-    found += [unquote(v) for v in (parts.username, parts.password) if v]
-    found += [v for v in (parts.query, unquote(parts.query)) if v]
+    found = url_secrets(config.endpoint) + [value for _, value in config.headers]
     for _, value in config.headers:  # "Bearer <token>": the token alone, too
         found += value.split()[1:]
-    return tuple(sorted({v for v in found if len(v) >= 4}, key=len, reverse=True))
-
-
-def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """`text` with every secret replaced: a receiver may echo a header, an error may quote the URL."""
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, "<redacted>")
-    return text
+    return secret_list(found)
 
 
 def _scrubbed(result: SendResult, secrets: tuple[str, ...]) -> SendResult:

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from bridge.endpoints import display_key, redact_url
+from bridge.endpoints import display_key
 from bridge.fields import FieldSpec, FieldTable
+from bridge.redact import redact_url
 from bridge.report.events import EndpointState
 from bridge.report.series import GpuMeta, Series
 from bridge.report.stats import (

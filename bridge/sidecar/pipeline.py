@@ -20,13 +20,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from bridge.endpoints import display_key, redact_url
+from bridge.endpoints import display_key
 from bridge.events import EndpointState
 from bridge.fetch import FetchedPage, FetchError
 from bridge.normalize import Normalizer
 from bridge.otlp.export import ExportStats
 from bridge.parse import PageParser, TemplatedPage
 from bridge.record_log import LineWriter
+from bridge.redact import redact_url
 from bridge.report.spool import LiveSeries
 from bridge.samples import GpuRecord, ParsedPage, ScrapeFailure
 

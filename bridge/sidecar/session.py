@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from bridge.config import Config
-from bridge.endpoints import candidate_endpoints, display_key, redact_url
+from bridge.endpoints import candidate_endpoints, display_key
 from bridge.errors import LifecycleError as LifecycleError
 from bridge.events import Complete, Configured
 from bridge.fetch import Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
 from bridge.normalize import Normalizer
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
+from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries
 from bridge.samples import PHASE_EVENTS, PHASE_KINDS, GpuRecord, PhaseMark, SessionState
