@@ -18,7 +18,7 @@ costs one `struct.pack` of its times and value (≈1 µs; the SDK path costs ≈
 An ExportMetricsServiceRequest is a repeated field 1, so encoded ResourceMetrics chunks of several
 pages concatenate into one request. tests/otlp decode everything with opentelemetry-proto.
 
-Faster still: when a page follows the same template (parse.py) as the previous page of its endpoint,
+Faster still: when a page follows the same template (parse/template.py) as the previous page of its endpoint,
 under the same run/phase context, everything in its chunk but the point times, start times and values
 is the same bytes as last time, at the same places (gauge and sum points have a fixed size). After a
 clean page the encoder keeps a `_PagePlan`: those constant runs of bytes, taken from the line-loop
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import lt
@@ -73,7 +73,7 @@ from bridge.otlp.wire import (
     summary_point,
     varint,
 )
-from bridge.parse import PageTemplate, TemplatedPage
+from bridge.parse import PageTemplate, TemplatedPage, family_of
 from bridge.relabel import NO_RELABEL, RelabelConfig, relabel
 from bridge.samples import ParsedPage
 
@@ -152,17 +152,10 @@ class _Family:
 
 
 def family_kind(name: str, types: Mapping[str, str]) -> tuple[int, str]:
-    """(kind, family name) of a sample name: `X_bucket` of a histogram X belongs to X."""
-    declared = types.get(name)
-    family = name
-    if declared is None:
-        for suffix in ("_bucket", "_count", "_sum", "_created", "_total", "_info"):
-            if name.endswith(suffix) and name[: -len(suffix)] in types:
-                family = name[: -len(suffix)]
-                declared = types[family]
-                if suffix == "_created":
-                    return SKIP, family  # OpenMetrics metadata of a counter, not a sample
-                break
+    """(kind, family name) of a sample name (parse.family_of): `X_bucket` of a histogram X belongs to X."""
+    family, declared, suffix = family_of(name, types)
+    if suffix == "_created":
+        return SKIP, family  # OpenMetrics metadata of its family (a start time), not a sample
     if declared == "counter":
         return (GAUGE if _NO_SUFFIX_CODES.search(name) else MONOTONIC_SUM), family
     if declared in ("info", "stateset"):
@@ -353,7 +346,7 @@ class EndpointEncoder:
         return [head, varint(scope_len), self._scope, *pieces]
 
     # -- the planned path ---------------------------------------------------------------------------
-    def _encode_planned(self, plan: _PagePlan, values: list[float], ts_ns: int) -> EncodedPage | None:
+    def _encode_planned(self, plan: _PagePlan, values: Sequence[float], ts_ns: int) -> EncodedPage | None:
         if BLANK_VALUES.isdisjoint(values):
             if plan.blanks:
                 return None

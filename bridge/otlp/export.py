@@ -132,7 +132,7 @@ class OtlpForwarder:
     def submit(self, endpoint: str, page: ParsedPage, *, run_id: str, phase: str, ts_ns: int) -> None:
         """Queue one scraped page of `endpoint` (its display key, host:port). Never blocks, never raises."""
         try:
-            # A templated page's samples are built only on demand (parse.py): count its values instead.
+            # A templated page's samples are built only on demand (parse/template.py): count its values instead.
             points = len(page.values) if isinstance(page, TemplatedPage) else len(page.samples)
             item = _Item(endpoint, page, run_id, phase or "none", ts_ns, points)
             with self._lock:
