@@ -58,6 +58,9 @@ class Report:
     phases: list[Phase] = field(default_factory=list)
     records: int = 0
     read_errors: list[str] = field(default_factory=list)
+    # What the report was built from (one per endpoint and GPU): the HTML page and the demo draw these
+    # instead of reading the record log again.
+    series: tuple[Series, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def writes_phase_files(self) -> bool:
@@ -115,6 +118,7 @@ def build_report(
         phases=run_phases,
         records=count,
         read_errors=read_errors,
+        series=tuple(series),
     )
 
 

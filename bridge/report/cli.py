@@ -106,7 +106,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     if html_path is not None:
         from bridge.report.html import write_html
 
-        written.append(write_html(built, source, html_path))
+        written.append(write_html(built, None, html_path))
     if show_console:
         render_console(built)
     gpus = sum(len(e["gpus"]) for e in built.telemetry_data["endpoints"].values())
