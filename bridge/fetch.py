@@ -3,7 +3,7 @@
 The production client is libcurl through pycurl, chosen by measurement (performance.md,
 bench/bench_http.py): ~0.3 ms of CPU per 80 KB GET against ~0.65-1.3 ms for urllib3 and ~2.5 ms for
 httpx.AsyncClient, whose cost alone would exceed the sidecar's 25m budget at 24 scrapes/s. httpx stays
-for probes, the control plane and tests; urllib3 carries the OTLP sends (a few per second).
+the tests' client (a test dependency); urllib3 carries the OTLP sends (a few per second).
 
 Every failure is a FetchError with a kind (connect, timeout, http_status, content_type, too_large,
 truncated, empty) and a message that never holds credentials.

@@ -14,7 +14,7 @@ import zlib
 from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple, Protocol
 
-from bridge.otlp.config import OtlpConfig
+from bridge.otlp.config import OtlpConfig, OtlpConfigError
 from bridge.redact import URLLIB3_LOGGERS, LogScrubber, scrub, secret_list, url_secrets
 
 USER_AGENT = "dcgm-bridge-otlp/0.1"
@@ -42,6 +42,9 @@ class Sender(Protocol):
 
     def close(self) -> None: ...
 
+
+GRPC_MISSING = ("OTLP over gRPC needs grpcio: pip install 'dcgm-bridge[grpc]', "
+                "or send OTLP/HTTP (OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf)")
 
 def make_sender(config: OtlpConfig) -> Sender:
     return GrpcSender(config) if config.protocol == "grpc" else HttpSender(config)
@@ -121,7 +124,10 @@ class GrpcSender:
     """OTLP/gRPC with grpcio, sending the encoded request bytes as they are (no pb2 round trip)."""
 
     def __init__(self, config: OtlpConfig) -> None:
-        import grpc
+        try:
+            import grpc
+        except ImportError:  # the `grpc` extra: most receivers take OTLP/HTTP, which needs no grpcio
+            raise OtlpConfigError(GRPC_MISSING) from None
 
         self._grpc = grpc
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]

@@ -8,11 +8,15 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bridge.samples import COUNTER_MODES
+
+if TYPE_CHECKING:
+    from bridge.otlp import OtlpForwarder
+    from bridge.relabel import RelabelConfig
 
 
 # -- sidecar ----------------------------------------------------------------------------------------
@@ -69,7 +73,7 @@ def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
     return out
 
 
-def build_forwarder(otlp: dict[str, Any]) -> tuple[Any, Any]:
+def build_forwarder(otlp: dict[str, Any]) -> tuple[OtlpForwarder | None, RelabelConfig]:
     """The OTLP forwarder (None when export is off) and the relabel rules, from the flags and OTEL_* env."""
     import os
 
