@@ -1,9 +1,9 @@
 """One configuration object, resolved once: flag > environment > YAML file (`--config`) > default.
 
-AIPerf's `AIPERF_GPU_*` variables (aiperf-compat.md §8) keep their meaning; our own settings use
-`DCGM_BRIDGE_*`. The YAML file is shaped like AIPerf's `gpu_telemetry:` block, and our settings go
-in the same block under their own names (see `SETTINGS`). Every problem is reported at once, sorted,
-naming the flag, variable or file key to fix.
+AIPerf's `AIPERF_GPU_*` variables (AIPerf 0.13.0, ai-dynamo/aiperf `src/aiperf/common/environment.py`,
+`_GPUSettings`) keep their meaning; our own settings use `DCGM_BRIDGE_*`. The YAML file is shaped like AIPerf's
+`gpu_telemetry:` block, and our settings go in the same block under their own names (see `SETTINGS`). Every problem is
+reported at once, sorted, naming the flag, variable or file key to fix.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """`--gpu-telemetry` items → endpoint URLs; display keys (credential redaction: redact.py).
 
-AIPerf's rules (aiperf-compat.md §8) with its bugs fixed: a query string survives `/metrics`
-being appended, and userinfo never reaches a display key, a log line or a file.
+AIPerf's rules (`_normalize_dcgm_url` in ai-dynamo/aiperf `src/aiperf/gpu_telemetry/manager.py`) with its
+bugs fixed: a query string survives `/metrics` being appended, and userinfo never reaches a display key,
+a log line or a file.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Fetch one /metrics page: the seam the scrape loop calls.
 
-The production client is libcurl through pycurl, chosen by measurement (performance.md,
-bench/bench_http.py): ~0.3 ms of CPU per 80 KB GET against ~0.65-1.3 ms for urllib3 and ~2.5 ms for
+The production client is libcurl through pycurl, chosen by measurement
+(bench/bench_http.py): ~0.3 ms of CPU per 80 KB GET against ~0.65-1.3 ms for urllib3 and ~2.5 ms for
 httpx.AsyncClient, whose cost alone would exceed the sidecar's 25m budget at 24 scrapes/s. httpx stays
 the tests' client (a test dependency); urllib3 carries the OTLP sends (a few per second).
 

@@ -30,7 +30,8 @@ logger = logging.getLogger(__name__)
 EXPORT_FILE = "gpu_telemetry_export.jsonl"
 EVENTS_FILE = "gpu_telemetry_events.jsonl"
 
-# AIPerf's keys in AIPerf's order (aiperf-compat.md §6), then ours.
+# AIPerf's keys in AIPerf's order (`TelemetryRecord`, ai-dynamo/aiperf `src/aiperf/common/models/telemetry_models.py`),
+# then ours.
 _AIPERF_IDENTITY = (
     "gpu_index", "gpu_uuid", "gpu_model_name", "pci_bus_id", "device",
     "hostname", "namespace", "pod_name", "platform",

@@ -48,7 +48,8 @@ class MetricKind(StrEnum):
 class GpuRecord:
     """One GPU (or MIG instance) in one scrape: a line of gpu_telemetry_export.jsonl.
 
-    The first twelve fields are AIPerf's, in AIPerf's order (aiperf-compat.md §6); the rest are ours.
+    The first twelve fields are AIPerf's, in AIPerf's order (`TelemetryRecord`, AIPerf 0.13.0, ai-dynamo/aiperf
+    `src/aiperf/common/models/telemetry_models.py`); the rest are ours.
     """
 
     gpu_index: int | None

@@ -1,9 +1,10 @@
 """ParsedPage → OTLP protobuf wire bytes, written directly (no message objects on the hot path).
 
-Every family of a page is forwarded (DESIGN-otlp.md has the table):
+Every family of a page is forwarded (DESIGN.md "OTLP forwarding" has the table):
 - gauge, unknown, untyped, no TYPE → Gauge (untyped also gets `metadata["prometheus.type"]`);
 - counter → cumulative monotonic Sum with a start time (starttime.py), except the code-valued
-  `…XID_ERRORS` and the windowed `DCGM_EXP_*_COUNT` (they go down: dcgm-exporter.md §2.7) → Gauge;
+  `…XID_ERRORS` and the windowed `DCGM_EXP_*_COUNT` (they go down: windowed counts, NVIDIA/dcgm-exporter
+  `internal/pkg/collector/expcollector.go`) → Gauge;
 - info, stateset → cumulative non-monotonic Sum; histogram, summary → Histogram, Summary;
   gaugehistogram → not forwarded (the spec drops it).
 Names are written exactly as the exporter wrote them, unit "" unless `units="ucum"`; HELP becomes
@@ -14,7 +15,7 @@ Sentinel values are not sent; a series that vanishes gets one NoRecordedValue po
 
 Why bytes by hand: a data point is `attributes + start + time + value`; the attribute bytes of a
 series never change between scrapes, so each series caches `tag + length + attributes` and a point
-costs one `struct.pack` of its times and value (≈1 µs; the SDK path costs ≈50 µs, otlp.md §2).
+costs one `struct.pack` of its times and value (≈1 µs; the SDK path costs ≈50 µs, bench/bench_otlp.py).
 An ExportMetricsServiceRequest is a repeated field 1, so encoded ResourceMetrics chunks of several
 pages concatenate into one request. tests/otlp decode everything with opentelemetry-proto.
 

@@ -1,12 +1,13 @@
 """The line loop: Prometheus text 0.0.4 / OpenMetrics text → samples, leniently, and the page's template.
 
 A bad line is dropped and counted with its line number and reason; it never costs the rest of the
-page (AIPerf loses the whole scrape, aiperf-compat.md §13.2). Samples come out exactly as written:
+page (AIPerf loses the whole scrape: `_parse_metrics_to_records` in
+ai-dynamo/aiperf `src/aiperf/gpu_telemetry/dcgm_collector.py`). Samples come out exactly as written:
 no `_total` renaming (prometheus_client renames counter samples), values as float, DCGM's blank
 sentinels still present (the normaliser decides what they mean).
 
 Speed: a dcgm-exporter page repeats the same label sets scrape after scrape, so each distinct raw
-label string is parsed once and its read-only mapping cached (performance.md: the biggest single
+label string is parsed once and its read-only mapping cached (bench/bench_parse.py: the biggest single
 win). The per-line fast path is str.find / rfind / split plus one dict lookup. A page read cleanly
 leaves its `PageTemplate` (template.py); `PageParser.parse` checks the next page against it first.
 """

@@ -1,7 +1,8 @@
 """Per-phase files `phases/<phase>/gpu_telemetry.json`, in AIPerf's shape (sorted keys, schema_version 1).
 
-Unlike AIPerf (aiperf-compat.md §7, §13.8), a phase file uses the same window rule as `telemetry_data`:
-with one profiling phase its file *is* the main window, so the two never disagree.
+Unlike AIPerf (per-phase exports in AIPerf 0.13.0, ai-dynamo/aiperf `src/aiperf/records/records_manager.py`),
+a phase file uses the same window rule as `telemetry_data`: with one profiling phase its file *is* the main window, so
+the two never disagree.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 All functions take a sorted int64 timestamp array and an aligned float64 value array (NaN = absent) and
 return plain Python numbers, so the JSON writer never sees numpy scalars.
 
-Counter modes (DESIGN-report.md has the why):
-- `aiperf`: AIPerf 0.13's exact rule (aiperf-compat.md §7): last valid in-window sample minus the last valid
-  sample strictly before the window (else the first valid in-window one), clamped at 0, no reset handling.
+Counter modes (DESIGN.md "Counters" has the why):
+- `aiperf`: AIPerf 0.13's exact rule (`GpuMetricTimeSeries.to_metric_result_filtered` in ai-dynamo/aiperf
+  `src/aiperf/common/models/telemetry_models.py`): last valid in-window sample minus the last valid sample strictly
+  before the window (else the first valid in-window one), clamped at 0, no reset handling.
 - `interpolated`: the counter is read at the window's two edges by linear interpolation between the
   samples bracketing each edge, and the increase between them is reset-aware like PromQL `increase()`,
   with two refinements: a small dip (out-of-order scrapes) is not a reset, and the part of a reset

@@ -1,4 +1,5 @@
-"""The `telemetry_data` block (aiperf-compat.md §5): summary, endpoints → GPUs → metrics, error_summary.
+"""The `telemetry_data` block (AIPerf 0.13.0, ai-dynamo/aiperf `src/aiperf/gpu_telemetry/accumulator.py`,
+`export_results`): summary, endpoints → GPUs → metrics, error_summary.
 
 GPU keys are `gpu_<index>` as AIPerf's, but two identities sharing an index under one endpoint never
 overwrite each other: a MIG instance is `gpu_<index>_mig<GPU_I_ID>`, and GPUs of several hosts behind
