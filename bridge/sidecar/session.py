@@ -44,8 +44,9 @@ from bridge.sidecar.pipeline import (
     RecordLogSink,
 )
 
-logger = logging.getLogger(__name__)
+__all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
 
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,9 +54,6 @@ class Probe:
     url: str
     reachable: bool
     reason: str | None = None
-
-
-__all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
 
 
 class Session:
