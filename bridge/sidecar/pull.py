@@ -12,6 +12,8 @@ What changes from the exporter's page, on purpose:
 - DCGM blank sentinels (values and label values) are left out, as dcgm-exporter itself does today.
 - The relabel rules apply, as for OTLP (bridge/relabel.py).
 - Families of several endpoints are merged under one HELP/TYPE (the format allows a family once).
+- An OpenMetrics `x_created` sample is left out (a start time, not a value: parse/family.py), and a
+  counter's `x_total` is typed `counter` under its own name, as prometheus_client writes text 0.0.4.
 No sample timestamps by default, so Prometheus' own staleness handling works as for any target.
 """
 
