@@ -3,7 +3,8 @@
     python _aiperf_side.py scrape PAGE REPEATS NUMBER    # per scrape: parse + accumulate + JSONL lines
     python _aiperf_side.py report JSONL START_NS END_NS  # the accumulator over a whole record log
 
-`scrape` is AIPerf's own parse-and-record path (aiperf-compat.md §12): DCGMTelemetryCollector.
+`scrape` is AIPerf's own parse-and-record path (ai-dynamo/aiperf `src/aiperf/gpu_telemetry/dcgm_collector.py`):
+DCGMTelemetryCollector.
 _parse_metrics_to_records (prometheus_client + pydantic), TelemetryHierarchy.add_record per record (the
 accumulator's storage) and the JSONL writer's serialisation (model_dump + scrub_non_finite + orjson).
 `report` reads a record log as AIPerf's own loader would (orjson + TelemetryRecord validation), feeds

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # AIPerf 0.13.0 from PyPI, in its own venv in the bench cache, keyed by version and reused when present.
 # bench/bench_scrape.py and bench/bench_report.py measure its parse-and-record path and its accumulator
-# side by side with ours (aiperf-compat.md §12). Prints the venv's python on the last line.
+# side by side with ours. Prints the venv's python on the last line.
 #
 #   bash bench/aiperf_setup.sh            # install if missing
 #   DCGM_BRIDGE_CACHE=/somewhere bash bench/aiperf_setup.sh

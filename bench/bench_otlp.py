@@ -2,7 +2,7 @@
 
 Both encode the same parsed 8-GPU × 40-family page (320 samples, 10 exporter labels + run_id + phase
 + one static attribute per point) in the same run; the SDK path is a hand-built `MetricsData` plus
-`encode_metrics` plus `SerializeToString` (otlp.md §2 (b), the cheapest correct SDK route).
+`encode_metrics` plus `SerializeToString` (the cheapest correct route through opentelemetry-python's exporter).
 Best of 7 repeats; the target is ≤ 2 µs per point for ours.
 
     .venv/bin/python bench/bench_otlp.py [--repeat 7] [--number 50]

@@ -1,7 +1,7 @@
 """Parser speed: ours vs prometheus_client 0.26 on the same 8-GPU dcgm-exporter page (target ≥ 10×).
 
 Also times the normaliser and the whole per-scrape record path (parse → normalise → JSONL lines), the
-part of the sidecar's 1 ms/scrape budget (performance.md) that this project owns. Ratios are
+part of the sidecar's 1 ms/scrape budget (DESIGN.md "Performance") that this project owns. Ratios are
 measured side by side in one run; absolute numbers depend on the machine.
 """
 

@@ -155,8 +155,8 @@ def in_situ_profile(urls: list[str], out: Path, rounds: int = 25) -> dict[str, f
             b = clock()
             parsed = parsers[url].parse(page.body)
             c = clock()
-            records = session._normalizer.records(parsed, source_url=url, timestamp_ns=page.start_ns, run_id="p",
-                                                  phase=None, scrape_end_ns=page.end_ns)
+            records = session.pipeline.normalizer.records(parsed, source_url=url, timestamp_ns=page.start_ns,
+                                                          run_id="p", phase=None, scrape_end_ns=page.end_ns)
             d = clock()
             session.records.write_records(records)
             e = clock()

@@ -79,7 +79,7 @@ def main() -> int:
             "# Benchmark results\n\n"
             f"`make bench` on {started}: {about}.\n\n"
             "Every figure is measured in the run that printed it; ratios compare two implementations measured side "
-            "by side in that run. MET / NOT MET is against issue #7's targets; DESIGN.md's Performance section "
+            "by side in that run. MET / NOT MET is against issue #7's targets; bench/NOTES.md "
             "explains the figures that miss.\n\n```\n" + captured.getvalue() + "```\n")
     return 1 if failed else 0
 

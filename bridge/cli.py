@@ -76,12 +76,13 @@ def _json_value(value: float) -> float | str | None:
               help="Custom-metrics CSV (dcgm-exporter format) to map extra fields.")
 def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...]) -> None:
     """Show what the bridge sees in one page: SOURCE is a file or a URL."""
-    from bridge.endpoints import normalize_url, redact_url
+    from bridge.endpoints import normalize_url
     from bridge.fetch import FetchError, FetchSettings, make_fetcher
     from bridge.fields import CustomMetricsError, default_table, table_with_custom
     from bridge.normalize import Normalizer
     from bridge.parse import parse_page
     from bridge.record_log import record_to_dict
+    from bridge.redact import redact_url
 
     if Path(source).exists():
         body, origin = Path(source).read_bytes(), source

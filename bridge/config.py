@@ -1,9 +1,9 @@
 """One configuration object, resolved once: flag > environment > YAML file (`--config`) > default.
 
-AIPerf's `AIPERF_GPU_*` variables (aiperf-compat.md §8) keep their meaning; our own settings use
-`DCGM_BRIDGE_*`. The YAML file is shaped like AIPerf's `gpu_telemetry:` block, and our settings go
-in the same block under their own names (see `SETTINGS`). Every problem is reported at once, sorted,
-naming the flag, variable or file key to fix.
+AIPerf's `AIPERF_GPU_*` variables (AIPerf 0.13.0, ai-dynamo/aiperf `src/aiperf/common/environment.py`,
+`_GPUSettings`) keep their meaning; our own settings use `DCGM_BRIDGE_*`. The YAML file is shaped like AIPerf's
+`gpu_telemetry:` block, and our settings go in the same block under their own names (see `SETTINGS`). Every problem is
+reported at once, sorted, naming the flag, variable or file key to fix.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from bridge.endpoints import (
     parse_items,
 )
 from bridge.errors import ConfigError as ConfigError
+from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE, CounterMode
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,11 @@ def _list(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def _counter_mode(text: str) -> str:
-    if text not in ("interpolated", "aiperf"):
-        raise ValueError(f"expected interpolated or aiperf, got {text!r}")
-    return text
+def _counter_mode(text: str) -> CounterMode:
+    for mode in COUNTER_MODES:
+        if text == mode:
+            return mode
+    raise ValueError(f"expected {' or '.join(COUNTER_MODES)}, got {text!r}")
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -93,7 +95,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("record_log_gzip", ("DCGM_BRIDGE_RECORD_LOG_GZIP",), _bool, False),
     Setting("flush_interval", ("DCGM_BRIDGE_FLUSH_INTERVAL",), float, 1.0, 0.0, 60,
             "seconds between record-log flushes (what a kill can lose at most)"),
-    Setting("counter_mode", ("DCGM_BRIDGE_COUNTER_MODE",), _counter_mode, "interpolated"),
+    Setting("counter_mode", ("DCGM_BRIDGE_COUNTER_MODE",), _counter_mode, DEFAULT_COUNTER_MODE),
     Setting("health_host", ("DCGM_BRIDGE_HEALTH_HOST",), str, "0.0.0.0",
             help="address the control API listens on (GET probes must reach the pod IP)"),
     Setting("health_port", ("DCGM_BRIDGE_HEALTH_PORT",), int, 8086, 0, 65535),
@@ -133,7 +135,7 @@ class Config:
     profile_export_prefix: str | None = None
     record_log_gzip: bool = False
     flush_interval: float = 1.0
-    counter_mode: str = "interpolated"
+    counter_mode: CounterMode = DEFAULT_COUNTER_MODE
     health_host: str = "0.0.0.0"
     health_port: int = 8086
     control_allow: list[str] = field(default_factory=lambda: ["127.0.0.1/8", "::1/128"])

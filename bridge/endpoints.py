@@ -1,7 +1,8 @@
-"""`--gpu-telemetry` items → endpoint URLs; display keys; credential redaction.
+"""`--gpu-telemetry` items → endpoint URLs; display keys (credential redaction: redact.py).
 
-AIPerf's rules (aiperf-compat.md §8) with its bugs fixed: a query string survives `/metrics`
-being appended, and userinfo never reaches a display key, a log line or a file.
+AIPerf's rules (`_normalize_dcgm_url` in ai-dynamo/aiperf `src/aiperf/gpu_telemetry/manager.py`) with its
+bugs fixed: a query string survives `/metrics` being appended, and userinfo never reaches a display key,
+a log line or a file.
 """
 
 from __future__ import annotations
@@ -10,15 +11,13 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from bridge.errors import ConfigError
+from bridge.redact import netloc_without_userinfo
 
 DEFAULT_ENDPOINTS = ("http://localhost:9400/metrics", "http://localhost:9401/metrics")
 LOCAL_COLLECTORS = frozenset(["pynvml", "amdsmi"])
-# Query parameters whose values are secrets (exporter-toolkit and proxies use several spellings).
-_SECRET_PARAMS = re.compile(r"(token|secret|password|passwd|pwd|key|auth|signature|sig|credential)", re.I)
-REDACTED = "REDACTED"
 
 
 class TelemetryItemError(ConfigError):
@@ -116,21 +115,6 @@ def display_key(url: str) -> str:
     path = parts.path
     if path.endswith("/metrics"):
         path = path[: -len("/metrics")]
-    return _netloc_without_userinfo(parts) + path.rstrip("/")
+    return netloc_without_userinfo(parts) + path.rstrip("/")
 
 
-def redact_url(url: str) -> str:
-    """The URL with userinfo and secret-looking query values replaced, safe for logs and files."""
-    parts = urlsplit(url)
-    netloc = _netloc_without_userinfo(parts)
-    if parts.username is not None or parts.password is not None:
-        netloc = f"{REDACTED}@{netloc}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, REDACTED if _SECRET_PARAMS.search(k) else v) for k, v in pairs], safe="/:")
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
-
-
-def _netloc_without_userinfo(parts: SplitResult) -> str:
-    return parts.netloc.rpartition("@")[2]

@@ -24,6 +24,8 @@ counts it (parse.LabelError never leaves the parser).
 
 from __future__ import annotations
 
+from bridge.samples import FetchErrorKind
+
 
 class BridgeError(Exception):
     """Every error the bridge raises on purpose: its message is for the user, one line, no traceback."""
@@ -36,9 +38,9 @@ class ConfigError(BridgeError, ValueError):
 class FetchError(BridgeError):
     """One page could not be fetched; `kind` is the events file's fetch-error kind."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: FetchErrorKind, message: str) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind: FetchErrorKind = kind
         self.message = message
 
 

@@ -1,9 +1,9 @@
 """Fetch one /metrics page: the seam the scrape loop calls.
 
-The production client is libcurl through pycurl, chosen by measurement (performance.md,
-bench/bench_http.py): ~0.3 ms of CPU per 80 KB GET against ~0.65-1.3 ms for urllib3 and ~2.5 ms for
+The production client is libcurl through pycurl, chosen by measurement
+(bench/bench_http.py): ~0.3 ms of CPU per 80 KB GET against ~0.65-1.3 ms for urllib3 and ~2.5 ms for
 httpx.AsyncClient, whose cost alone would exceed the sidecar's 25m budget at 24 scrapes/s. httpx stays
-for probes, the control plane and tests; urllib3 carries the OTLP sends (a few per second).
+the tests' client (a test dependency); urllib3 carries the OTLP sends (a few per second).
 
 Every failure is a FetchError with a kind (connect, timeout, http_status, content_type, too_large,
 truncated, empty) and a message that never holds credentials.
@@ -12,7 +12,6 @@ truncated, empty) and a message that never holds credentials.
 from __future__ import annotations
 
 import base64
-import logging
 import math
 import select
 import threading
@@ -22,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from bridge.endpoints import redact_url
 from bridge.errors import FetchError as FetchError
+from bridge.redact import redact_url, scrub, secret_list, url_secrets
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,44 +48,6 @@ class FetchSettings:
     insecure_skip_verify: bool = False
     bearer_token: str | None = None
     basic_auth: tuple[str, str] | None = None
-
-
-class LogScrubber(logging.Filter):
-    """Replaces known secrets in a third-party logger's records: urllib3 (the OTLP sender's client) logs each
-    request line, query string included, at DEBUG. Installed on the loggers by the clients that know them."""
-
-    def __init__(self, secrets: tuple[str, ...]) -> None:
-        super().__init__()
-        self.secrets = tuple(sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True))
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
-            text = record.getMessage()
-            if any(secret in text for secret in self.secrets):
-                for secret in self.secrets:
-                    text = text.replace(secret, "<redacted>")
-                record.msg, record.args = text, None
-        return True
-
-    def install(self, *names: str) -> LogScrubber:
-        for name in names:
-            logging.getLogger(name).addFilter(self)
-        return self
-
-    def remove(self, *names: str) -> None:
-        for name in names:
-            logging.getLogger(name).removeFilter(self)
-
-
-URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.connection", "urllib3.util.retry", "urllib3.poolmanager")
-
-
-def url_secrets(url: str) -> list[str]:
-    parts = urlsplit(url)
-    found = [unquote(v) for v in (parts.username, parts.password) if v]
-    if parts.query:
-        found += [parts.query, unquote(parts.query)] + [unquote(v) for v in parts.query.replace(";", "&").split("&")]
-    return found
 
 
 def auth_headers(url: str, settings: FetchSettings) -> tuple[str, dict[str, str]]:
@@ -344,7 +305,7 @@ class _Transfer:
     def error(self, code: int, text: str) -> FetchError:
         self.chunks = []
         where, limit = self.redacted, self.settings.max_body_bytes
-        reason = _scrub(text, self.url)
+        reason = scrub(text, secret_list(url_secrets(self.url)))  # libcurl's message names host and port only
         if code == _FILE_TOO_LARGE or code == _WRITE_ABORTED and self.size > limit:
             return FetchError("too_large", f"{where} sent more than the {limit:,}-byte limit "
                               "(DCGM_BRIDGE_MAX_BODY_BYTES)")
@@ -358,14 +319,6 @@ class _Transfer:
         if code in _TRUNCATED_ERRORS and (self.size or code != 56):
             return FetchError("truncated", f"{where} sent an incomplete body: {reason}")
         return FetchError("connect", f"cannot connect to {where}: {reason}")
-
-
-def _scrub(text: str, url: str) -> str:
-    """libcurl's message, without anything of the URL that may be a secret (it names host and port only,
-    but a message is not the place to find out)."""
-    for secret in sorted({s for s in url_secrets(url) if len(s) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, "<redacted>")
-    return text
 
 
 def make_fetcher(settings: FetchSettings, now_ns: Callable[[], int] = time.time_ns) -> CurlFetcher:

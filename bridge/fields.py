@@ -102,9 +102,10 @@ def is_blank_label(value: str) -> bool:
 # -- custom-metrics CSV ----------------------------------------------------------------------------
 # Custom-metrics CSV in dcgm-exporter's own format: `DCGM_FIELD, type, help`.
 #
-# Unlike AIPerf (aiperf-compat.md §9, §13.6) the type column is honoured (a counter gets a delta, a gauge
-# stats), the unit is read from "(in X)" and the value is *scaled* to the report unit (mJ → MJ, MiB → GB,
-# ns → µs, Hz → MHz, a 0-1 ratio → %), and a bad line is an error naming its line number.
+# Unlike AIPerf (ai-dynamo/aiperf `src/aiperf/gpu_telemetry/metrics_config.py`) the type column is
+# honoured (a counter gets a delta, a gauge stats), the unit is read from "(in X)" and the value is *scaled* to the
+# report unit (mJ → MJ, MiB → GB, ns → µs, Hz → MHz, a 0-1 ratio → %), and a bad line is an error naming its line
+# number.
 _UNIT = re.compile(r"\(in\s+([^\s)]+)\)", re.I)
 _ACRONYMS = {"Gpu": "GPU", "Xid": "XID", "Sm": "SM", "Nvlink": "NVLINK", "Pci": "PCI", "Pcie": "PCIE", "Cpu": "CPU",
              "Ram": "RAM", "Vram": "VRAM", "Ecc": "ECC"}

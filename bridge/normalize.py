@@ -1,6 +1,6 @@
 """Parsed samples → one GpuRecord per GPU (or MIG instance) per scrape.
 
-Rules (dcgm-exporter.md §6, aiperf-compat.md §13):
+Rules (NVIDIA/dcgm-exporter's labels: `internal/pkg/rendermetrics/render_metrics.go`; DESIGN.md "Normalisation"):
 - identity is the GPU UUID (`UUID`, or `uuid` under `-o`) plus `GPU_I_ID` for a MIG instance, never the
   index alone; a GPU without UUID or model name is recorded under a fallback identity and never costs
   the other GPUs their data (AIPerf drops the whole scrape);
@@ -9,7 +9,7 @@ Rules (dcgm-exporter.md §6, aiperf-compat.md §13):
 - NvLink / NvSwitch / CPU entity lines are not GPUs (they are still forwarded as OTLP, not here).
 
 Speed: the rules above only depend on a page's structure (names and label sets) and on which values are
-absent. So they are compiled once per page template (parse.py) into a `_Plan` — per record, its report
+absent. So they are compiled once per page template (parse/template.py) into a `_Plan` — per record, its report
 keys and the sample positions and scales that fill them — and each page then costs a few C-level
 `map`/`zip`/`dict` calls per GPU. The plan is the line loop's result with positions in place of values
 (the same code computes both), so a compiled page and a looped page give the same records.

@@ -3,6 +3,7 @@
 Lines are written whole: the writer buffers complete lines and hands each flush to one write(2),
 so a kill loses at most the last flush interval and never leaves half a line; readers still
 ignore a final line without its newline (a disk that filled up mid-write can leave one).
+The events file's lines are events.py's records (`LineWriter.write_event`).
 `.jsonl.gz` paths are written gzip-compressed (sync-flushed, so readable while the run goes on).
 """
 
@@ -21,6 +22,7 @@ from typing import IO, Any, cast
 
 import orjson
 
+from bridge.events import Event, event_to_line
 from bridge.samples import GpuRecord
 
 logger = logging.getLogger(__name__)
@@ -28,7 +30,8 @@ logger = logging.getLogger(__name__)
 EXPORT_FILE = "gpu_telemetry_export.jsonl"
 EVENTS_FILE = "gpu_telemetry_events.jsonl"
 
-# AIPerf's keys in AIPerf's order (aiperf-compat.md §6), then ours.
+# AIPerf's keys in AIPerf's order (`TelemetryRecord`, ai-dynamo/aiperf `src/aiperf/common/models/telemetry_models.py`),
+# then ours.
 _AIPERF_IDENTITY = (
     "gpu_index", "gpu_uuid", "gpu_model_name", "pci_bus_id", "device",
     "hostname", "namespace", "pod_name", "platform",
@@ -229,8 +232,8 @@ class LineWriter:
     def write_records(self, records: Iterable[GpuRecord]) -> None:
         self.write_lines(record_to_line(r) for r in records)
 
-    def write_event(self, event: Mapping[str, Any]) -> None:
-        self.write_lines([orjson.dumps(dict(event)) + b"\n"])
+    def write_event(self, event: Event) -> None:
+        self.write_lines([event_to_line(event)])
 
     def pending(self) -> list[bytes]:
         """Lines not written yet (the disk refused them): what the report still needs."""

@@ -34,9 +34,9 @@ Action = Literal["keep", "drop", "replace", "labeldrop", "labelkeep"]
 ACTIONS: tuple[Action, ...] = ("keep", "drop", "replace", "labeldrop", "labelkeep")
 NAME_LABEL = "__name__"
 
-# Labels dcgm-exporter writes itself (dcgm-exporter.md §2.2, every dialect: `-o` old names, 4.6
-# lowercase `hostname`, NvLink/NvSwitch/CPU entities, exporter-owned families). Any other label is a
-# sanitised Kubernetes pod label, which `pod_label_allowlist` filters.
+# Labels dcgm-exporter writes itself (NVIDIA/dcgm-exporter `internal/pkg/rendermetrics/render_metrics.go`,
+# every dialect: `-o` old names, 4.6 lowercase `hostname`, NvLink/NvSwitch/CPU entities, exporter-owned families). Any
+# other label is a sanitised Kubernetes pod label, which `pod_label_allowlist` filters.
 EXPORTER_LABELS = frozenset(
     [
         "gpu", "UUID", "uuid", "pci_bus_id", "device", "modelName", "model_name", "Hostname", "hostname",

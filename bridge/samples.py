@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 
 class Sample(NamedTuple):
@@ -48,7 +48,8 @@ class MetricKind(StrEnum):
 class GpuRecord:
     """One GPU (or MIG instance) in one scrape: a line of gpu_telemetry_export.jsonl.
 
-    The first twelve fields are AIPerf's, in AIPerf's order (aiperf-compat.md §6); the rest are ours.
+    The first twelve fields are AIPerf's, in AIPerf's order (`TelemetryRecord`, AIPerf 0.13.0, ai-dynamo/aiperf
+    `src/aiperf/common/models/telemetry_models.py`); the rest are ours.
     """
 
     gpu_index: int | None
@@ -76,8 +77,20 @@ class GpuRecord:
         return (self.gpu_uuid, self.gpu_instance_id)
 
 
+# The kinds, defined once: the events file (events.py), the config, the report and the sidecar use these.
+CounterMode = Literal["interpolated", "aiperf"]  # DESIGN.md "Counters"
+COUNTER_MODES: tuple[CounterMode, ...] = get_args(CounterMode)
+DEFAULT_COUNTER_MODE: CounterMode = "interpolated"
 PhaseKind = Literal["warmup", "profiling", "cooldown"]
+PHASE_KINDS: tuple[PhaseKind, ...] = get_args(PhaseKind)
 PhaseEvent = Literal["start", "end"]
+PHASE_EVENTS: tuple[PhaseEvent, ...] = get_args(PhaseEvent)
+FetchErrorKind = Literal["connect", "timeout", "http_status", "content_type", "too_large", "truncated", "empty"]
+FailureKind = Literal[FetchErrorKind, "parse"]  # a failed scrape, or a page whose lines could not be read
+FAILURE_KINDS: tuple[FailureKind, ...] = (*get_args(FetchErrorKind), "parse")
+EndpointStateKind = Literal["up", "down"]
+ENDPOINT_STATES: tuple[EndpointStateKind, ...] = get_args(EndpointStateKind)
+SessionState = Literal["created", "configured", "collecting", "completed"]
 
 
 class PhaseMark(NamedTuple):
@@ -94,5 +107,5 @@ class ScrapeFailure(NamedTuple):
 
     endpoint: str  # redacted URL
     time_ns: int
-    kind: str  # connect | timeout | http_status | too_large | content_type | truncated | empty | parse
+    kind: FailureKind
     message: str

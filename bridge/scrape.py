@@ -23,8 +23,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bridge.endpoints import redact_url
 from bridge.fetch import FetchedPage, Fetcher, FetchError, Transfers, transfers_of
+from bridge.redact import redact_url
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The PromQL the dashboards are made of: one function per pattern, so every panel reads the same way.
 
-Four problems of dcgm-exporter data shape every query (../shared/reference/dcgm-exporter.md §4, §6):
+Four problems of dcgm-exporter data shape every query (NVIDIA/dcgm-exporter issues and release notes, cited below):
 
 1. **Two host labels.** dcgm-exporter wrote `Hostname` up to 4.5.x and writes `hostname` since 4.6
    (#655); a fleet has both. A label name cannot be a regex, so every selector is written twice,

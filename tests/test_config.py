@@ -15,9 +15,9 @@ from bridge.endpoints import (
     normalize_url,
     parse_default_endpoints,
     parse_items,
-    redact_url,
 )
 from bridge.record_log import LineWriter, read_records, record_to_line
+from bridge.redact import redact_url
 from bridge.samples import GpuRecord
 
 

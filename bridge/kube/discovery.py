@@ -1,10 +1,10 @@
 """`k8s://<namespace>/<service>[:port]` → one scrape URL per ready endpoint of that Service.
 
 Opt-in, at submit time, with the user's credentials (AIPerf does no discovery, and a load-balanced
-Service URL lands each scrape on a random node — kubernetes.md §4). We list the Service's
-EndpointSlices (label `kubernetes.io/service-name`), which needs only `list` on
-`endpointslices.discovery.k8s.io` in that namespace (deploy/rbac/discovery-role.yaml).
-The API is passed in: anything with `list_namespaced_endpoint_slice(namespace, label_selector=...)`.
+Service URL lands each scrape on a random node: kube-proxy spreads a ClusterIP Service's connections
+over its endpoints). We list the Service's EndpointSlices (label `kubernetes.io/service-name`), which needs only
+`list` on `endpointslices.discovery.k8s.io` in that namespace (deploy/rbac/discovery-role.yaml). The API is passed in:
+anything with `list_namespaced_endpoint_slice(namespace, label_selector=...)`.
 """
 
 from __future__ import annotations

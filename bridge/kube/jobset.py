@@ -1,6 +1,7 @@
 """ProfileSpec → a `jobset.x-k8s.io/v1alpha2` JobSet, as plain dicts (no client models, no I/O).
 
-Shape (AIPerf's controller job, kubernetes.md §1, with the telemetry container made a native sidecar):
+Shape (AIPerf's controller job, ai-dynamo/aiperf `src/aiperf/kubernetes/jobset_builder.py`, with the
+telemetry container made a native sidecar):
 
     JobSet <job-id>                        successPolicy All on [controller], ttlSecondsAfterFinished
     └─ replicatedJob controller            1 replica, Indexed, backoffLimit 0, pod restartPolicy Never

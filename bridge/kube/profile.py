@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
-from bridge.endpoints import TelemetryItemError, parse_default_endpoints, parse_items, redact_url
+from bridge.endpoints import TelemetryItemError, parse_default_endpoints, parse_items
 from bridge.kube import validate
 from bridge.kube.discovery import DiscoveryError, ServiceRef
 from bridge.kube.estimate import Estimate, benchmark_memory_request, estimate_controller
@@ -28,6 +28,7 @@ from bridge.kube.jobset import (
     Telemetry,
     Toleration,
 )
+from bridge.redact import redact_url
 
 CPU_ENV = "AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU"
 MEMORY_ENV = "AIPERF_K8S_GPU_TELEMETRY_MANAGER_MEMORY"

@@ -1,9 +1,9 @@
 """Rules a JobSet must pass that no schema checks, and the user inputs that feed them.
 
 The JobSet CRD's structural schema is checked by the API server, but the JobSet *webhook* runs in the
-controller (kubernetes.md §1) and core PodSpec semantics are only checked by kube-apiserver when the
-controller creates the Jobs — minutes later, as an event nobody reads. So the client checks them
-before submitting, and every message names the flag (or variable) that produced the bad value.
+controller (kubernetes-sigs/jobset `pkg/webhooks/jobset_webhook.go`) and core PodSpec semantics are
+only checked by kube-apiserver when the controller creates the Jobs — minutes later, as an event nobody reads. So the
+client checks them before submitting, and every message names the flag (or variable) that produced the bad value.
 """
 
 from __future__ import annotations

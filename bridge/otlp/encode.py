@@ -1,9 +1,10 @@
 """ParsedPage → OTLP protobuf wire bytes, written directly (no message objects on the hot path).
 
-Every family of a page is forwarded (DESIGN-otlp.md has the table):
+Every family of a page is forwarded (DESIGN.md "OTLP forwarding" has the table):
 - gauge, unknown, untyped, no TYPE → Gauge (untyped also gets `metadata["prometheus.type"]`);
 - counter → cumulative monotonic Sum with a start time (starttime.py), except the code-valued
-  `…XID_ERRORS` and the windowed `DCGM_EXP_*_COUNT` (they go down: dcgm-exporter.md §2.7) → Gauge;
+  `…XID_ERRORS` and the windowed `DCGM_EXP_*_COUNT` (they go down: windowed counts, NVIDIA/dcgm-exporter
+  `internal/pkg/collector/expcollector.go`) → Gauge;
 - info, stateset → cumulative non-monotonic Sum; histogram, summary → Histogram, Summary;
   gaugehistogram → not forwarded (the spec drops it).
 Names are written exactly as the exporter wrote them, unit "" unless `units="ucum"`; HELP becomes
@@ -14,18 +15,12 @@ Sentinel values are not sent; a series that vanishes gets one NoRecordedValue po
 
 Why bytes by hand: a data point is `attributes + start + time + value`; the attribute bytes of a
 series never change between scrapes, so each series caches `tag + length + attributes` and a point
-costs one `struct.pack` of its times and value (≈1 µs; the SDK path costs ≈50 µs, otlp.md §2).
+costs one `struct.pack` of its times and value (≈1 µs; the SDK path costs ≈50 µs, bench/bench_otlp.py).
 An ExportMetricsServiceRequest is a repeated field 1, so encoded ResourceMetrics chunks of several
 pages concatenate into one request. tests/otlp decode everything with opentelemetry-proto.
 
-Faster still: when a page follows the same template (parse.py) as the previous page of its endpoint,
-under the same run/phase context, everything in its chunk but the point times, start times and values
-is the same bytes as last time, at the same places (gauge and sum points have a fixed size). After a
-clean page the encoder keeps a `_PagePlan`: those constant runs of bytes, taken from the line-loop
-encoding of that page itself, and the sample position behind each point. The next page is then a
-few C-level maps (`struct.pack` over the values) and one join (~5× cheaper); its series state (last
-time, start, last value, generation) is written back to the series the next time the loop runs. A
-sentinel, a reset or a phase change is handled by the plan or sends the page back through the loop.
+Faster still: a page that follows its endpoint's template is filled into the previous page's plan
+(plan.py); `_compile` below builds that plan from the loop's own encoding of a clean page.
 """
 
 from __future__ import annotations
@@ -33,12 +28,12 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import lt
-from typing import NamedTuple
 
 from bridge.fields import BLANK_VALUES, is_blank_label
+from bridge.otlp.plan import PACK_START, PagePlan
+from bridge.otlp.points import ContextCache as ContextCache
+from bridge.otlp.points import EncodedPage as EncodedPage
+from bridge.otlp.points import PointContext as PointContext
 from bridge.otlp.starttime import ROUTE_ALIAS, ROUTE_DROP, ROUTE_RENAMED, Series, SeriesTable, StartTimeMode
 from bridge.otlp.wire import (
     CUMULATIVE,
@@ -73,7 +68,7 @@ from bridge.otlp.wire import (
     summary_point,
     varint,
 )
-from bridge.parse import PageTemplate, TemplatedPage
+from bridge.parse import TemplatedPage, family_of
 from bridge.relabel import NO_RELABEL, RelabelConfig, relabel
 from bridge.samples import ParsedPage
 
@@ -91,53 +86,6 @@ UCUM = {
 
 
 
-@dataclass(frozen=True, eq=False)
-class PointContext:
-    """What every data point of a page carries besides the exporter's labels.
-
-    Build one per (run_id, phase) and reuse it (`ContextCache`): series rebuild their cached
-    attribute bytes only when the context object changes, i.e. at a phase boundary.
-    """
-
-    run_id: str
-    phase: str
-    static: tuple[tuple[str, str], ...] = ()
-    items: tuple[tuple[str, str], ...] = field(init=False, repr=False)
-    attr_bytes: bytes = field(init=False, repr=False)  # as NumberDataPoint.attributes fields
-    keys: frozenset[str] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        items = (("run_id", self.run_id), ("phase", self.phase), *self.static)
-        object.__setattr__(self, "items", items)
-        object.__setattr__(self, "attr_bytes", attributes(T_NDP_ATTR, items))
-        object.__setattr__(self, "keys", frozenset(k for k, _ in items))
-
-
-class ContextCache:
-    """One PointContext per (run_id, phase), so identity comparisons stay cheap."""
-
-    def __init__(self, static: Mapping[str, str] | None = None) -> None:
-        self.static = tuple((static or {}).items())
-        self._cache: dict[tuple[str, str], PointContext] = {}
-
-    def get(self, run_id: str, phase: str) -> PointContext:
-        ctx = self._cache.get((run_id, phase))
-        if ctx is None:
-            if len(self._cache) > 256:
-                self._cache.clear()
-            ctx = self._cache[(run_id, phase)] = PointContext(run_id, phase, self.static)
-        return ctx
-
-
-class EncodedPage(NamedTuple):
-    chunk: bytes  # a framed ResourceMetrics (field 1 of the request); b"" when there is nothing to send
-    points: int  # data points, staleness markers included
-    stale: int  # NoRecordedValue markers among them
-    blank: int  # sentinel values not sent
-    out_of_order: int  # points not newer than the series' last one (or a duplicate series), not sent
-    dropped: int  # points of series a relabel rule dropped
-
-
 class _Family:
     """One metric of the page being encoded."""
 
@@ -152,17 +100,10 @@ class _Family:
 
 
 def family_kind(name: str, types: Mapping[str, str]) -> tuple[int, str]:
-    """(kind, family name) of a sample name: `X_bucket` of a histogram X belongs to X."""
-    declared = types.get(name)
-    family = name
-    if declared is None:
-        for suffix in ("_bucket", "_count", "_sum", "_created", "_total", "_info"):
-            if name.endswith(suffix) and name[: -len(suffix)] in types:
-                family = name[: -len(suffix)]
-                declared = types[family]
-                if suffix == "_created":
-                    return SKIP, family  # OpenMetrics metadata of a counter, not a sample
-                break
+    """(kind, family name) of a sample name (parse.family_of): `X_bucket` of a histogram X belongs to X."""
+    family, declared, suffix = family_of(name, types)
+    if suffix == "_created":
+        return SKIP, family  # OpenMetrics metadata of its family (a start time), not a sample
     if declared == "counter":
         return (GAUGE if _NO_SUFFIX_CODES.search(name) else MONOTONIC_SUM), family
     if declared in ("info", "stateset"):
@@ -174,42 +115,6 @@ def family_kind(name: str, types: Mapping[str, str]) -> tuple[int, str]:
     if declared == "gaugehistogram":
         return SKIP, family
     return GAUGE, family  # gauge, unknown, untyped, none
-
-
-class _PagePlan:
-    """A clean page's encoding with holes for the point bytes (see the module docstring).
-
-    Every point ends the same way: `0x19 time 0x21 value`; what comes before it (framing, the series'
-    attribute bytes, and for a sum `0x11 start`) is constant until a counter resets. So `pieces` is
-    [constant, time, value] per point plus a closing constant, and a page fills the time and value slots.
-    """
-
-    __slots__ = ("template", "ctx", "pieces", "value_at", "sum_at", "sum_slots", "sum_heads", "series",
-                 "sum_series", "starts", "last_sum", "blanks", "last_t", "generation", "dirty", "dropped", "points")
-
-    def __init__(self, template: PageTemplate, ctx: PointContext) -> None:
-        self.template = template
-        self.ctx = ctx
-        self.pieces: list[bytes] = []
-        self.value_at: tuple[int, ...] = ()  # sample position of each point, in output order
-        self.sum_at: tuple[int, ...] = ()  # sample positions of the sum points
-        self.sum_slots: list[int] = []  # their output slots
-        self.sum_heads: list[bytes] = []  # their constants without the start time
-        self.series: list[Series] = []  # every series with a point, for the write-back
-        self.sum_series: list[Series] = []
-        self.starts: list[int] = []
-        self.last_sum: list[float] = []
-        self.blanks: frozenset[int] = frozenset()  # sample positions holding a sentinel (not sent)
-        self.last_t = 0
-        self.generation = 0
-        self.dirty = False  # series state behind the plan's last page
-        self.dropped = 0
-        self.points = 0
-
-
-_PACK_TIME = struct.Struct("<BQB").pack  # 0x19 time 0x21
-_PACK_VALUE = struct.Struct("<d").pack
-_PACK_START = struct.Struct("<BQ").pack  # 0x11 start
 
 
 class EndpointEncoder:
@@ -235,7 +140,7 @@ class EndpointEncoder:
         self._heads: dict[str, bytes] = {}  # name -> its last Metric head
         self._kinds: dict[str, int] = {}  # as last seen: a vanished family keeps its type
         self._kind_of: dict[tuple[str, str | None], tuple[int, str]] = {}  # (name, TYPE) -> (kind, family)
-        self._plan: _PagePlan | None = None
+        self._plan: PagePlan | None = None
         self.use_plans = True  # False: every page through the loop (tests compare the two)
 
     def encode(self, page: ParsedPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
@@ -245,10 +150,10 @@ class EndpointEncoder:
         if plan is not None:
             if templated is not None and plan.template is templated.template and plan.ctx is ctx \
                     and ts_ns > plan.last_t:
-                fast = self._encode_planned(plan, templated.values, ts_ns)
+                fast = plan.fill(templated.values, ts_ns, self.table, self.start_mode)
                 if fast is not None:
                     return fast
-            self._write_back(plan)
+            plan.write_back()
             self._plan = None
         encoded = self._encode_loop(page, ctx, ts_ns)
         if (templated is not None and self.use_plans and encoded.chunk and not encoded.stale
@@ -352,51 +257,14 @@ class EndpointEncoder:
         head = bytes((T_REQ_RESOURCE_METRICS,)) + varint(body_len) + self._head
         return [head, varint(scope_len), self._scope, *pieces]
 
-    # -- the planned path ---------------------------------------------------------------------------
-    def _encode_planned(self, plan: _PagePlan, values: list[float], ts_ns: int) -> EncodedPage | None:
-        if BLANK_VALUES.isdisjoint(values):
-            if plan.blanks:
-                return None
-        elif frozenset(compress(range(len(values)), map(BLANK_VALUES.__contains__, values))) != plan.blanks:
-            return None
-        get = values.__getitem__
-        pieces = plan.pieces
-        if plan.sum_at:
-            sums = list(map(get, plan.sum_at))
-            if self.start_mode != "unset" and any(map(lt, sums, plan.last_sum)):
-                for k, (value, last) in enumerate(zip(sums, plan.last_sum, strict=True)):
-                    if value < last:  # a reset: a new interval after the previous point (starttime.py)
-                        plan.starts[k] = plan.last_t + 1
-                        pieces[3 * plan.sum_slots[k]] = plan.sum_heads[k] + _PACK_START(0x11, plan.starts[k])
-            plan.last_sum = sums
-        pieces[1::3] = repeat(_PACK_TIME(0x19, ts_ns, 0x21), plan.points)
-        pieces[2::3] = map(_PACK_VALUE, map(get, plan.value_at))
-        chunk = b"".join(pieces)
-        plan.last_t = ts_ns
-        plan.generation = self.table.begin_page()
-        plan.dirty = True
-        return EncodedPage(chunk, plan.points, 0, len(plan.blanks), 0, plan.dropped)
-
-    def _write_back(self, plan: _PagePlan) -> None:
-        """Series state as the loop would have left it after the plan's last page."""
-        if not plan.dirty:
-            return
-        for series in plan.series:
-            series.last_ts = plan.last_t
-            series.seen = plan.generation
-        for series, start, last in zip(plan.sum_series, plan.starts, plan.last_sum, strict=True):
-            series.start = start
-            series.last_value = last
-        plan.dirty = False
-
-    def _compile(self, page: TemplatedPage, ctx: PointContext, ts_ns: int) -> _PagePlan | None:
+    def _compile(self, page: TemplatedPage, ctx: PointContext, ts_ns: int) -> PagePlan | None:
         """The plan of a page the loop has just encoded cleanly: its own bytes with holes for the points.
 
         Walks the page as the loop did (same families, routes and order), with placeholder points of the
         same size, through the same framing code; the runs between placeholders are the constants.
         """
         template = page.template
-        plan = _PagePlan(template, ctx)
+        plan = PagePlan(template, ctx)
         families: dict[str, _Family] = {}
         holes: dict[int, tuple[int, int, Series]] = {}  # id(placeholder) -> (position, kind, series)
         blanks: list[int] = []
@@ -451,12 +319,12 @@ class EndpointEncoder:
                 run += piece
             else:
                 if slot[1]:  # a sum: its start time is part of the constant before the time
-                    run += _PACK_START(0x11, slot[2].start)
+                    run += PACK_START(0x11, slot[2].start)
                 constants.append(bytes(run))
                 run = bytearray()
                 slots.append(slot)
         constants.append(bytes(run))
-        start_len = len(_PACK_START(0x11, 0))
+        start_len = len(PACK_START(0x11, 0))
         plan.value_at = tuple(slot[0] for slot in slots)
         plan.sum_slots = [k for k, slot in enumerate(slots) if slot[1]]
         plan.sum_at = tuple(slots[k][0] for k in plan.sum_slots)

@@ -31,13 +31,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
-from bridge.endpoints import redact_url
 from bridge.otlp.config import OtlpConfig
 from bridge.otlp.encode import ContextCache, EndpointEncoder
 from bridge.otlp.resource import endpoint_attributes
-from bridge.otlp.transport import Sender, SendResult, make_sender, scrub, secrets_of
+from bridge.otlp.transport import Sender, SendResult, make_sender, secrets_of
 from bridge.otlp.wire import request_bytes
 from bridge.parse import TemplatedPage
+from bridge.redact import redact_url, scrub
 from bridge.relabel import NO_RELABEL, RelabelConfig
 from bridge.samples import ParsedPage
 
@@ -132,7 +132,7 @@ class OtlpForwarder:
     def submit(self, endpoint: str, page: ParsedPage, *, run_id: str, phase: str, ts_ns: int) -> None:
         """Queue one scraped page of `endpoint` (its display key, host:port). Never blocks, never raises."""
         try:
-            # A templated page's samples are built only on demand (parse.py): count its values instead.
+            # A templated page's samples are built only on demand (parse/template.py): count its values instead.
             points = len(page.values) if isinstance(page, TemplatedPage) else len(page.samples)
             item = _Item(endpoint, page, run_id, phase or "none", ts_ns, points)
             with self._lock:

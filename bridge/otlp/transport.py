@@ -13,10 +13,9 @@ import time
 import zlib
 from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple, Protocol
-from urllib.parse import unquote, urlsplit
 
-from bridge.fetch import URLLIB3_LOGGERS, LogScrubber
-from bridge.otlp.config import OtlpConfig
+from bridge.otlp.config import OtlpConfig, OtlpConfigError
+from bridge.redact import URLLIB3_LOGGERS, LogScrubber, scrub, secret_list, url_secrets
 
 USER_AGENT = "dcgm-bridge-otlp/0.1"
 RETRYABLE_HTTP = frozenset([429, 502, 503, 504])
@@ -44,27 +43,19 @@ class Sender(Protocol):
     def close(self) -> None: ...
 
 
+GRPC_MISSING = ("OTLP over gRPC needs grpcio: pip install 'dcgm-bridge[grpc]', "
+                "or send OTLP/HTTP (OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf)")
+
 def make_sender(config: OtlpConfig) -> Sender:
     return GrpcSender(config) if config.protocol == "grpc" else HttpSender(config)
 
 
 def secrets_of(config: OtlpConfig) -> tuple[str, ...]:
     """What must never reach a log line or the status: header values, and the endpoint's userinfo and query."""
-    parts = urlsplit(config.endpoint if "://" in config.endpoint else f"//{config.endpoint}")
-    found = [value for _, value in config.headers]
-    found += [unquote(v) for v in (parts.username, parts.password) if v]
-    found += [v for v in (parts.query, unquote(parts.query)) if v]
+    found = url_secrets(config.endpoint) + [value for _, value in config.headers]
     for _, value in config.headers:  # "Bearer <token>": the token alone, too
         found += value.split()[1:]
-    return tuple(sorted({v for v in found if len(v) >= 4}, key=len, reverse=True))
-
-
-def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """`text` with every secret replaced: a receiver may echo a header, an error may quote the URL."""
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, "<redacted>")
-    return text
+    return secret_list(found)
 
 
 def _scrubbed(result: SendResult, secrets: tuple[str, ...]) -> SendResult:
@@ -133,7 +124,10 @@ class GrpcSender:
     """OTLP/gRPC with grpcio, sending the encoded request bytes as they are (no pb2 round trip)."""
 
     def __init__(self, config: OtlpConfig) -> None:
-        import grpc
+        try:
+            import grpc
+        except ImportError:  # the `grpc` extra: most receivers take OTLP/HTTP, which needs no grpcio
+            raise OtlpConfigError(GRPC_MISSING) from None
 
         self._grpc = grpc
         options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]

@@ -21,7 +21,6 @@ from bridge.report.energy import EnergyTotals, energy_totals
 from bridge.report.events import EndpointState, RunEvents, load_events
 from bridge.report.phases import PhaseFile, phase_files
 from bridge.report.series import Series, SeriesAccumulator
-from bridge.report.stats import COUNTER_MODES, CounterMode
 from bridge.report.telemetry_data import (
     EndpointStatus,
     MetricLabel,
@@ -31,7 +30,7 @@ from bridge.report.telemetry_data import (
     ordered_keys,
 )
 from bridge.report.window import DEFAULT_GRACE_NS, Phase, Window, phases_from_marks, window_from_phases
-from bridge.samples import GpuRecord, PhaseMark, ScrapeFailure
+from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE, CounterMode, GpuRecord, PhaseMark, ScrapeFailure
 
 
 @runtime_checkable
@@ -59,6 +58,9 @@ class Report:
     phases: list[Phase] = field(default_factory=list)
     records: int = 0
     read_errors: list[str] = field(default_factory=list)
+    # What the report was built from (one per endpoint and GPU): the HTML page and the demo draw these
+    # instead of reading the record log again.
+    series: tuple[Series, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def writes_phase_files(self) -> bool:
@@ -74,7 +76,7 @@ def build_report(
     window: Window | None = None,
     requests_end_ns: int | None = None,
     table: FieldTable | None = None,
-    counter_mode: CounterMode = "interpolated",
+    counter_mode: CounterMode = DEFAULT_COUNTER_MODE,
     grace_ns: int = DEFAULT_GRACE_NS,
     endpoints_configured: Sequence[str] | None = None,
     endpoints_successful: Sequence[str] | None = None,
@@ -116,6 +118,7 @@ def build_report(
         phases=run_phases,
         records=count,
         read_errors=read_errors,
+        series=tuple(series),
     )
 
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE
+
 GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
 
 
@@ -27,7 +29,7 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
               help="AIPerf's phase_manifest.json, or a directory to search below for it.")
 @click.option("--events", "events_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="gpu_telemetry_events.jsonl: phase marks, requests end, endpoints, errors.")
-@click.option("--counter-mode", type=click.Choice(["interpolated", "aiperf"]),
+@click.option("--counter-mode", type=click.Choice(COUNTER_MODES),
               help="interpolated (default, or the live run's mode from --events): exact window, reset-aware; "
                    "aiperf: AIPerf 0.13's rule.")
 @click.option("--grace-ns", type=click.IntRange(0, 60_000_000_000), envvar=GRACE_ENV, default=666_000_000,
@@ -72,7 +74,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         raise click.ClickException(str(exc)) from None
     run = load_events(events_path) if events_path is not None else RunEvents()
     if counter_mode is None:
-        counter_mode = run.counter_mode if run.counter_mode in ("interpolated", "aiperf") else "interpolated"
+        counter_mode = run.counter_mode or DEFAULT_COUNTER_MODE
     kwargs: dict[str, Any] = {
         "marks": run.marks, "requests_end_ns": run.requests_end_ns,
         "endpoints_configured": run.endpoints_configured, "endpoints_successful": run.endpoints_successful,
@@ -104,7 +106,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     if html_path is not None:
         from bridge.report.html import write_html
 
-        written.append(write_html(built, source, html_path))
+        written.append(write_html(built, None, html_path))
     if show_console:
         render_console(built)
     gpus = sum(len(e["gpus"]) for e in built.telemetry_data["endpoints"].values())

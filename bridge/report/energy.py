@@ -1,5 +1,6 @@
 """Run-level energy: `nvidia_total_gpu_energy` (J), `nvidia_average_gpu_power` (W), `nvidia_total_gpu_power`
-(W), and, when the benchmark JSON holds token/request counts, AIPerf's efficiency ratios (aiperf-compat.md §5).
+(W), and, when the benchmark JSON holds token/request counts, AIPerf's efficiency ratios (AIPerf 0.13.0,
+ai-dynamo/aiperf `src/aiperf/metrics/energy_efficiency_analyzer.py`).
 
 Sums run over GPU identities: device-level fields (power, energy) are carried only by a GPU's own record,
 never by its MIG instances', so nothing is counted twice.
@@ -17,13 +18,13 @@ from typing import Any
 
 from bridge.report.series import Series
 from bridge.report.stats import (
-    CounterMode,
     counter_delta_aiperf,
     counter_delta_interpolated,
     gauge_mean,
     integrate_gauge,
 )
 from bridge.report.window import Window
+from bridge.samples import CounterMode
 
 ENERGY_KEY = "nvidia_energy_consumption"  # MJ
 POWER_KEY = "nvidia_power_usage"  # W

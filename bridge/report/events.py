@@ -1,8 +1,7 @@
 """gpu_telemetry_events.jsonl → what the report needs: marks, requests end, endpoints, errors, states.
 
-One JSON object per line with a `type` (configured | phase | scrape_error | endpoint_state | complete).
-Unknown types and malformed lines are skipped and counted in `RunEvents.skipped`, never fatal.
-URLs in events are already redacted by the writer.
+The events are decoded by bridge/events.py (the file's schema). Unknown types and malformed lines are
+skipped and counted in `RunEvents.skipped`, never fatal.
 """
 
 from __future__ import annotations
@@ -10,18 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from bridge.samples import PhaseMark, ScrapeFailure
+from bridge.events import Complete, Configured, EndpointState, event_from_dict
+from bridge.samples import CounterMode, PhaseMark, ScrapeFailure
 
-
-class EndpointState(NamedTuple):
-    """An endpoint going up or down during the run (`state` is "up" or "down")."""
-
-    endpoint: str
-    time_ns: int
-    state: str
-    reason: str = ""
+__all__ = ["EndpointState", "RunEvents", "events_from_dicts", "load_events"]
 
 
 @dataclass(frozen=True)
@@ -34,48 +27,41 @@ class RunEvents:
     errors: list[ScrapeFailure] = field(default_factory=list)
     states: list[EndpointState] = field(default_factory=list)
     skipped: int = 0
-    counter_mode: str | None = None  # the live run's mode (the `configured` event), a default for `report`
+    counter_mode: CounterMode | None = None  # the live run's mode (the `configured` event), a default for `report`
 
 
 def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
     marks: list[PhaseMark] = []
     errors: list[ScrapeFailure] = []
     states: list[EndpointState] = []
-    configured: list[str] | None = None
-    successful: list[str] | None = None
-    requests_end: int | None = None
-    complete: int | None = None
-    counter_mode: str | None = None
+    configured: Configured | None = None
+    complete: Complete | None = None
     skipped = 0
     for obj in objects:
         try:
-            kind = obj.get("type")
-            if kind == "phase":
-                phase_kind = str(obj["kind"])
-                event = str(obj["event"])
-                if phase_kind not in ("warmup", "profiling", "cooldown") or event not in ("start", "end"):
-                    raise ValueError(f"phase {phase_kind}/{event}")
-                marks.append(PhaseMark(str(obj["name"]), phase_kind, event,  # type: ignore[arg-type]
-                                       int(obj["time_ns"])))
-            elif kind == "configured":
-                configured = [str(u) for u in obj.get("endpoints_configured") or []]
-                successful = [str(u) for u in obj.get("endpoints_successful") or []]
-                counter_mode = str(obj["counter_mode"]) if obj.get("counter_mode") else None
-            elif kind == "scrape_error":
-                errors.append(ScrapeFailure(str(obj["endpoint"]), int(obj["time_ns"]), str(obj.get("kind") or "error"),
-                                            str(obj.get("message") or "")))
-            elif kind == "endpoint_state":
-                states.append(EndpointState(str(obj["endpoint"]), int(obj["time_ns"]), str(obj["state"]),
-                                            str(obj.get("reason") or "")))
-            elif kind == "complete":
-                complete = int(obj["time_ns"])
-                if obj.get("requests_end_ns") is not None:
-                    requests_end = int(obj["requests_end_ns"])
-            else:
-                skipped += 1
-        except (KeyError, TypeError, ValueError):
+            event = event_from_dict(obj)
+        except ValueError:
             skipped += 1
-    return RunEvents(marks, requests_end, complete, configured, successful, errors, states, skipped, counter_mode)
+            continue
+        if isinstance(event, PhaseMark):
+            marks.append(event)
+        elif isinstance(event, ScrapeFailure):
+            errors.append(event)
+        elif isinstance(event, EndpointState):
+            states.append(event)
+        elif isinstance(event, Configured):
+            configured = event
+        else:
+            complete = event
+    return RunEvents(
+        marks,
+        requests_end_ns=complete.requests_end_ns if complete else None,
+        complete_ns=complete.time_ns if complete else None,
+        endpoints_configured=list(configured.endpoints_configured) if configured else None,
+        endpoints_successful=list(configured.endpoints_successful) if configured else None,
+        errors=errors, states=states, skipped=skipped,
+        counter_mode=configured.counter_mode if configured else None,
+    )
 
 
 def load_events(path: Path) -> RunEvents:

@@ -2,11 +2,12 @@
 energy per phase. Nothing is fetched when the page opens (no CDN, no fonts, no images): the charts are
 inline SVG drawn here, and a small inline script adds a hover read-out (the page works without it).
 
-    html = render_html(report, "out/gpu_telemetry_export.jsonl")     # pure: str in, str out
-    write_html(report, records_path, "out/gpu_telemetry.html")       # the same, written to a file
+    html = render_html(report)                                        # pure: report in, str out
+    write_html(report, None, "out/gpu_telemetry.html")                # the same, written to a file
 
-Series come from the record log through the report's own SeriesAccumulator (one line per endpoint and
-GPU identity, MIG instances apart), so the page and the report never disagree about what a GPU is.
+The series are the report's own (`Report.series`, one line per endpoint and GPU identity, MIG instances
+apart): the page draws what the report was built from and never reads the record log again. Given
+records (a record log path or GpuRecords), it reads them through the same SeriesAccumulator instead.
 Utilisation is DCGM_FI_DEV_GPU_UTIL, or GR_ENGINE_ACTIVE where that is absent (MIG instances). Energy
 per phase uses the report's counter rule (bridge.report.energy) over each phase's window.
 """
@@ -82,10 +83,10 @@ class PhaseEnergy:
     source: str
 
 
-def render_html(report: Report, records: Path | str | Iterable[GpuRecord], *,
+def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None = None, *,
                 title: str = "dcgm-bridge · GPU telemetry") -> str:
-    """The whole page for `report`, with the time series read from `records` (a record log path or records)."""
-    series = [s for s in _series(records) if len(s)]
+    """The whole page for `report`: its own series, or those read from `records` (a record log path or records)."""
+    series = [s for s in (report.series if records is None else _series(records)) if len(s)]
     origin = min((int(s.timestamps[0]) for s in series), default=0)
     last = max((int(s.timestamps[-1]) for s in series), default=origin)
     span_s = max((last - origin) / 1e9, 1e-9)
@@ -119,12 +120,14 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord], *,
     )
 
 
-def write_html(report: Report, records_path: Path | str, out_path: Path | str, *,
+def write_html(report: Report, records_path: Path | str | None, out_path: Path | str, *,
                title: str = "dcgm-bridge · GPU telemetry") -> Path:
-    """render_html written to `out_path` (parent directories created); returns the path."""
+    """render_html written to `out_path` (parent directories created); returns the path. `records_path`
+    None: the report's own series."""
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_html(report, Path(records_path), title=title), encoding="utf-8")
+    records = None if records_path is None else Path(records_path)
+    out.write_text(render_html(report, records, title=title), encoding="utf-8")
     return out
 
 

@@ -1,7 +1,8 @@
 """Per-phase files `phases/<phase>/gpu_telemetry.json`, in AIPerf's shape (sorted keys, schema_version 1).
 
-Unlike AIPerf (aiperf-compat.md §7, §13.8), a phase file uses the same window rule as `telemetry_data`:
-with one profiling phase its file *is* the main window, so the two never disagree.
+Unlike AIPerf (per-phase exports in AIPerf 0.13.0, ai-dynamo/aiperf `src/aiperf/records/records_manager.py`),
+a phase file uses the same window rule as `telemetry_data`: with one profiling phase its file *is* the main window, so
+the two never disagree.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 
 from bridge.fields import FieldTable
 from bridge.report.series import Series
-from bridge.report.stats import CounterMode
 from bridge.report.telemetry_data import RunInfo, build_block
 from bridge.report.window import Phase, Window, phase_window
+from bridge.samples import CounterMode
 
 PHASE_FILE = "gpu_telemetry.json"
 PHASE_SCHEMA_VERSION = 1

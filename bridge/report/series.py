@@ -5,7 +5,8 @@ Streaming: a record is one row of float64 values appended to its series (one `st
 kept per record, so a one-hour 64-GPU log at 3 Hz (~700k records) is ~220 MB of rows. Records may arrive
 out of time order; `finish()` sorts each series once (stable, so equal timestamps keep arrival order). Every
 record is a sample, including one whose values did not change since the previous scrape: repeated values
-are real observations (AIPerf drops byte-identical bodies, aiperf-compat.md §13.1).
+are real observations (AIPerf drops byte-identical bodies: AIPerf 0.13.0, ai-dynamo/aiperf 
+`src/aiperf/common/mixins/base_metrics_collector_mixin.py`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-# Keys of AIPerf logs written before 0.13 (TelemetryMetrics validation_alias, aiperf-compat.md §3).
+# Keys of AIPerf logs written before 0.13 (TelemetryMetrics validation_alias in ai-dynamo/aiperf
+# `src/aiperf/common/models/telemetry_models.py`).
 LEGACY_ALIASES: Mapping[str, str] = {
     "gpu_power_usage": "nvidia_power_usage",
     "energy_consumption": "nvidia_energy_consumption",

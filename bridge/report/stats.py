@@ -3,9 +3,10 @@
 All functions take a sorted int64 timestamp array and an aligned float64 value array (NaN = absent) and
 return plain Python numbers, so the JSON writer never sees numpy scalars.
 
-Counter modes (DESIGN-report.md has the why):
-- `aiperf`: AIPerf 0.13's exact rule (aiperf-compat.md §7): last valid in-window sample minus the last valid
-  sample strictly before the window (else the first valid in-window one), clamped at 0, no reset handling.
+Counter modes (DESIGN.md "Counters" has the why):
+- `aiperf`: AIPerf 0.13's exact rule (`GpuMetricTimeSeries.to_metric_result_filtered` in ai-dynamo/aiperf
+  `src/aiperf/common/models/telemetry_models.py`): last valid in-window sample minus the last valid sample strictly
+  before the window (else the first valid in-window one), clamped at 0, no reset handling.
 - `interpolated`: the counter is read at the window's two edges by linear interpolation between the
   samples bracketing each edge, and the increase between them is reset-aware like PromQL `increase()`,
   with two refinements: a small dip (out-of-order scrapes) is not a reset, and the part of a reset
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     # Columns aligned with one series' timestamps: arrays, or the rows of one matrix.
     Columns = Sequence[NDArray[np.float64]] | NDArray[np.float64]
 
-CounterMode = Literal["interpolated", "aiperf"]
-COUNTER_MODES: tuple[CounterMode, ...] = ("interpolated", "aiperf")
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
 # A decrease to below this fraction of the counter's high-water mark is a reset; a smaller dip is an

@@ -1,4 +1,5 @@
-"""The `telemetry_data` block (aiperf-compat.md §5): summary, endpoints → GPUs → metrics, error_summary.
+"""The `telemetry_data` block (AIPerf 0.13.0, ai-dynamo/aiperf `src/aiperf/gpu_telemetry/accumulator.py`,
+`export_results`): summary, endpoints → GPUs → metrics, error_summary.
 
 GPU keys are `gpu_<index>` as AIPerf's, but two identities sharing an index under one endpoint never
 overwrite each other: a MIG instance is `gpu_<index>_mig<GPU_I_ID>`, and GPUs of several hosts behind
@@ -12,13 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from bridge.endpoints import display_key, redact_url
+from bridge.endpoints import display_key
 from bridge.fields import FieldSpec, FieldTable
+from bridge.redact import redact_url
 from bridge.report.events import EndpointState
 from bridge.report.series import GpuMeta, Series
 from bridge.report.stats import (
     CounterDelta,
-    CounterMode,
     Scratch,
     code_stats,
     counter_delta_aiperf,
@@ -28,7 +29,7 @@ from bridge.report.stats import (
     gauge_stats_columns,
 )
 from bridge.report.window import Window
-from bridge.samples import MetricKind, ScrapeFailure
+from bridge.samples import CounterMode, MetricKind, ScrapeFailure
 
 if TYPE_CHECKING:
     import numpy as np
@@ -265,7 +266,7 @@ def error_summary(info: RunInfo, since_ns: int | None = None, until_ns: int | No
 
     for failure in info.errors:
         if inside(failure.time_ns):
-            k = (failure.kind, f"{display_key(failure.endpoint)}: {failure.message}")
+            k: tuple[str, str] = (failure.kind, f"{display_key(failure.endpoint)}: {failure.message}")
             counts[k] = counts.get(k, 0) + 1
     for state in info.states:
         if state.state == "down" and inside(state.time_ns):

@@ -2,7 +2,7 @@
 
 A window is `[start_ns, end_ns]`, inclusive at both ends, plus `grace_ns` of trailing grace. `end_ns` is
 the requests end (or the profiling end when the requests end is unknown). How the grace is used depends
-on the counter mode (see DESIGN-report.md): `interpolated` uses it only so the final scrape can bracket
+on the counter mode (see DESIGN.md "The window"): `interpolated` uses it only so the final scrape can bracket
 the end of a counter; `aiperf` widens the whole window to `[start, end + grace]`, as AIPerf does.
 """
 
@@ -128,7 +128,8 @@ def find_manifest(path: Path) -> Path:
 
 
 def load_manifest(path: Path) -> list[Phase]:
-    """Phases of AIPerf's phase_manifest.json (aiperf-compat.md §15), in phase_index order."""
+    """Phases of AIPerf's phase_manifest.json (AIPerf 0.13.0 writes it in its artifact directory,
+    `schema_version` 1), in phase_index order."""
     manifest = find_manifest(path)
     try:
         doc: Any = orjson.loads(manifest.read_bytes())

@@ -138,7 +138,8 @@ def format_csv_number(value: Any) -> str:
 
 
 def csv_section(report: Report) -> str:
-    """Two blank rows, the header, one row per GPU × metric (aiperf-compat.md §10)."""
+    """Two blank rows, the header, one row per GPU × metric (as ai-dynamo/aiperf
+    `src/aiperf/exporters/metrics_csv_exporter.py` writes them)."""
     gpus = [(endpoint, gpu) for endpoint, body in report.telemetry_data["endpoints"].items()
             for gpu in body["gpus"].values()]
     optional = [(field, title) for field, title in _OPTIONAL_COLUMNS if any(field in g for _, g in gpus)]

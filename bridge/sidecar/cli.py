@@ -8,9 +8,15 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from bridge.samples import COUNTER_MODES
+
+if TYPE_CHECKING:
+    from bridge.otlp import OtlpForwarder
+    from bridge.relabel import RelabelConfig
 
 
 # -- sidecar ----------------------------------------------------------------------------------------
@@ -24,7 +30,7 @@ def telemetry_options(func: Any) -> Any:
                      help="YAML file with a gpu_telemetry: block (AIPerf's shape plus our settings)."),
         click.option("--run-id", help="Run id on every record and OTLP point (default: generated)."),
         click.option("--artifact-dir", help="Where the outputs go (default ./artifacts)."),
-        click.option("--counter-mode", type=click.Choice(["interpolated", "aiperf"])),
+        click.option("--counter-mode", type=click.Choice(COUNTER_MODES)),
         click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix."),
         click.option("--live", is_flag=True, help="Show a refreshing per-GPU table while collecting."),
     ]
@@ -67,7 +73,7 @@ def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
     return out
 
 
-def build_forwarder(otlp: dict[str, Any]) -> tuple[Any, Any]:
+def build_forwarder(otlp: dict[str, Any]) -> tuple[OtlpForwarder | None, RelabelConfig]:
     """The OTLP forwarder (None when export is off) and the relabel rules, from the flags and OTEL_* env."""
     import os
 

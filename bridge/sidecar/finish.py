@@ -9,13 +9,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.config import Config
 from bridge.fields import FieldTable
 from bridge.record_log import LineWriter
 from bridge.report.spool import LiveSeries
 from bridge.samples import PhaseMark
+
+if TYPE_CHECKING:
+    from bridge.report.build import Records, Report
+    from bridge.report.events import RunEvents
+    from bridge.report.window import Phase
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +29,7 @@ logger = logging.getLogger(__name__)
 class SessionOutputs:
     artifact_dir: Path
     files: list[Path] = field(default_factory=list)
-    report: Any = None
+    report: Report | None = None
 
 
 class FinishedRun(Protocol):
@@ -39,7 +44,7 @@ class FinishedRun(Protocol):
     events: LineWriter
 
 
-def manifest_phases(session: FinishedRun) -> Any:
+def manifest_phases(session: FinishedRun) -> list[Phase] | None:
     """Phases from AIPerf's phase_manifest.json when the run posted no marks and one is configured."""
     from bridge.report import load_manifest
 
@@ -60,7 +65,7 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
     if phases:
         kwargs["phases"] = phases
     live = session.live_series
-    records: Any = live if live is not None and live.complete else session.records.path
+    records: Records = live if live is not None and live.complete else session.records.path
     report = build_report_from_events(records, _events(session), table=session.table,
                                       counter_mode=session.config.counter_mode,
                                       grace_ns=session.config.final_scrape_grace_ns, **kwargs)
@@ -68,7 +73,7 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
     outputs.files.extend(write_report(report, session.artifact_dir, prefix=session.config.profile_export_prefix))
 
 
-def _events(session: FinishedRun) -> Any:
+def _events(session: FinishedRun) -> Path | RunEvents:
     """The events file, plus the lines the disk refused (still in memory): a full disk loses no failure."""
     pending = session.events.pending()
     if not pending:

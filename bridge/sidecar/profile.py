@@ -3,7 +3,7 @@
 The command gets `DCGM_BRIDGE_CONTROL_URL` so it can post phase marks. When it exits, the phases come
 from its marks, else from a `phase_manifest.json` below the artifact directory (AIPerf writes one),
 else the whole run is reported. AIPerf itself is passed `--no-gpu-telemetry`, so the two do not both
-scrape and both write `telemetry_data` (aiperf-compat.md §15).
+scrape and both write `telemetry_data`.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ What changes from the exporter's page, on purpose:
 - DCGM blank sentinels (values and label values) are left out, as dcgm-exporter itself does today.
 - The relabel rules apply, as for OTLP (bridge/relabel.py).
 - Families of several endpoints are merged under one HELP/TYPE (the format allows a family once).
+- An OpenMetrics `x_created` sample is left out (a start time, not a value: parse/family.py), and a
+  counter's `x_total` is typed `counter` under its own name, as prometheus_client writes text 0.0.4.
 No sample timestamps by default, so Prometheus' own staleness handling works as for any target.
 """
 
@@ -23,11 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.fields import BLANK_VALUES, is_blank_label
+from bridge.parse import family_of
 from bridge.relabel import NO_RELABEL, RelabelConfig, relabel
 from bridge.samples import ParsedPage
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created", "_info")
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,16 @@ def render_exposition(
             if result is None:
                 continue
             out_name, out_labels = result
-            family_name = _family_name(out_name, types)
+            family = family_of(out_name, types)
+            if family.suffix == "_created":
+                continue  # OpenMetrics metadata (a start time): text 0.0.4 has no place for it
+            family_name, type_ = family.name, family.type
+            if family.suffix and type_ not in ("histogram", "summary"):
+                # text 0.0.4 names a family after its sample (`x_total` of counter `x`, as prometheus_client)
+                family_name, type_ = out_name, type_ if (type_, family.suffix) == ("counter", "_total") else "untyped"
             fam = families.get(family_name)
             if fam is None:
-                fam = families[family_name] = _Family(
-                    types.get(family_name, "untyped"), helps.get(family_name, "")
-                )
+                fam = families[family_name] = _Family(type_, helps.get(family.name, ""))
             fam.lines.append(f"{out_name}{_labels(out_labels, extra)} {_value(value)}{suffix}")
     out: list[str] = []
     for name, fam in families.items():
@@ -102,15 +108,6 @@ class _Family:
         self.type = type_ if type_ in ("gauge", "counter", "histogram", "summary", "untyped") else "untyped"
         self.help = help_text
         self.lines: list[str] = []
-
-
-def _family_name(name: str, types: Mapping[str, str]) -> str:
-    if name in types:
-        return name
-    for suffix in _SUFFIXES:
-        if name.endswith(suffix) and types.get(name[: -len(suffix)]) in ("histogram", "summary"):
-            return name[: -len(suffix)]
-    return name
 
 
 def _labels(labels: Mapping[str, str], extra: Mapping[str, str]) -> str:

@@ -17,22 +17,36 @@ from pathlib import Path
 from typing import IO, Any
 
 from bridge.config import Config
-from bridge.endpoints import candidate_endpoints, display_key, redact_url
+from bridge.endpoints import candidate_endpoints, display_key
 from bridge.errors import LifecycleError as LifecycleError
-from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
+from bridge.events import Complete, Configured
+from bridge.fetch import Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
 from bridge.normalize import Normalizer
-from bridge.parse import PageParser, TemplatedPage
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
+from bridge.redact import redact_url
+from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries
-from bridge.samples import GpuRecord, ParsedPage, PhaseMark
+from bridge.samples import PHASE_EVENTS, PHASE_KINDS, GpuRecord, PhaseMark, SessionState
 from bridge.scrape import ScrapeGroup, ScrapeLoop
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
 from bridge.sidecar.finish import write_session_report
+from bridge.sidecar.pipeline import (
+    Forwarder,
+    LatestRecords,
+    ListenerSink,
+    LiveSeriesSink,
+    OtlpSink,
+    PageListener,
+    PageSink,
+    Pipeline,
+    PullPageSink,
+    RecordLogSink,
+)
+
+__all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
 
 logger = logging.getLogger(__name__)
-
-PHASE_KINDS = ("warmup", "profiling", "cooldown")
 
 
 @dataclass
@@ -42,15 +56,13 @@ class Probe:
     reason: str | None = None
 
 
-PageListener = Callable[[str, ParsedPage, int, str | None], None]
-
-
 class Session:
     """One benchmark run's telemetry. Thread-safe; every method may be called from any thread."""
 
     def __init__(self, config: Config, table: FieldTable, *, fetcher: Fetcher | None = None,
                  now_ns: Callable[[], int] = time.time_ns, monotonic: Callable[[], float] = time.monotonic,
-                 listeners: Sequence[PageListener] = (), forwarder: Any = None, relabel_config: Any = None,
+                 listeners: Sequence[PageListener] = (), forwarder: Forwarder | None = None,
+                 relabel_config: RelabelConfig | None = None,
                  opener: Callable[[Path], IO[bytes]] | None = None) -> None:
         """`opener` opens the record log and the events file for appending (tests inject a failing one)."""
         self.config = config
@@ -60,12 +72,9 @@ class Session:
         self.fetcher = fetcher or make_fetcher(_fetch_settings(config), now_ns=now_ns)
         self._now_ns = now_ns
         self._monotonic = monotonic
-        self.listeners = list(listeners)
-        self.forwarder = forwarder  # bridge.otlp.OtlpForwarder, or None when OTLP export is off
-        self.relabel_config = relabel_config  # bridge.relabel.RelabelConfig for the pull endpoint
-        self._pages: dict[str, tuple[ParsedPage, str | None, int]] = {}  # url -> latest page (pull /metrics)
-        self._down: set[str] = set()
-        self.state = "created"
+        self.forwarder = forwarder  # None when OTLP export is off
+        self.relabel_config = relabel_config  # for the pull endpoint
+        self.state: SessionState = "created"
         self.probes: list[Probe] = []
         self.loops: dict[str, ScrapeLoop] = {}
         self.marks: list[PhaseMark] = []
@@ -73,8 +82,6 @@ class Session:
         self.requests_end_ns: int | None = None
         self.outputs: SessionOutputs | None = None
         self._lock = threading.RLock()
-        self._parsers: dict[str, PageParser] = {}
-        self._normalizer = Normalizer(table)
         export_name = EXPORT_FILE if not config.profile_export_prefix else \
             f"{config.profile_export_prefix}_gpu_telemetry.jsonl"
         if config.record_log_gzip:
@@ -83,12 +90,22 @@ class Session:
                                   monotonic=monotonic, opener=opener)
         self.events = LineWriter(self.artifact_dir / EVENTS_FILE, flush_interval_s=0.0, monotonic=monotonic,
                                  opener=opener)
-        # The report's input, kept as the records are written (report/spool.py: no log re-read at the end).
         self.live_series: LiveSeries | None = LiveSeries(self.artifact_dir / f".dcgm-bridge-spool-{self.run_id}")
-        self._keys: dict[str, tuple[str, str]] = {}  # url -> (redacted, display key)
-        self._dropped_noted: dict[str, tuple[str, int]] = {}  # url -> (message, time) of the last parse event
-        self.records_written = 0
-        self._latest: dict[tuple[str, tuple[str, str | None]], tuple[GpuRecord, GpuRecord]] = {}
+        self._record_log = RecordLogSink(self.records)
+        self._latest = LatestRecords()
+        self._pull = PullPageSink()
+        self._otlp = OtlpSink(forwarder, self.run_id) if forwarder is not None else None
+        sinks: list[PageSink] = [self._record_log, LiveSeriesSink(self.live_series), self._latest, self._pull]
+        if self._otlp is not None:
+            sinks.append(self._otlp)
+        if listeners:
+            sinks.append(ListenerSink(listeners))
+        self.pipeline = Pipeline(Normalizer(table), sinks, self.events, run_id=self.run_id,
+                                 phase=lambda: self.phase, otlp=self._otlp)
+
+    @property
+    def records_written(self) -> int:
+        return self._record_log.records_written
 
     # -- configure ---------------------------------------------------------------------------------
     def configure(self) -> list[Probe]:
@@ -105,13 +122,12 @@ class Session:
                 # failed, so an exporter that comes up late is still collected (and shown as down).
                 if probe.reachable or probe.url not in defaults:
                     self.loops[probe.url] = ScrapeLoop(probe.url, self.fetcher, self.config.collection_interval,
-                                                       self._on_page, self._on_failure,
+                                                       self.pipeline.on_page, self.pipeline.on_failure,
                                                        monotonic=self._monotonic, now_ns=self._now_ns, group=group)
-            configured = [redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults]
-            successful = [redact_url(p.url) for p in self.probes if p.reachable]
-            self.events.write_event({"type": "configured", "time_ns": self._now_ns(), "run_id": self.run_id,
-                                     "endpoints_configured": configured, "endpoints_successful": successful,
-                                     "counter_mode": self.config.counter_mode})
+            configured = tuple(redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults)
+            successful = tuple(redact_url(p.url) for p in self.probes if p.reachable)
+            self.events.write_event(Configured(self._now_ns(), self.run_id, configured, successful,
+                                               self.config.counter_mode))
             for probe in self.probes:
                 if probe.reachable:
                     self.loops[probe.url].scrape_now()  # the baseline scrape
@@ -148,7 +164,7 @@ class Session:
         """Validates its arguments itself: they come straight from a POST body."""
         if kind not in PHASE_KINDS:
             raise LifecycleError(f"kind must be one of {', '.join(PHASE_KINDS)}, got {kind!r}")
-        if event not in ("start", "end"):
+        if event not in PHASE_EVENTS:
             raise LifecycleError(f"event must be 'start' or 'end', got {event!r}")
         if not name or not isinstance(name, str):
             raise LifecycleError("name must be a non-empty string")
@@ -160,8 +176,7 @@ class Session:
                 raise LifecycleError("the run is already complete")
             self.marks.append(mark)
             self.phase = name if event == "start" else (None if self.phase == name else self.phase)
-            self.events.write_event({"type": "phase", "name": name, "kind": kind, "event": event,
-                                     "time_ns": time_ns})
+            self.events.write_event(mark)
             self.events.flush()
             loops = list(self.loops.values())
         threading.Thread(target=self._boundary, args=(mark, loops), daemon=True,
@@ -194,10 +209,9 @@ class Session:
                 loop.stop(timeout=max(0.1, deadline - self._monotonic()))
             otlp = self._close_forwarder(deadline)
             self.records.close()
-            self.events.write_event({"type": "complete", "time_ns": self._now_ns(),
-                                     "requests_end_ns": requests_end_ns, "collection_complete": True,
-                                     "endpoints": [loop.stats.as_json() for loop in self.loops.values()],
-                                     "otlp": otlp, "record_log": self._record_log_status()})
+            self.events.write_event(Complete(self._now_ns(), requests_end_ns, True,
+                                             tuple(loop.stats.as_json() for loop in self.loops.values()),
+                                             otlp, self._record_log_status()))
             self.events.close()
             self.fetcher.close()
             self.state = "completed"
@@ -217,13 +231,10 @@ class Session:
                 "lines_dropped": self.records.lines_dropped, "error": self.records.last_error}
 
     def _close_forwarder(self, deadline: float) -> dict[str, Any] | None:
-        if self.forwarder is None:
+        if self.forwarder is None or self._otlp is None:
             return None
-        end_ns = self._now_ns()
-        for url in self._pages:
-            if url not in self._down:  # the run is over: its series end here
-                self.forwarder.mark_stale(display_key(url), run_id=self.run_id, phase=self.phase or "none",
-                                          ts_ns=end_ns)
+        up = [url for url in self._otlp.seen if url not in self.pipeline.down]
+        self._otlp.mark_stale(up, self.phase, self._now_ns())  # the run is over: its series end here
         stats: dict[str, Any] = self.forwarder.close(max(0.5, deadline - self._monotonic())).as_dict()
         return stats
 
@@ -232,7 +243,7 @@ class Session:
         from bridge.sidecar.pull import BridgeHealth, EndpointHealth, LatestPage, render_exposition
 
         latest = [LatestPage(display_key(url), page, self.run_id, phase or "none", ts)
-                  for url, (page, phase, ts) in list(self._pages.items())]
+                  for url, (page, phase, ts) in list(self._pull.latest.items())]
         health = BridgeHealth(
             [EndpointHealth(display_key(url), loop.stats.scrapes, loop.stats.last_duration_s,
                             dict(loop.stats.failures)) for url, loop in self.loops.items()],
@@ -249,67 +260,6 @@ class Session:
         except Exception:  # the record log is already safe; a report bug must not lose it
             logger.exception("building the report failed; rebuild it with `dcgm-bridge report --jsonl %s "
                              "--events %s`", self.records.path, self.events.path)
-
-    # -- pipeline callbacks ------------------------------------------------------------------------
-    def _on_page(self, url: str, page: FetchedPage) -> None:
-        parser = self._parsers.get(url)
-        if parser is None:
-            parser = self._parsers[url] = PageParser()
-        parsed = parser.parse(page.body, openmetrics="openmetrics" in page.content_type or None)
-        phase = self.phase
-        keys = self._keys.get(url)
-        if keys is None:
-            redacted = redact_url(url)
-            keys = self._keys[url] = (redacted, display_key(redacted))
-        redacted, display = keys
-        records = self._normalizer.records(parsed, source_url=redacted, timestamp_ns=page.start_ns,
-                                           run_id=self.run_id, phase=phase, scrape_end_ns=page.end_ns)
-        self.records.write_records(records)
-        if self.live_series is not None:
-            self.live_series.add(records, display)
-        self.records_written += len(records)
-        for record in records:
-            key = (display, record.identity)
-            seen = self._latest.get(key)
-            self._latest[key] = (seen[0] if seen else record, record)
-        if parsed.dropped:
-            self._note_dropped(url, redacted, parsed, page.start_ns)
-        self._pages[url] = (parsed, phase, page.start_ns)
-        if url in self._down:
-            self._down.discard(url)
-            self.events.write_event({"type": "endpoint_state", "endpoint": redact_url(url), "time_ns": page.start_ns,
-                                     "state": "up", "reason": "scrape succeeded"})
-        if self.forwarder is not None:
-            self.forwarder.submit(display, parsed, run_id=self.run_id, phase=phase or "none", ts_ns=page.start_ns)
-        for listener in self.listeners:
-            listener(url, parsed, page.start_ns, phase)
-
-    def _note_dropped(self, url: str, redacted: str, parsed: ParsedPage, start_ns: int) -> None:
-        """Unreadable lines reach the report as `parse` errors: when what is dropped changes, else once a minute
-        (an exporter that writes one bad line per page would otherwise add an event per scrape)."""
-        first = parsed.dropped[0]
-        read = parsed.values if isinstance(parsed, TemplatedPage) else parsed.samples  # (no Sample tuples built)
-        what = f"{len(parsed.dropped)} lines dropped" if read else "no sample could be read"
-        message = f"{what} (first: line {first.line}: {first.reason})"
-        last = self._dropped_noted.get(url)
-        if last is not None and last[0] == message and start_ns - last[1] < 60 * 1_000_000_000:
-            return
-        self._dropped_noted[url] = (message, start_ns)
-        logger.warning("%s: %s", redacted, message)
-        self.events.write_event({"type": "scrape_error", "endpoint": redacted, "time_ns": start_ns, "kind": "parse",
-                                 "message": message})
-
-    def _on_failure(self, url: str, exc: FetchError, start_ns: int) -> None:
-        self.events.write_event({"type": "scrape_error", "endpoint": redact_url(url), "time_ns": start_ns,
-                                 "kind": exc.kind, "message": exc.message})
-        if url not in self._down:
-            self._down.add(url)
-            self.events.write_event({"type": "endpoint_state", "endpoint": redact_url(url), "time_ns": start_ns,
-                                     "state": "down", "reason": exc.message})
-            if self.forwarder is not None and url in self._pages:
-                # Its series are gone: one staleness marker each, so stores stop showing the last value.
-                self.forwarder.mark_stale(display_key(url), run_id=self.run_id, phase=self.phase or "none",
-                                          ts_ns=start_ns)
 
     # -- status ------------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -332,7 +282,7 @@ class Session:
 
     def latest_records(self) -> dict[tuple[str, tuple[str, str | None]], tuple[GpuRecord, GpuRecord]]:
         """(display key, identity) → (first, latest) record: what the live view shows."""
-        return dict(self._latest)
+        return dict(self._latest.latest)
 
     @property
     def ready(self) -> bool:

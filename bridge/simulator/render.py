@@ -1,4 +1,5 @@
-"""A snapshot → the exposition text, exactly as dcgm-exporter writes it (dcgm-exporter.md §2).
+"""A snapshot → the exposition text, exactly as dcgm-exporter writes it (NVIDIA/dcgm-exporter
+`internal/pkg/rendermetrics/render_metrics.go`).
 
 Per series `NAME{labels} ` is built once per layout; a request only formats values. Label order is the
 exporter's: gpu, UUID, pci_bus_id, device, modelName[, GPU_I_PROFILE, GPU_I_ID][, Hostname], then the

@@ -1,6 +1,6 @@
 """The real-API tier: etcd + apiextensions-apiserver on loopback, with the vendored JobSet CRD installed.
 
-Binaries come from scripts/install-kube-apiserver.sh (kubernetes.md §2). The server is the CRD server
+Binaries come from scripts/install-kube-apiserver.sh. The server is the CRD server
 that kube-apiserver embeds: real schema validation, defaulting, pruning, CEL, status subresource,
 watch and RBAC-style authorization (only `system:masters` is allowed), but no core API and no
 controllers — so the tests play the JobSet controller by patching status themselves.
@@ -213,7 +213,7 @@ def kube_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
 
 def _wait_ready(api: KubeAPI, procs: list[subprocess.Popen[bytes]], logs: dict[str, Path]) -> None:
     """Poll (bounded) until the server lists CRDs. Its /readyz never passes here:
-    a Services informer can't list on a server without the core API (kubernetes.md §2)."""
+    a Services informer can't list on a server without the core API."""
     from kubernetes import client
 
     ext = client.ApiextensionsV1Api(api.clients().api_client)

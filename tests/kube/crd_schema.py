@@ -1,4 +1,4 @@
-"""The vendored JobSet CRD's openAPIV3Schema as a strict JSON Schema (kubernetes.md §3).
+"""The vendored JobSet CRD's openAPIV3Schema as a strict JSON Schema.
 
 The server prunes unknown fields; here every object with `properties` gets `additionalProperties:
 false`, so a misspelt field fails the unit tests instead of vanishing on the cluster.

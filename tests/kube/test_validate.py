@@ -87,7 +87,7 @@ def _pod(js: dict[str, Any]) -> dict[str, Any]:
 
 
 # Things the CRD schema (and so the API server) accepts, but the JobSet webhook or the Job/Pod
-# validation later rejects (kubernetes.md §2 "what the CRD schema rejects", last row).
+# validation later rejects (kubernetes-sigs/jobset `pkg/webhooks/jobset_webhook.go`).
 WEBHOOK_CASES = {
     "pod restartPolicy Sometimes": (lambda js: _pod(js).update(restartPolicy="Sometimes"), "restartPolicy 'Sometimes'"),
     "container without image": (lambda js: _pod(js)["containers"][0].pop("image"), "image is required"),

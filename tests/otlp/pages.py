@@ -1,7 +1,8 @@
 """dcgm-exporter-shaped pages made on demand (seeded), for tests and bench/bench_otlp.py.
 
-The shape follows dcgm-exporter.md §2.2/2.3: HELP/TYPE per family, families in field order, one row
-per GPU, `%f` doubles and `%d` integers, the 7 bare-metal labels plus the 3 pod-mapping ones.
+The shape follows NVIDIA/dcgm-exporter `internal/pkg/rendermetrics/render_metrics.go`: HELP/TYPE per
+family, families in field order, one row per GPU, `%f` doubles and `%d` integers, the 7 bare-metal
+labels plus the 3 pod-mapping ones.
 """
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ def test_every_sample_reaches_victoriametrics_with_its_timestamp_attributes_and_
 def test_prometheus_naming_adds_total_to_counters_and_unit_words_with_ucum_units(
     victoria_metrics_prom_naming,
 ):
-    """The names DESIGN-otlp.md promises for a Prometheus OTLP receiver (VictoriaMetrics'
+    """The names DESIGN.md ("PromQL names per backend") promises for a Prometheus OTLP receiver (VictoriaMetrics'
     -opentelemetry.usePrometheusNaming runs the same translation; no Prometheus here has OTLP)."""
     vm = victoria_metrics_prom_naming
     t0 = t0_ns()

@@ -1,9 +1,9 @@
-"""AIPerf's run 1 (aiperf-compat.md §2, §5, §6, §7) rebuilt as a record log: the timeline of §2 and values
-chosen so that AIPerf's rules give exactly the numbers of §5 (power stats, energy, temperature, XID,
-power violation) and of §7 (the profiling phase file's 9 samples and 0.002097 MJ).
+"""Run 1, a recorded AIPerf 0.13.0 run, rebuilt as a record log: its timeline, and values chosen so that
+AIPerf's rules give exactly the numbers its `telemetry_data` reported (power stats, energy, temperature,
+XID, power violation) and its profiling phase file's (9 samples and 0.002097 MJ).
 
-The power values are the 11 in-window readings solved from §5's stats (min, max, percentiles and sum pin
-seven of them exactly; the other four fit the std to 2e-11). The first line is §6's real first line.
+The power values are the 11 in-window readings solved from those stats (min, max, percentiles and sum pin
+seven of them exactly; the other four fit the std to 2e-11). The first line is that run's real first line.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def manifest() -> dict[str, Any]:
     ], "schema_version": 1}
 
 
-# §5, verbatim.
+# Run 1's telemetry_data, verbatim.
 EXPECTED_POWER = {"unit": "W", "avg": 273.472, "p1": 200.50529999999998, "p5": 202.10649999999998,
                   "p10": 204.108, "p25": 212.88299999999998, "p50": 249.872, "p75": 329.91949999999997,
                   "p90": 372.309, "p95": 381.6195, "p99": 389.0679, "min": 200.105, "max": 390.93,

@@ -1,4 +1,4 @@
-"""`report --counter-mode aiperf` over run 1's record log reproduces AIPerf's own numbers (aiperf-compat.md §5)."""
+"""`report --counter-mode aiperf` over run 1's record log reproduces AIPerf 0.13.0's own numbers."""
 
 from __future__ import annotations
 

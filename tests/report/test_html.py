@@ -138,3 +138,15 @@ def test_a_report_without_records_still_renders_a_page():
     page = render_html(build_report([]), [])
     assert "<h1>dcgm-bridge · GPU telemetry</h1>" in page and '<svg class="chart"' not in page
     assert "No phases were marked" in page
+
+
+def test_the_page_draws_the_series_the_report_was_built_from_without_reading_the_log(run, page, tmp_path):
+    report = run.outputs.report
+    assert report is not None and report.series
+    assert render_html(report, title="bench run 1") == page
+    moved = tmp_path / "elsewhere.jsonl"
+    run.records_path.rename(moved)
+    try:
+        assert write_html(report, None, tmp_path / "own.html", title="bench run 1").read_text(encoding="utf-8") == page
+    finally:
+        moved.rename(run.records_path)

@@ -1,31 +1,23 @@
-"""Prometheus text 0.0.4 / OpenMetrics text → samples, leniently and fast.
+"""The line loop: Prometheus text 0.0.4 / OpenMetrics text → samples, leniently, and the page's template.
 
 A bad line is dropped and counted with its line number and reason; it never costs the rest of the
-page (AIPerf loses the whole scrape, aiperf-compat.md §13.2). Samples come out exactly as written:
+page (AIPerf loses the whole scrape: `_parse_metrics_to_records` in
+ai-dynamo/aiperf `src/aiperf/gpu_telemetry/dcgm_collector.py`). Samples come out exactly as written:
 no `_total` renaming (prometheus_client renames counter samples), values as float, DCGM's blank
 sentinels still present (the normaliser decides what they mean).
 
 Speed: a dcgm-exporter page repeats the same label sets scrape after scrape, so each distinct raw
-label string is parsed once and its read-only mapping cached (performance.md: the biggest single
-win). The per-line fast path is str.find / rfind / split plus one dict lookup.
-
-Faster still, an exporter's page repeats its whole structure: the same lines in the same order, only
-the values differ. After a page is read line by line, its `PageTemplate` (every line but the values)
-is kept; the next page is checked against it with C-level operations only (split, map startswith,
-map float) and, when it matches, comes out as a `TemplatedPage`: the shared template plus a column of
-values, ~4× cheaper than the line loop. Any difference (a new GPU, a timestamp, a bad value, a
-changed HELP line) sends the page through the line loop, which is the definition of the result; the
-fast path only ever reproduces it (tests/test_parse.py compares the two on every page they read).
+label string is parsed once and its read-only mapping cached (bench/bench_parse.py: the biggest single
+win). The per-line fast path is str.find / rfind / split plus one dict lookup. A page read cleanly
+leaves its `PageTemplate` (template.py); `PageParser.parse` checks the next page against it first.
 """
-
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from itertools import repeat
-from operator import getitem
 from types import MappingProxyType
 
+from bridge.parse.template import PageTemplate, TemplatedPage
 from bridge.samples import Dropped, ParsedPage, Sample
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -35,134 +27,10 @@ _ESCAPES = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
 _HELP_ESCAPE = re.compile(r"\\[\\n]")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _MAX_TEXT = 200  # characters of a dropped line kept for the report
-_SUFFIXES = ("_total", "_count", "_sum", "_bucket", "_created", "_info")
 
 
 class LabelError(ValueError):
     pass
-
-
-class PageTemplate:
-    """A page's structure: its lines but the sample values, the heads of its samples, its HELP/TYPE.
-
-    Compared by identity downstream: the normaliser and the OTLP encoder compile a plan per template,
-    so a page that matches the template costs them no per-sample lookups either.
-    """
-
-    __slots__ = ("nlines", "literal_at", "literals", "sample_at", "prefixes", "cuts", "names", "labels",
-                 "types", "helps", "dropped", "openmetrics", "detected", "segments", "__weakref__")
-
-    def __init__(self, lines: list[str], sample_at: list[int], prefixes: list[str], names: list[str],
-                 labels: list[Mapping[str, str]], types: dict[str, str], helps: dict[str, str],
-                 dropped: list[Dropped], openmetrics: bool, detected: bool) -> None:
-        samples = set(sample_at)
-        self.nlines = len(lines)
-        self.literal_at = [i for i in range(len(lines)) if i not in samples]
-        self.literals = [lines[i] for i in self.literal_at]
-        self.sample_at = sample_at
-        self.prefixes = prefixes
-        self.cuts = [slice(len(prefix), None) for prefix in prefixes]
-        self.names = names
-        self.labels = labels
-        self.types = types
-        self.helps = helps
-        self.dropped = dropped
-        self.openmetrics = openmetrics  # how its page was read
-        self.detected = detected  # whether its page had a `# EOF` line (what auto-detection finds)
-        self.segments = _segments(lines, sample_at, prefixes)
-
-    def values_of_bytes(self, body: bytes) -> list[float] | None:
-        """`values_of` on the raw bytes, without decoding or splitting the page: the bytes between the
-        values must be the template's, and each value runs to the end of its line. Touching the page
-        once instead of three times matters more than the instruction count (caches are cold between
-        scrapes)."""
-        segments = self.segments
-        if segments is None:
-            return None
-        tokens: list[bytes] = []
-        append = tokens.append
-        starts, find = body.startswith, body.find
-        position = 0
-        last = len(segments) - 1
-        for index, segment in enumerate(segments):
-            if not starts(segment, position):
-                return None
-            position += len(segment)
-            if index == last:
-                break
-            end = find(b"\n", position)
-            if end < 0:
-                return None
-            append(body[position:end])
-            position = end
-        if position != len(body) or b"_" in b"".join(tokens):
-            return None
-        try:
-            return list(map(float, tokens))
-        except ValueError:
-            return None
-
-    def values_of(self, lines: list[str]) -> list[float] | None:
-        """The values of a page whose lines follow this template, or None when they do not."""
-        if len(lines) != self.nlines or list(map(lines.__getitem__, self.literal_at)) != self.literals:
-            return None
-        sample_lines = list(map(lines.__getitem__, self.sample_at))
-        if not all(map(str.startswith, sample_lines, self.prefixes)):
-            return None
-        tokens: list[str] = list(map(getitem, sample_lines, self.cuts))
-        if "_" in "".join(tokens):  # float() reads "1_000"; the exposition format does not
-            return None
-        try:
-            return list(map(float, tokens))  # a timestamp or an exemplar after the value fails here
-        except ValueError:
-            return None
-
-
-def _segments(lines: list[str], sample_at: list[int], prefixes: list[str]) -> list[bytes] | None:
-    """The page's bytes between its values: the text from each value's line end to the next value."""
-    try:
-        encoded = [line.encode() for line in lines]
-    except UnicodeEncodeError:
-        return None
-    starts = [0]
-    for line in encoded:
-        starts.append(starts[-1] + len(line) + 1)
-    page = b"\n".join(encoded)
-    segments: list[bytes] = []
-    cursor = 0
-    for at, prefix in zip(sample_at, prefixes, strict=True):
-        value_start = starts[at] + len(prefix.encode())
-        segments.append(page[cursor:value_start])
-        cursor = starts[at + 1] - 1  # the value runs to its line's end; the next segment starts at "\n"
-    segments.append(page[cursor:])
-    return segments
-
-
-class TemplatedPage(ParsedPage):
-    """A ParsedPage that follows a PageTemplate: the template plus one value per sample line.
-
-    `samples` is built on first use (the pull endpoint, listeners, the slow paths): the sidecar's own
-    stages read `template` and `values` and never need 320 Sample tuples per scrape.
-    """
-
-    template: PageTemplate
-    values: list[float]
-
-    @property
-    def samples(self) -> list[Sample]:
-        cached: list[Sample] | None = self.__dict__.get("_samples")
-        if cached is None:
-            t = self.template
-            cached = list(map(tuple.__new__, repeat(Sample), zip(t.names, t.labels, self.values, repeat(None))))
-            self.__dict__["_samples"] = cached
-        return cached
-
-
-def templated_page(template: PageTemplate, values: list[float]) -> TemplatedPage:
-    page = TemplatedPage([], template.types, template.helps, template.dropped)
-    page.template = template
-    page.values = values
-    return page
 
 
 class PageParser:
@@ -179,7 +47,7 @@ class PageParser:
         self._comments: dict[str, tuple[str, str, str] | str | None] = {}
         self._template: PageTemplate | None = None
         self._last_body: bytes | str | None = None
-        self._last_values: list[float] = []
+        self._last_values: tuple[float, ...] = ()
         self._misses = 0  # pages in a row that did not follow the template
         self.max_cached = max_cached
         self.use_templates = True  # False: every page through the line loop (tests compare the two)
@@ -188,7 +56,7 @@ class PageParser:
         template = self._template
         if template is not None and body == self._last_body and openmetrics in (None, template.openmetrics):
             # dcgm-exporter refreshes every 30 s by default: most scrapes return the previous bytes.
-            return templated_page(template, self._last_values)
+            return TemplatedPage(template, self._last_values)
         page = self._parse(body, openmetrics)
         if isinstance(page, TemplatedPage):
             self._last_body, self._last_values = body, page.values
@@ -205,7 +73,7 @@ class PageParser:
             values = template.values_of_bytes(body)
             if values is not None:
                 self._misses = 0
-                return templated_page(template, values)
+                return TemplatedPage(template, values)
         text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
         detected = None
         if openmetrics is None:
@@ -219,7 +87,7 @@ class PageParser:
             values = template.values_of(lines)
             if values is not None:
                 self._misses = 0
-                return templated_page(template, values)
+                return TemplatedPage(template, values)
         if detected is None:
             detected = text.startswith("# EOF") or "\n# EOF" in text
         # An exporter whose structure changes at every scrape would pay for a template it never uses:
@@ -302,9 +170,7 @@ class PageParser:
         template = PageTemplate(all_lines, sample_at, prefixes, [s.name for s in samples],
                                 [s.labels for s in samples], types, helps, dropped, openmetrics, detected)
         self._template = template
-        page = templated_page(template, [s.value for s in samples])
-        page.__dict__["_samples"] = samples
-        return page
+        return TemplatedPage(template, tuple(s.value for s in samples), samples)
 
     def _head(self, key: str) -> tuple[str, Mapping[str, str]] | str:
         """`name{labels}` (or a bare name) → (name, read-only labels), or the reason it is bad."""
@@ -344,19 +210,6 @@ class PageParser:
 def parse_page(body: bytes | str, *, openmetrics: bool | None = None) -> ParsedPage:
     """Parse one page with a fresh cache (tools and tests; the scrape loop keeps a PageParser)."""
     return PageParser().parse(body, openmetrics=openmetrics)
-
-
-def family_type(types: Mapping[str, str], sample_name: str) -> str:
-    """The TYPE that governs a sample: its own name's, else its family's (`x_total` → `x`)."""
-    found = types.get(sample_name)
-    if found is not None:
-        return found
-    for suffix in _SUFFIXES:
-        if sample_name.endswith(suffix):
-            found = types.get(sample_name[: -len(suffix)])
-            if found is not None:
-                return found
-    return "untyped"
 
 
 def _number(token: str) -> float:

@@ -1,0 +1,129 @@
+"""gpu_telemetry_events.jsonl's schema: one frozen record per event kind, one encode/decode pair.
+
+Everything of a run that is not a GPU record goes to the events file, one JSON object per line with a
+`type`; the sidecar writes it (record_log.LineWriter.write_event), the report reads it (report/events.py).
+
+    type            record            fields (in the order written)
+    configured      `Configured`      time_ns, run_id, endpoints_configured, endpoints_successful, counter_mode
+    phase           `PhaseMark`       name, kind, event, time_ns
+    scrape_error    `ScrapeFailure`   endpoint, time_ns, kind, message
+    endpoint_state  `EndpointState`   endpoint, time_ns, state, reason
+    complete        `Complete`        time_ns, requests_end_ns, collection_complete, endpoints, otlp, record_log
+
+URLs are redacted by the writer. The reader is lenient with files of older versions: a missing optional
+field takes the record's default; an event of an unknown type or kind, or a malformed one, is refused
+(`ValueError`) and counted by the caller, never fatal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple, TypeVar
+
+import orjson
+
+from bridge.samples import (
+    COUNTER_MODES,
+    ENDPOINT_STATES,
+    FAILURE_KINDS,
+    PHASE_EVENTS,
+    PHASE_KINDS,
+    CounterMode,
+    EndpointStateKind,
+    PhaseMark,
+    ScrapeFailure,
+)
+
+T = TypeVar("T")
+Stats = Mapping[str, object]  # a JSON object of counters (endpoint stats, OTLP stats, record-log status)
+
+
+@dataclass(frozen=True, slots=True)
+class Configured:
+    """The endpoints were probed: which are scraped, which answered, and the run's counter mode."""
+
+    time_ns: int
+    run_id: str | None = None
+    endpoints_configured: tuple[str, ...] = ()
+    endpoints_successful: tuple[str, ...] = ()
+    counter_mode: CounterMode | None = None  # None in files of versions before the mode was recorded
+
+
+class EndpointState(NamedTuple):
+    """An endpoint going up or down during the run."""
+
+    endpoint: str
+    time_ns: int
+    state: EndpointStateKind
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """The run is over: the requests' end, the collection's stats."""
+
+    time_ns: int
+    requests_end_ns: int | None = None
+    collection_complete: bool = True
+    endpoints: tuple[Stats, ...] = ()
+    otlp: Stats | None = None
+    record_log: Stats | None = None
+
+
+Event = Configured | PhaseMark | ScrapeFailure | EndpointState | Complete
+
+_TYPES: dict[type, str] = {Configured: "configured", PhaseMark: "phase", ScrapeFailure: "scrape_error",
+                           EndpointState: "endpoint_state", Complete: "complete"}
+
+
+def event_to_line(event: Event) -> bytes:
+    """One line of the events file."""
+    body = event._asdict() if isinstance(event, tuple) else {f.name: getattr(event, f.name) for f in fields(event)}
+    return orjson.dumps({"type": _TYPES[type(event)], **body}) + b"\n"
+
+
+def event_from_dict(obj: Mapping[str, Any]) -> Event:
+    """One decoded line of the events file; `ValueError` for an unknown type or a malformed event."""
+    kind = obj.get("type")
+    try:
+        if kind == "phase":
+            return PhaseMark(str(obj["name"]), _one_of(obj["kind"], PHASE_KINDS), _one_of(obj["event"], PHASE_EVENTS),
+                             int(obj["time_ns"]))
+        if kind == "scrape_error":
+            return ScrapeFailure(str(obj["endpoint"]), int(obj["time_ns"]), _one_of(obj.get("kind"), FAILURE_KINDS),
+                                 str(obj.get("message") or ""))
+        if kind == "endpoint_state":
+            return EndpointState(str(obj["endpoint"]), int(obj["time_ns"]), _one_of(obj["state"], ENDPOINT_STATES),
+                                 str(obj.get("reason") or ""))
+        if kind == "configured":
+            mode = obj.get("counter_mode")  # one `report` does not know is left to its own default
+            return Configured(int(obj["time_ns"]), _optional_str(obj.get("run_id")),
+                              _strings(obj.get("endpoints_configured")), _strings(obj.get("endpoints_successful")),
+                              next((m for m in COUNTER_MODES if m == mode), None))
+        if kind == "complete":
+            end = obj.get("requests_end_ns")
+            return Complete(int(obj["time_ns"]), int(end) if end is not None else None,
+                            bool(obj.get("collection_complete", True)), tuple(obj.get("endpoints") or ()),
+                            obj.get("otlp"), obj.get("record_log"))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed {kind} event: {exc!r}") from None
+    raise ValueError(f"unknown event type {kind!r}")
+
+
+def _one_of(value: object, allowed: Sequence[T]) -> T:
+    if value not in allowed:
+        raise ValueError(f"{value!r} is not one of {', '.join(map(str, allowed))}")
+    return next(a for a in allowed if a == value)
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    if not value:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise TypeError(f"expected a list, got {value!r}")
+    return tuple(str(v) for v in value)
+
+
+def _optional_str(value: object) -> str | None:
+    return None if value is None else str(value)

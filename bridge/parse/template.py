@@ -1,0 +1,169 @@
+"""The page template: the fast path of the parser, for a page whose structure repeats.
+
+An exporter's page repeats its whole structure: the same lines in the same order, only the values
+differ. After a page is read line by line (lines.py), its `PageTemplate` (every line but the values)
+is kept; the next page is checked against it with C-level operations only (split, map startswith,
+map float) and, when it matches, comes out as a `TemplatedPage`: the shared template plus a column of
+values, ~4× cheaper than the line loop. Any difference (a new GPU, a timestamp, a bad value, a
+changed HELP line) sends the page through the line loop, which is the definition of the result; the
+fast path only ever reproduces it (tests/test_parse.py compares the two on every page they read).
+
+Both are immutable: the normaliser and the OTLP encoder key their plans on the template's identity,
+and a page's values are a tuple.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from itertools import repeat
+from operator import getitem
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+from bridge.samples import Dropped, ParsedPage, Sample
+
+
+class PageTemplate:
+    """A page's structure: its lines but the sample values, the heads of its samples, its HELP/TYPE.
+
+    Compared by identity downstream: the normaliser and the OTLP encoder compile a plan per template,
+    so a page that matches the template costs them no per-sample lookups either.
+    """
+
+    __slots__ = ("nlines", "literal_at", "literals", "sample_at", "prefixes", "cuts", "names", "labels",
+                 "types", "helps", "dropped", "openmetrics", "detected", "segments", "__weakref__")
+
+    nlines: int
+    literal_at: tuple[int, ...]
+    literals: tuple[str, ...]
+    sample_at: tuple[int, ...]
+    prefixes: tuple[str, ...]
+    cuts: tuple[slice, ...]
+    names: tuple[str, ...]
+    labels: tuple[Mapping[str, str], ...]
+    types: Mapping[str, str]
+    helps: Mapping[str, str]
+    dropped: tuple[Dropped, ...]
+    openmetrics: bool  # how its page was read
+    detected: bool  # whether its page had a `# EOF` line (what auto-detection finds)
+    segments: tuple[bytes, ...] | None
+
+    def __init__(self, lines: list[str], sample_at: Sequence[int], prefixes: Sequence[str], names: Sequence[str],
+                 labels: Sequence[Mapping[str, str]], types: Mapping[str, str], helps: Mapping[str, str],
+                 dropped: Sequence[Dropped], openmetrics: bool, detected: bool) -> None:
+        samples = set(sample_at)
+        literal_at = tuple(i for i in range(len(lines)) if i not in samples)
+        fields: dict[str, Any] = {
+            "nlines": len(lines), "literal_at": literal_at, "literals": tuple(lines[i] for i in literal_at),
+            "sample_at": tuple(sample_at), "prefixes": tuple(prefixes),
+            "cuts": tuple(slice(len(prefix), None) for prefix in prefixes), "names": tuple(names),
+            "labels": tuple(labels), "types": MappingProxyType(dict(types)), "helps": MappingProxyType(dict(helps)),
+            "dropped": tuple(dropped), "openmetrics": openmetrics, "detected": detected,
+            "segments": _segments(lines, sample_at, prefixes),
+        }
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"a PageTemplate is immutable (setting {name!r})")
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def values_of_bytes(self, body: bytes) -> tuple[float, ...] | None:
+        """`values_of` on the raw bytes, without decoding or splitting the page: the bytes between the
+        values must be the template's, and each value runs to the end of its line. Touching the page
+        once instead of three times matters more than the instruction count (caches are cold between
+        scrapes)."""
+        segments = self.segments
+        if segments is None:
+            return None
+        tokens: list[bytes] = []
+        append = tokens.append
+        starts, find = body.startswith, body.find
+        position = 0
+        last = len(segments) - 1
+        for index, segment in enumerate(segments):
+            if not starts(segment, position):
+                return None
+            position += len(segment)
+            if index == last:
+                break
+            end = find(b"\n", position)
+            if end < 0:
+                return None
+            append(body[position:end])
+            position = end
+        if position != len(body) or b"_" in b"".join(tokens):
+            return None
+        try:
+            return tuple(map(float, tokens))
+        except ValueError:
+            return None
+
+    def values_of(self, lines: list[str]) -> tuple[float, ...] | None:
+        """The values of a page whose lines follow this template, or None when they do not."""
+        if len(lines) != self.nlines or tuple(map(lines.__getitem__, self.literal_at)) != self.literals:
+            return None
+        sample_lines = list(map(lines.__getitem__, self.sample_at))
+        if not all(map(str.startswith, sample_lines, self.prefixes)):
+            return None
+        tokens: list[str] = list(map(getitem, sample_lines, self.cuts))
+        if "_" in "".join(tokens):  # float() reads "1_000"; the exposition format does not
+            return None
+        try:
+            return tuple(map(float, tokens))  # a timestamp or an exemplar after the value fails here
+        except ValueError:
+            return None
+
+
+def _segments(lines: list[str], sample_at: Sequence[int], prefixes: Sequence[str]) -> tuple[bytes, ...] | None:
+    """The page's bytes between its values: the text from each value's line end to the next value."""
+    try:
+        encoded = [line.encode() for line in lines]
+    except UnicodeEncodeError:
+        return None
+    starts = [0]
+    for line in encoded:
+        starts.append(starts[-1] + len(line) + 1)
+    page = b"\n".join(encoded)
+    segments: list[bytes] = []
+    cursor = 0
+    for at, prefix in zip(sample_at, prefixes, strict=True):
+        value_start = starts[at] + len(prefix.encode())
+        segments.append(page[cursor:value_start])
+        cursor = starts[at + 1] - 1  # the value runs to its line's end; the next segment starts at "\n"
+    segments.append(page[cursor:])
+    return tuple(segments)
+
+
+class TemplatedPage(ParsedPage):
+    """A ParsedPage that follows a PageTemplate: the template plus one value per sample line. Immutable.
+
+    `samples` is built on first use (the pull endpoint, listeners, the slow paths): the sidecar's own
+    stages read `template` and `values` and never need 320 Sample tuples per scrape.
+    """
+
+    template: PageTemplate
+    values: tuple[float, ...]
+
+    def __new__(cls, template: PageTemplate, values: tuple[float, ...],
+                samples: list[Sample] | None = None) -> TemplatedPage:
+        page = super().__new__(cls, [], template.types, template.helps, list(template.dropped))  # its own copy
+        page.__dict__.update(template=template, values=values)
+        if samples is not None:
+            page.__dict__["_samples"] = samples
+        return page
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"a TemplatedPage is immutable (setting {name!r})")
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    @property
+    def samples(self) -> list[Sample]:
+        cached: list[Sample] | None = self.__dict__.get("_samples")
+        if cached is None:  # a pure function of the template and the values: computing it changes nothing
+            t = self.template
+            cached = list(map(tuple.__new__, repeat(Sample), zip(t.names, t.labels, self.values, repeat(None))))
+            self.__dict__["_samples"] = cached
+        return cached

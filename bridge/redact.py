@@ -1,0 +1,87 @@
+"""Credential redaction, in one place: what of a URL or a header is a secret, and how text loses it.
+
+- `redact_url`: a URL safe for logs and files (the record log, the events file, the report): userinfo
+  and secret-looking query values replaced by `REDACTED`.
+- `url_secrets`, `scrub`, `LogScrubber`: for text the bridge does not write itself (libcurl's error
+  messages, a receiver's reply, urllib3's DEBUG request lines), every known secret is replaced by
+  `<redacted>`, longest first so a secret that contains another is not half-replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+# Query parameters whose values are secrets (exporter-toolkit and proxies use several spellings).
+_SECRET_PARAMS = re.compile(r"(token|secret|password|passwd|pwd|key|auth|signature|sig|credential)", re.I)
+REDACTED = "REDACTED"
+_MIN_SECRET = 4  # shorter strings would replace ordinary text (ports, "http")
+
+URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.connection", "urllib3.util.retry", "urllib3.poolmanager")
+
+
+def redact_url(url: str) -> str:
+    """The URL with userinfo and secret-looking query values replaced, safe for logs and files."""
+    parts = urlsplit(url)
+    netloc = netloc_without_userinfo(parts)
+    if parts.username is not None or parts.password is not None:
+        netloc = f"{REDACTED}@{netloc}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, REDACTED if _SECRET_PARAMS.search(k) else v) for k, v in pairs], safe="/:")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def netloc_without_userinfo(parts: SplitResult) -> str:
+    return parts.netloc.rpartition("@")[2]
+
+
+def url_secrets(url: str) -> list[str]:
+    """What of a URL may be a secret: its userinfo, its query and each query value (quoted and not)."""
+    parts = urlsplit(url if "://" in url else f"//{url}")
+    found = [unquote(v) for v in (parts.username, parts.password) if v]
+    if parts.query:
+        found += [parts.query, unquote(parts.query)] + [unquote(v) for v in parts.query.replace(";", "&").split("&")]
+    return found
+
+
+def secret_list(found: Iterable[str]) -> tuple[str, ...]:
+    """The secrets worth replacing, longest first, each once."""
+    return tuple(sorted({s for s in found if len(s) >= _MIN_SECRET}, key=len, reverse=True))
+
+
+def scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` with every secret (a `secret_list`) replaced: a receiver may echo a header, an error may quote
+    the URL."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "<redacted>")
+    return text
+
+
+class LogScrubber(logging.Filter):
+    """Replaces known secrets in a third-party logger's records: urllib3 (the OTLP sender's client) logs each
+    request line, query string included, at DEBUG. Installed on the loggers by the clients that know them."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__()
+        self.secrets = secret_list(secrets)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            text = record.getMessage()
+            if any(secret in text for secret in self.secrets):
+                record.msg, record.args = scrub(text, self.secrets), None
+        return True
+
+    def install(self, *names: str) -> LogScrubber:
+        for name in names:
+            logging.getLogger(name).addFilter(self)
+        return self
+
+    def remove(self, *names: str) -> None:
+        for name in names:
+            logging.getLogger(name).removeFilter(self)

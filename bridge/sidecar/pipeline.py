@@ -1,0 +1,227 @@
+"""The per-page pipeline: a fetched page → parse → normalise → every sink, on the scrape thread.
+
+    FetchedPage ─▶ parse (per-endpoint PageParser) ─▶ normalise ─▶ Page ─┬─▶ RecordLogSink   (JSONL line per record)
+                                                                         ├─▶ LiveSeriesSink  (the report's spool)
+                                                                         ├─▶ LatestRecords   (the live view)
+                                                                         ├─▶ PullPageSink    (pull /metrics page)
+                                                                         ├─▶ OtlpSink        (forwarder queue)
+                                                                         └─▶ ListenerSink    (in-process callbacks)
+
+Each sink takes a tick's pages at once (`PageSink.take`); today the scrape loop hands them over one by
+one, a batching caller passes several. The pipeline also writes what a page or a failure says about its
+endpoint to the events file: unreadable lines (`parse` errors), failed scrapes, endpoint down and up.
+`Session` (session.py) keeps the state machine and builds one `Pipeline`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from bridge.endpoints import display_key
+from bridge.events import EndpointState
+from bridge.fetch import FetchedPage, FetchError
+from bridge.normalize import Normalizer
+from bridge.otlp.export import ExportStats
+from bridge.parse import PageParser, TemplatedPage
+from bridge.record_log import LineWriter
+from bridge.redact import redact_url
+from bridge.report.spool import LiveSeries
+from bridge.samples import GpuRecord, ParsedPage, ScrapeFailure
+
+logger = logging.getLogger(__name__)
+
+PageListener = Callable[[str, ParsedPage, int, str | None], None]
+"""(url, parsed page, scrape start ns, phase or None): called on the scrape thread for every page."""
+
+Identity = tuple[str, str | None]
+DROPPED_NOTE_INTERVAL_NS = 60 * 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One scraped page, parsed and normalised: what every sink receives."""
+
+    url: str  # as configured (may hold credentials: never logged)
+    endpoint: str  # the redacted URL
+    display: str  # host:port, the report's and OTLP's endpoint key
+    parsed: ParsedPage
+    records: Sequence[GpuRecord]
+    phase: str | None
+    start_ns: int
+    end_ns: int
+
+
+class PageSink(Protocol):
+    """One destination of scraped pages. `take` receives the pages of one tick (one or more)."""
+
+    def take(self, pages: Sequence[Page]) -> None: ...
+
+
+class Forwarder(Protocol):
+    """What the pipeline and the session use of `bridge.otlp.OtlpForwarder`."""
+
+    def submit(self, endpoint: str, page: ParsedPage, *, run_id: str, phase: str, ts_ns: int) -> None: ...
+    def mark_stale(self, endpoint: str, *, run_id: str, phase: str, ts_ns: int) -> None: ...
+    def stats(self) -> ExportStats: ...
+    def close(self, timeout_s: float = 5.0) -> ExportStats: ...
+
+
+class RecordLogSink:
+    """gpu_telemetry_export.jsonl: one line per record."""
+
+    def __init__(self, writer: LineWriter) -> None:
+        self.writer = writer
+        self.records_written = 0
+
+    def take(self, pages: Sequence[Page]) -> None:
+        for page in pages:
+            self.writer.write_records(page.records)
+            self.records_written += len(page.records)
+
+
+class LiveSeriesSink:
+    """The report's input, kept as the records are written (report/spool.py: no log re-read at the end)."""
+
+    def __init__(self, spool: LiveSeries) -> None:
+        self.spool = spool
+
+    def take(self, pages: Sequence[Page]) -> None:
+        for page in pages:
+            self.spool.add(page.records, page.display)
+
+
+class LatestRecords:
+    """(display key, identity) → (first, latest) record of every GPU: what the live view shows."""
+
+    def __init__(self) -> None:
+        self.latest: dict[tuple[str, Identity], tuple[GpuRecord, GpuRecord]] = {}
+
+    def take(self, pages: Sequence[Page]) -> None:
+        latest = self.latest
+        for page in pages:
+            for record in page.records:
+                key = (page.display, record.identity)
+                seen = latest.get(key)
+                latest[key] = (seen[0] if seen else record, record)
+
+
+class PullPageSink:
+    """The latest page of every endpoint, for the pull /metrics page (sidecar/pull.py renders it)."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, tuple[ParsedPage, str | None, int]] = {}  # url -> (page, phase, scrape start)
+
+    def take(self, pages: Sequence[Page]) -> None:
+        for page in pages:
+            self.latest[page.url] = (page.parsed, page.phase, page.start_ns)
+
+
+class OtlpSink:
+    """Every sample to the OTLP forwarder's queue; staleness markers when an endpoint's series end."""
+
+    def __init__(self, forwarder: Forwarder, run_id: str) -> None:
+        self.forwarder = forwarder
+        self.run_id = run_id
+        self.seen: set[str] = set()  # urls that sent at least one page
+
+    def take(self, pages: Sequence[Page]) -> None:
+        for page in pages:
+            self.seen.add(page.url)
+            self.forwarder.submit(page.display, page.parsed, run_id=self.run_id, phase=page.phase or "none",
+                                  ts_ns=page.start_ns)
+
+    def mark_stale(self, urls: Iterable[str], phase: str | None, ts_ns: int) -> None:
+        """One staleness marker per series of these endpoints, so stores stop showing the last value."""
+        for url in urls:
+            if url in self.seen:
+                self.forwarder.mark_stale(display_key(url), run_id=self.run_id, phase=phase or "none", ts_ns=ts_ns)
+
+
+class ListenerSink:
+    """In-process callbacks (tests, the Grafana simulation run)."""
+
+    def __init__(self, listeners: Sequence[PageListener]) -> None:
+        self.listeners = list(listeners)
+
+    def take(self, pages: Sequence[Page]) -> None:
+        for page in pages:
+            for listener in self.listeners:
+                listener(page.url, page.parsed, page.start_ns, page.phase)
+
+
+class Pipeline:
+    """Parse, normalise and hand each page to the sinks; note what pages and failures say about endpoints.
+
+    Runs on the scrape thread. `phase` is read once per page (the session's current phase)."""
+
+    def __init__(self, normalizer: Normalizer, sinks: Sequence[PageSink], events: LineWriter, *, run_id: str,
+                 phase: Callable[[], str | None], otlp: OtlpSink | None = None) -> None:
+        self.normalizer = normalizer
+        self.sinks = list(sinks)
+        self.events = events
+        self.run_id = run_id
+        self.phase = phase
+        self.otlp = otlp
+        self.down: set[str] = set()
+        self._parsers: dict[str, PageParser] = {}
+        self._keys: dict[str, tuple[str, str]] = {}  # url -> (redacted, display key)
+        self._dropped_noted: dict[str, tuple[str, int]] = {}  # url -> (message, time) of the last parse event
+
+    def on_page(self, url: str, fetched: FetchedPage) -> None:
+        """The scrape loop's page callback: one page through the whole pipeline."""
+        self.take([self.read(url, fetched)])
+
+    def read(self, url: str, fetched: FetchedPage) -> Page:
+        """Parse and normalise one fetched page (the template check, the values, the records)."""
+        parser = self._parsers.get(url)
+        if parser is None:
+            parser = self._parsers[url] = PageParser()
+        parsed = parser.parse(fetched.body, openmetrics="openmetrics" in fetched.content_type or None)
+        keys = self._keys.get(url)
+        if keys is None:
+            redacted = redact_url(url)
+            keys = self._keys[url] = (redacted, display_key(redacted))
+        redacted, display = keys
+        phase = self.phase()
+        records = self.normalizer.records(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
+                                          run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
+        return Page(url, redacted, display, parsed, records, phase, fetched.start_ns, fetched.end_ns)
+
+    def take(self, pages: Sequence[Page]) -> None:
+        """A tick's pages: their endpoints' health to the events file, then every sink in turn."""
+        for page in pages:
+            if page.parsed.dropped:
+                self._note_dropped(page)
+            if page.url in self.down:
+                self.down.discard(page.url)
+                self.events.write_event(EndpointState(page.endpoint, page.start_ns, "up", "scrape succeeded"))
+        for sink in self.sinks:
+            sink.take(pages)
+
+    def on_failure(self, url: str, exc: FetchError, start_ns: int) -> None:
+        """The scrape loop's failure callback: a `scrape_error` event; the first of a run marks the endpoint down."""
+        endpoint = redact_url(url)
+        self.events.write_event(ScrapeFailure(endpoint, start_ns, exc.kind, exc.message))
+        if url not in self.down:
+            self.down.add(url)
+            self.events.write_event(EndpointState(endpoint, start_ns, "down", exc.message))
+            if self.otlp is not None:  # its series are gone
+                self.otlp.mark_stale([url], self.phase(), start_ns)
+
+    def _note_dropped(self, page: Page) -> None:
+        """Unreadable lines reach the report as `parse` errors: when what is dropped changes, else once a minute
+        (an exporter that writes one bad line per page would otherwise add an event per scrape)."""
+        parsed = page.parsed
+        first = parsed.dropped[0]
+        read = parsed.values if isinstance(parsed, TemplatedPage) else parsed.samples  # (no Sample tuples built)
+        what = f"{len(parsed.dropped)} lines dropped" if read else "no sample could be read"
+        message = f"{what} (first: line {first.line}: {first.reason})"
+        last = self._dropped_noted.get(page.url)
+        if last is not None and last[0] == message and page.start_ns - last[1] < DROPPED_NOTE_INTERVAL_NS:
+            return
+        self._dropped_noted[page.url] = (message, page.start_ns)
+        logger.warning("%s: %s", page.endpoint, message)
+        self.events.write_event(ScrapeFailure(page.endpoint, page.start_ns, "parse", message))

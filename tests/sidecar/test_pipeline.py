@@ -1,0 +1,57 @@
+"""The per-page pipeline (sidecar/pipeline.py): every sink takes a tick's pages in one call, and what pages
+and failures say about their endpoints reaches the events file as typed events."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from bridge.errors import FetchError
+from bridge.fetch import FetchedPage
+from bridge.fields import default_table
+from bridge.normalize import Normalizer
+from bridge.record_log import LineWriter, read_dicts
+from bridge.sidecar.pipeline import LatestRecords, Page, Pipeline
+from tests.otlp.pages import dcgm_page
+
+NS = 1_000_000_000
+URL_A, URL_B = "http://user:pw@a:9400/metrics", "http://b:9400/metrics"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[list[Page]] = []
+
+    def take(self, pages: Sequence[Page]) -> None:
+        self.calls.append(list(pages))
+
+
+def pipeline(tmp_path: Path, *sinks: object) -> tuple[Pipeline, LineWriter]:
+    events = LineWriter(tmp_path / "events.jsonl", flush_interval_s=0.0)
+    return Pipeline(Normalizer(default_table()), list(sinks), events, run_id="r",  # type: ignore[arg-type]
+                    phase=lambda: "profiling"), events
+
+
+def fetched(t: int) -> FetchedPage:
+    return FetchedPage(dcgm_page(gpus=2).encode(), t * NS, t * NS + 1000, "text/plain")
+
+
+def test_each_sink_takes_a_ticks_pages_in_one_call(tmp_path: Path) -> None:
+    recorder, latest = Recorder(), LatestRecords()
+    pipe, _ = pipeline(tmp_path, recorder, latest)
+    pages = [pipe.read(URL_A, fetched(1)), pipe.read(URL_B, fetched(1))]
+    pipe.take(pages)
+    assert [[p.display for p in call] for call in recorder.calls] == [["a:9400", "b:9400"]]
+    assert pages[0].endpoint == "http://REDACTED@a:9400/metrics" and pages[0].phase == "profiling"
+    assert {display for display, _ in latest.latest} == {"a:9400", "b:9400"}
+
+
+def test_a_failure_marks_its_endpoint_down_once_and_the_next_page_brings_it_up(tmp_path: Path) -> None:
+    pipe, events = pipeline(tmp_path, Recorder())
+    pipe.on_failure(URL_A, FetchError("timeout", "slow"), 1 * NS)
+    pipe.on_failure(URL_A, FetchError("timeout", "slow"), 2 * NS)
+    pipe.on_page(URL_A, fetched(3))
+    events.close()
+    got = [(e["type"], e.get("kind") or e.get("state")) for e in read_dicts(events.path)]
+    assert got == [("scrape_error", "timeout"), ("endpoint_state", "down"), ("scrape_error", "timeout"),
+                   ("endpoint_state", "up")]
