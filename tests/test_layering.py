@@ -103,3 +103,16 @@ def test_the_import_graph_has_no_cycle() -> None:
         if node not in state:
             visit(node)
     assert not cycles, "\n".join(cycles)
+
+
+def test_design_md_names_every_module_in_its_module_map() -> None:
+    design = (BRIDGE.parent / "DESIGN.md").read_text(encoding="utf-8")
+    section = design[design.index("## Module map"):design.index("### The per-page fast path")]
+    missing = []
+    for path in sorted(BRIDGE.rglob("*.py")):
+        relative = path.relative_to(BRIDGE).as_posix()
+        if path.name == "__init__.py":
+            relative = relative.removesuffix("__init__.py")
+        if relative and f"`{relative}`" not in section and f"`{path.name}`" not in section:
+            missing.append(relative)
+    assert not missing, f"DESIGN.md's module map does not name: {missing}"
