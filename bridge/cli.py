@@ -19,6 +19,16 @@ def _setup_logging(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+def _version(ctx: click.Context, wanted: bool) -> None:
+    if not wanted or ctx.resilient_parsing:
+        return
+    from bridge.parse.template import COMPILED
+
+    path = "compiled per-page kernel" if COMPILED else "pure-Python per-page path (bridge._kernel not built)"
+    click.echo(f"dcgm-bridge {__version__} ({path})")
+    ctx.exit()
+
+
 class _LazyGroup(click.Group):
     """Commands from other packages are imported only when they run (or when --help lists them), so
     `dcgm-bridge sidecar` under a 25m CPU limit never pays for the simulator or the kube code."""
@@ -53,7 +63,9 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="dcgm-bridge")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda ctx, _param, value: _version(ctx, value),
+              help="Show the version and which per-page path runs (compiled kernel or pure Python), and exit.")
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 def main(verbose: int) -> None:
     """GPU telemetry for LLM benchmark runs: scrape dcgm-exporter, record, report, forward as OTLP."""

@@ -22,6 +22,13 @@ from typing import Any, NoReturn
 
 from bridge.samples import Dropped, ParsedPage, Sample
 
+try:  # the compiled kernel (bridge/_kernel.c); the Python below is the reference and the fallback
+    from bridge._kernel import values_of_bytes as _compiled_values_of_bytes
+except ImportError:  # built without a compiler: the same results, slower
+    _compiled_values_of_bytes = None  # type: ignore[assignment]
+
+COMPILED = _compiled_values_of_bytes is not None  # which path runs (`dcgm-bridge --version`, /status)
+
 
 class PageTemplate:
     """A page's structure: its lines but the sample values, the heads of its samples, its HELP/TYPE.
@@ -74,6 +81,16 @@ class PageTemplate:
         values must be the template's, and each value runs to the end of its line. Touching the page
         once instead of three times matters more than the instruction count (caches are cold between
         scrapes)."""
+        segments = self.segments
+        if segments is None:
+            return None
+        if _compiled_values_of_bytes is not None:
+            values: tuple[float, ...] | None = _compiled_values_of_bytes(segments, body)
+            return values
+        return self.values_of_bytes_python(body)
+
+    def values_of_bytes_python(self, body: bytes) -> tuple[float, ...] | None:
+        """`values_of_bytes` in Python: the reference the compiled kernel is tested against."""
         segments = self.segments
         if segments is None:
             return None

@@ -134,6 +134,14 @@ def test_the_dockerfile_runs_the_sidecar_as_a_numeric_non_root_user() -> None:
     assert not any("--no-compile" in line for line in lines)  # bytecode must be in the read-only image
 
 
+def test_the_dockerfile_builds_the_wheel_with_a_c_compiler_so_the_image_gets_the_kernel() -> None:
+    lines = [line.strip() for line in (DEPLOY / "Dockerfile").read_text().splitlines()]
+    build = lines[:max(i for i, line in enumerate(lines) if line.startswith("FROM "))]
+    installs = next(i for i, line in enumerate(build) if "apt-get install" in line and " gcc" in line)
+    wheels = next(i for i, line in enumerate(build) if line.startswith("RUN pip wheel"))
+    assert installs < wheels
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel the Dockerfile's build stage makes, built from a copy of what it COPYs."""
@@ -155,6 +163,7 @@ def test_the_wheel_carries_the_package_data_and_the_kube_package(wheel: Path) ->
     assert "bridge/data/fields.csv" in names
     assert "bridge/kube/cli.py" in names and "bridge/kube/jobset.py" in names
     assert any(n.endswith("entry_points.txt") for n in names)
+    assert any(n.startswith("bridge/_kernel") and n.endswith(".so") for n in names), "the compiled kernel is missing"
 
 
 @pytest.mark.slow
@@ -176,6 +185,7 @@ def test_the_entry_point_from_the_wheel_runs_in_a_fresh_venv(wheel: Path, tmp_pa
     entry = venv / "bin" / "dcgm-bridge"
     version = subprocess.run([str(entry), "--version"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert version.returncode == 0 and __version__ in version.stdout
+    assert "(compiled per-page kernel)" in version.stdout
     sidecar = subprocess.run([str(entry), "sidecar", "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert sidecar.returncode == 0, sidecar.stderr
     assert "--health-port" in sidecar.stdout and "--gpu-telemetry" in sidecar.stdout
