@@ -27,8 +27,8 @@ from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.report.spool import LiveSeries
 from bridge.samples import GpuRecord, ParsedPage, PhaseMark
 from bridge.scrape import ScrapeGroup, ScrapeLoop
+from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
-from bridge.sidecar.finish import write_session_report
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ class Session:
         self.phase: str | None = None
         self.requests_end_ns: int | None = None
         self.outputs: SessionOutputs | None = None
+        self.report_target: ReportTarget | None = None  # the benchmark's files (profile -- aiperf …)
         self._lock = threading.RLock()
         self._parsers: dict[str, PageParser] = {}
         self._normalizer = Normalizer(table)
@@ -208,6 +209,7 @@ class Session:
                 self.live_series.remove()
             for writer in (self.records, self.events):
                 if writer.last_error:
+                    self.outputs.error = self.outputs.error or f"{writer.path}: {writer.last_error}"
                     logger.error("%s; %d lines could not be written: the run's files are incomplete",
                                  writer.last_error, writer.lines_dropped + len(writer.pending()))
             return self.outputs
@@ -246,7 +248,8 @@ class Session:
     def _write_report(self, outputs: SessionOutputs) -> None:
         try:
             write_session_report(self, outputs)
-        except Exception:  # the record log is already safe; a report bug must not lose it
+        except Exception as exc:  # the record log is already safe; a report bug must not lose it
+            outputs.error = str(exc) or type(exc).__name__
             logger.exception("building the report failed; rebuild it with `dcgm-bridge report --jsonl %s "
                              "--events %s`", self.records.path, self.events.path)
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from bridge.cli import main
 from bridge.record_log import read_dicts, read_records
-from bridge.sidecar.profile import is_aiperf, with_aiperf_flags
+from bridge.sidecar.aiperf import is_aiperf, parse_command
 from bridge.simulator import SimulatedExporter, SimulatorConfig
 from tests.conftest import free_port
 
@@ -103,8 +103,28 @@ json.dump({{"schema_version": 1, "phases": [{{"phase_index": 0, "phase_kind": "p
 def test_aiperf_is_told_not_to_collect_gpu_telemetry_itself():
     assert is_aiperf(["/usr/bin/aiperf", "profile"]) and is_aiperf(["python3", "-m", "aiperf", "profile"])
     assert not is_aiperf(["python3", "bench.py"])
-    assert with_aiperf_flags(["aiperf", "profile", "-m", "x"]) == ["aiperf", "profile", "-m", "x", "--no-gpu-telemetry"]
-    assert with_aiperf_flags(["vllm", "bench"]) == ["vllm", "bench"]
+    assert parse_command(["aiperf", "profile", "-m", "x"]).argv == ["aiperf", "profile", "-m", "x",
+                                                                    "--no-gpu-telemetry"]
+
+
+def test_aiperfs_gpu_telemetry_flags_and_output_names_are_read_and_taken_over():
+    parsed = parse_command(["aiperf", "profile", "--gpu-telemetry", "h1:9400", "h2:9400,h3:9400", "-m", "x",
+                            "--no-gpu-telemetry", "--artifact-dir=out/a", "--profile-export-file", "/x/run1.json",
+                            "--ui", "dashboard"])
+    assert parsed.telemetry_items == ["h1:9400", "h2:9400", "h3:9400"] and parsed.had_no_gpu_telemetry
+    assert parsed.argv == ["aiperf", "profile", "-m", "x", "--artifact-dir=out/a", "--profile-export-file",
+                           "/x/run1.json", "--ui", "dashboard", "--no-gpu-telemetry"]
+    assert (parsed.artifact_dir, parsed.json_name, parsed.csv_name, parsed.ui) == (
+        Path("out/a"), "run1.json", "run1.csv", "dashboard")
+
+
+@pytest.mark.parametrize(("returncode", "cancelled", "received", "error", "code"), [
+    (0, False, None, None, 0), (3, True, 2, "x", 3), (-2, True, None, None, 130), (-9, False, None, None, 137),
+    (0, True, None, None, 130), (0, True, 15, None, 143), (0, False, None, "disk full", 1)])
+def test_the_exit_code_table(returncode, cancelled, received, error, code):
+    from bridge.sidecar.profile import exit_code
+
+    assert exit_code(returncode, cancelled, received, error) == code
 
 
 # -- the sidecar as a process --------------------------------------------------------------------------
