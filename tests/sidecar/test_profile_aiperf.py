@@ -201,7 +201,7 @@ def _wait_requests(server: OpenAIMock, count: int, process: subprocess.Popen, de
 
 def _cancelled_report(out: Path) -> dict:
     doc = orjson.loads((out / "profile_export_aiperf.json").read_bytes())
-    assert doc["was_cancelled"] is True and 0 < doc["request_count"]["avg"] < 100_000
+    assert doc["was_cancelled"] is True and 0 < doc["request_count"]["avg"] < 3000
     summary = doc["telemetry_data"]["summary"]
     assert summary["start_time"] == doc["start_time"]  # the window: AIPerf's, ending at its cancel
     end = datetime.fromisoformat(doc["end_time"]).timestamp() + GRACE_S
@@ -215,7 +215,7 @@ def test_one_ctrl_c_on_the_terminal_reaches_aiperf_once_and_its_results_are_kept
     out = tmp_path / "out"
     master, slave = pty.openpty()
     argv = _profile("--artifact-dir", str(out), "--gpu-telemetry", exporters[0].url, "--",
-                    *_aiperf_args(aiperf, server, tokenizer, 100_000, "--artifact-dir", str(out), "--ui", "simple"))
+                    *_aiperf_args(aiperf, server, tokenizer, 3000, "--artifact-dir", str(out), "--ui", "simple"))
 
     def controlling_terminal() -> None:  # a session of its own whose terminal is the pty, as in a shell
         import fcntl
@@ -259,7 +259,7 @@ def test_one_ctrl_c_on_the_terminal_reaches_aiperf_once_and_its_results_are_kept
 def test_sigterm_to_profile_becomes_one_sigint_to_aiperf(aiperf, tokenizer, server, exporters, tmp_path):
     out = tmp_path / "out"
     argv = _profile("--artifact-dir", str(out), "--gpu-telemetry", exporters[1].url, "--",
-                    *_aiperf_args(aiperf, server, tokenizer, 100_000, "--artifact-dir", str(out / "aiperf")))
+                    *_aiperf_args(aiperf, server, tokenizer, 3000, "--artifact-dir", str(out / "aiperf")))
     log = (tmp_path / "profile.log").open("wb")
     process = subprocess.Popen(argv, env=_env(), stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
     log.close()
