@@ -9,7 +9,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-WORDS = "the bridge records every scrape and the report brackets the window".split()
+WORDS = ["the", "bridge", "records", "every", "scrape", "and", "the", "report", "brackets", "the", "window"]
 
 
 class OpenAIMock:
