@@ -206,3 +206,43 @@ def test_a_native_sidecar_stays_up_after_complete_until_sigterm(tmp_path):
                 process.wait()
     completes = [e for e in read_dicts(tmp_path / "out" / "gpu_telemetry_events.jsonl") if e["type"] == "complete"]
     assert len(completes) == 1  # complete is idempotent
+
+
+# -- signals with any benchmark ----------------------------------------------------------------------------
+TRAPPING = """
+import signal, sys, time, pathlib
+got = []
+signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+pathlib.Path(sys.argv[1]).write_text("ready")
+while not got:
+    time.sleep(0.02)
+pathlib.Path(sys.argv[2]).write_text(str(len(got)))
+sys.exit(0)  # it finished its files and exits 0 after being asked to stop
+"""
+
+
+def test_a_signal_to_profile_is_forwarded_once_and_a_cancelled_run_never_exits_0(tmp_path):
+    script = tmp_path / "bench.py"
+    script.write_text(TRAPPING)
+    ready, seen = tmp_path / "ready", tmp_path / "seen"
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
+        env = {**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "AIPERF_GPU_COLLECTION_INTERVAL": "0.05"}
+        process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "profile", "--gpu-telemetry", exporter.url,
+                                    "--artifact-dir", str(tmp_path / "out"), "--", sys.executable, str(script),
+                                    str(ready), str(seen)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while not ready.exists():
+                assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+                time.sleep(0.05)
+            time.sleep(0.3)  # a few scrapes
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert process.returncode == 143, err.decode()[-2000:]  # 128 + SIGTERM, though the benchmark exited 0
+    assert seen.read_text() == "1"  # exactly once
+    assert orjson.loads((tmp_path / "out" / "profile_export_aiperf.json").read_bytes())["telemetry_data"]["endpoints"]
+    assert b"Files:" in out and b"exit 143 (cancelled)" in err
