@@ -182,9 +182,15 @@ def test_aiperfs_own_files_carry_the_telemetry(layout, aiperf, tokenizer, server
         assert summary["end_time"] == _local(profiling["end_ns"] + int(GRACE_S * 1e9))
         assert (aiperf_dir / "phases" / "profiling" / "gpu_telemetry.json").exists()
         assert not (aiperf_dir / "gpu_telemetry_export.jsonl").exists()  # AIPerf did not scrape
+        start_ns, end_ns = profiling["start_ns"], profiling["end_ns"]
     else:
         assert summary["start_time"] == doc["start_time"]
         assert "dcgm-bridge collects the GPU telemetry (--gpu-telemetry" in result.stderr
+        start_ns = int(datetime.fromisoformat(doc["start_time"]).timestamp() * 1e6) * 1000
+        end_ns = int(datetime.fromisoformat(doc["end_time"]).timestamp() * 1e6) * 1000
+    # The energy over AIPerf's window against the simulators' ground truth (measured: 0.004 % and 0.06 %).
+    truth = sum(e.model.energy_joules(g, start_ns, end_ns) for e in used for g in range(2))
+    assert doc["nvidia_total_gpu_energy"]["avg"] == pytest.approx(truth, rel=0.005)
     records = [orjson.loads(line) for line in (out / "gpu_telemetry_export.jsonl").read_bytes().splitlines()]
     assert records and all("run_id" in r for r in records)  # the bridge's log, not AIPerf's
     assert "Files:" in result.stdout and str(json_path) in result.stdout.replace("\n", "")
