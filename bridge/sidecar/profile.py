@@ -87,11 +87,13 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
         raise ValueError("no command to run: dcgm-bridge profile [options] -- CMD [ARGS…]")
     run = ProfileRun()
     terminal = _foreground_terminal()
-    if aiperf is not None and aiperf.ui is None and terminal is None and sys.stdout.isatty():
+    live = live or config.telemetry.dashboard
+    if aiperf is not None and aiperf.ui is None and sys.stdout.isatty() and (terminal is None or live):
         aiperf = aiperf.with_simple_ui()
         argv = aiperf.argv
-        run.notes.append("AIPerf runs with --ui simple: its dashboard needs the terminal, which `profile` "
-                         "cannot hand over here")
+        why = "the live view shares the screen" if live else "`profile` cannot hand the terminal over here"
+        print(f"dcgm-bridge: AIPerf runs with --ui simple: its full-screen dashboard needs the terminal and {why}",
+              file=sys.stderr, flush=True)
     child_env = dict(os.environ if env is None else env)
     started_ns = time.time_ns()
     if session is None or not config.enabled:
@@ -111,7 +113,7 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
     try:
         session.configure()
         session.start()
-        if live or config.telemetry.dashboard:
+        if live:
             from bridge.sidecar.live import LiveView
 
             view = LiveView(session)
