@@ -246,3 +246,18 @@ def test_a_signal_to_profile_is_forwarded_once_and_a_cancelled_run_never_exits_0
     assert seen.read_text() == "1"  # exactly once
     assert orjson.loads((tmp_path / "out" / "profile_export_aiperf.json").read_bytes())["telemetry_data"]["endpoints"]
     assert b"Files:" in out and b"exit 143 (cancelled)" in err
+
+
+def test_without_the_terminal_to_hand_over_aiperf_is_switched_to_its_simple_ui(tmp_path, monkeypatch, capsys):
+    from bridge.config import Config
+    from bridge.sidecar import profile as profile_module
+    from bridge.sidecar.aiperf import AiperfCommand
+
+    seen = tmp_path / "argv"
+    fake = AiperfCommand([sys.executable, "-c", f"import sys; open({str(seen)!r}, 'w').write(' '.join(sys.argv[1:]))",
+                          "--no-gpu-telemetry"])
+    monkeypatch.setattr(profile_module, "_foreground_terminal", lambda: None)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    run = profile_module.run_profile(Config(enabled=False), None, fake)
+    assert run.exit_code == 0 and seen.read_text() == "--no-gpu-telemetry --ui simple"
+    assert "AIPerf runs with --ui simple" in capsys.readouterr().err
