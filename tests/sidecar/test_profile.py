@@ -54,9 +54,11 @@ def test_profile_runs_a_benchmark_that_posts_marks_and_reports_its_phases(tmp_pa
     out = tmp_path / "out"
     with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
         _env(monkeypatch, exporter)
-        result = CliRunner().invoke(main, ["profile", "--artifact-dir", str(out), "--run-id", "r-42", "--",
-                                           sys.executable, str(script)])
+        result = CliRunner().invoke(main, ["profile", "--artifact-dir", str(out), "--run-id", "r-42", "--html",
+                                           str(out / "report.html"), "--", sys.executable, str(script)])
     assert result.exit_code == 7, result.output  # the benchmark's own exit code
+    assert (out / "report.html").read_text().startswith("<!") and "Files:" in result.output
+    assert "GPU 0" in result.output  # the console tables
     report = orjson.loads((out / "profile_export_aiperf.json").read_bytes())
     telemetry = report["telemetry_data"]
     gpus = telemetry["endpoints"][f"127.0.0.1:{exporter.port}"]["gpus"]
