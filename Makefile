@@ -22,7 +22,8 @@ $(VENV)/.test: pyproject.toml bridge/_kernel.c | $(BIN)/python
 demo: $(VENV)/.runtime
 	$(BIN)/dcgm-bridge demo --out artifacts/demo
 
-# Real servers the tests use (VictoriaMetrics, Prometheus, etcd + apiextensions-apiserver), installed
+# Real servers the tests use (VictoriaMetrics, Prometheus, etcd + apiextensions-apiserver; AIPerf 0.13.0 from
+# PyPI in its own venv, scripts/install-aiperf.sh, for the `aiperf`-marked tests), installed
 # from the package registries into $(DCGM_BRIDGE_CACHE), keyed by version; fast when already there.
 servers:
 	@for s in scripts/install-*.sh; do echo "== $$s"; bash "$$s" || exit 1; done
@@ -35,7 +36,7 @@ test: $(VENV)/.test servers lint
 	$(BIN)/pytest -q
 
 unit: $(VENV)/.test
-	$(BIN)/pytest -q -m "not realstack and not kubeapi"
+	$(BIN)/pytest -q -m "not realstack and not kubeapi and not aiperf"
 
 bench: $(VENV)/.test
 	$(BIN)/python bench/run.py

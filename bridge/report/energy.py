@@ -1,5 +1,6 @@
 """Run-level energy: `nvidia_total_gpu_energy` (J), `nvidia_average_gpu_power` (W), `nvidia_total_gpu_power`
-(W), and, when the benchmark JSON holds token/request counts, AIPerf's efficiency ratios (AIPerf 0.13.0,
+(W), and, when the benchmark JSON holds token/request counts (and its concurrency), the rest of AIPerf 0.13's
+energy-efficiency family with its tags, units and order (AIPerf 0.13.0,
 ai-dynamo/aiperf `src/aiperf/metrics/energy_efficiency_analyzer.py`).
 
 Sums run over GPU identities: device-level fields (power, energy) are carried only by a GPU's own record,
@@ -94,37 +95,77 @@ def _avg(benchmark: Mapping[str, Any] | None, tag: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def energy_metrics(totals: EnergyTotals, benchmark: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """Top-level `nvidia_*` metrics as `{"unit", "avg"}`, each only when its inputs exist (AIPerf's rule)."""
-    out: dict[str, dict[str, Any]] = {}
+def profiling_concurrency(benchmark: Mapping[str, Any] | None) -> int | None:
+    """The concurrency of the first profiling phase in AIPerf's `input_config` (its EnergyEfficiencyAnalyzer
+    reads `cfg.get_profiling_phases()[0].concurrency`); None for request-rate runs."""
+    config = benchmark.get("input_config") if benchmark else None
+    phases = config.get("phases") if isinstance(config, Mapping) else None
+    if not isinstance(phases, list):
+        return None
+    profiling = [p for p in phases if isinstance(p, Mapping)
+                 and (p.get("kind") == "profiling" or (p.get("kind") is None and not p.get("exclude_from_results")))]
+    raw = profiling[0].get("concurrency") if profiling else None
+    return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else None
+
+
+# AIPerf 0.13's energy-efficiency family (aiperf/metrics/types/power_efficiency_metrics.py): tag, CSV header,
+# unit, in the order its EnergyEfficiencyAnalyzer emits them (the order they take at the end of its JSON).
+ENERGY_FAMILY: tuple[tuple[str, str, str], ...] = (
+    ("nvidia_total_gpu_power", "Total GPU Power", "W"),
+    ("nvidia_average_gpu_power", "Average GPU Power", "W"),
+    ("nvidia_total_gpu_energy", "Total GPU Energy", "J"),
+    ("nvidia_output_tokens_per_joule", "Output Tokens per Joule", "tokens/J"),
+    ("nvidia_energy_per_output_token", "Energy per Output Token", "mJ/token"),
+    ("nvidia_energy_per_total_token", "Energy per Total Token", "mJ/token"),
+    ("nvidia_energy_per_request", "Energy per Request", "joules/request"),
+    ("nvidia_energy_per_user", "Energy per User", "joules/user"),
+    ("nvidia_energy_delay_product", "Energy Delay Product", "J*s"),
+    ("nvidia_performance_per_watt", "Performance per Watt", "requests/sec/W"),
+    ("nvidia_output_tps_per_watt", "Output Tokens per Second per Watt", "tokens/sec/W"),
+    ("nvidia_goodput_per_watt", "Goodput per Watt", "good-req/s/W"),
+)
+ENERGY_TAGS = frozenset(tag for tag, _, _ in ENERGY_FAMILY)
+
+
+def energy_metrics(totals: EnergyTotals, benchmark: Mapping[str, Any] | None = None,
+                   concurrency: int | None = None) -> dict[str, dict[str, Any]]:
+    """Top-level `nvidia_*` metrics as `{"unit", "avg"}`, each only when its inputs exist (AIPerf's rule), in
+    AIPerf's order. `concurrency` defaults to the benchmark JSON's profiling concurrency (energy per user)."""
+    values: dict[str, float] = {}
     if totals.total_power_w is not None and totals.total_power_w > 0:
-        out["nvidia_total_gpu_power"] = {"unit": "W", "avg": totals.total_power_w}
+        values["nvidia_total_gpu_power"] = totals.total_power_w
     energy = totals.total_energy_j
-    if energy is None or energy <= 0:
-        return out
-    if totals.average_power_w is not None and totals.average_power_w > 0:
-        out["nvidia_average_gpu_power"] = {"unit": "W", "avg": totals.average_power_w}
-    out["nvidia_total_gpu_energy"] = {"unit": "J", "avg": energy}
+    if energy is not None and energy > 0:
+        _energy_family(values, energy, totals.average_power_w, benchmark,
+                       concurrency if concurrency is not None else profiling_concurrency(benchmark))
+    return {tag: {"unit": unit, "avg": values[tag]} for tag, _, unit in ENERGY_FAMILY if tag in values}
+
+
+def _energy_family(values: dict[str, float], energy: float, power: float | None,
+                   benchmark: Mapping[str, Any] | None, concurrency: int | None) -> None:
+    if power is not None and power > 0:
+        values["nvidia_average_gpu_power"] = power
+    values["nvidia_total_gpu_energy"] = energy
     output_tokens = _avg(benchmark, "total_osl")
     if output_tokens:
-        out["nvidia_output_tokens_per_joule"] = {"unit": "tokens/J", "avg": output_tokens / energy}
-        out["nvidia_energy_per_output_token"] = {"unit": "mJ/token", "avg": energy * 1e3 / output_tokens}
+        values["nvidia_output_tokens_per_joule"] = output_tokens / energy
+        values["nvidia_energy_per_output_token"] = energy * 1e3 / output_tokens
     total_tokens = (_avg(benchmark, "total_isl") or 0.0) + (output_tokens or 0.0)
     if total_tokens > 0:
-        out["nvidia_energy_per_total_token"] = {"unit": "mJ/token", "avg": energy * 1e3 / total_tokens}
+        values["nvidia_energy_per_total_token"] = energy * 1e3 / total_tokens
     requests = _avg(benchmark, "request_count")
     if requests:
-        per_request = energy / requests
-        out["nvidia_energy_per_request"] = {"unit": "J/request", "avg": per_request}
+        values["nvidia_energy_per_request"] = energy / requests
         latency_ms = _avg(benchmark, "request_latency")
         if latency_ms:
-            out["nvidia_energy_delay_product"] = {"unit": "J*s", "avg": per_request * latency_ms / 1e3}
-    power = totals.average_power_w
+            values["nvidia_energy_delay_product"] = energy / requests * latency_ms / 1e3
+    if concurrency:
+        values["nvidia_energy_per_user"] = energy / concurrency
     if power and power > 0:
-        for tag, name, unit in (("request_throughput", "nvidia_performance_per_watt", "requests/sec/W"),
-                                ("output_token_throughput", "nvidia_output_tps_per_watt", "tokens/sec/W"),
-                                ("goodput", "nvidia_goodput_per_watt", "requests/sec/W")):
+        # AIPerf compares these to None, not truthiness: a 0.0 goodput is a valid 0 per watt.
+        for tag, name in (("request_throughput", "nvidia_performance_per_watt"),
+                          ("output_token_throughput", "nvidia_output_tps_per_watt"),
+                          ("goodput", "nvidia_goodput_per_watt")):
             value = _avg(benchmark, tag)
             if value is not None:
-                out[name] = {"unit": unit, "avg": value / power}
-    return out
+                values[name] = value / power

@@ -4,6 +4,7 @@ Loaded by bridge/cli.py only when one of them runs."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -188,24 +189,89 @@ def _live_view(session: Any, wanted: bool) -> Any:
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @telemetry_options
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the self-contained HTML report here.")
+@click.option("--stop-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+              help="Seconds the benchmark gets to finish its files after a forwarded SIGINT/SIGTERM.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def profile(command: tuple[str, ...], live: bool, **flags: Any) -> None:
+def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_timeout: float,
+            **flags: Any) -> None:
     """Run a benchmark command with GPU telemetry: dcgm-bridge profile [OPTIONS] -- CMD [ARGS]…
 
-    CMD gets DCGM_BRIDGE_CONTROL_URL to post phase marks; without marks the phases come from a
-    phase_manifest.json below the artifact directory (AIPerf writes one), else the whole run is
-    reported. The exit code is CMD's.
+    CMD gets DCGM_BRIDGE_CONTROL_URL to post phase marks. For `aiperf profile …` the report is merged
+    into AIPerf's own profile_export_aiperf.json/.csv and its --gpu-telemetry items are collected by
+    the bridge. Exit code: CMD's when non-zero, 128+N after signal N, 1 when the report failed.
     """
     from bridge.sidecar.profile import run_profile
 
     flags, otlp = split_flags(flags)
+    argv: Any = list(command)
+    env = dict(os.environ)
+    from bridge.sidecar.aiperf import is_aiperf, parse_command
+
+    if is_aiperf(argv):
+        argv = parse_command(argv)
+        flags = _take_over_aiperf_telemetry(flags, argv, env)
     config = resolve_config(flags)
     session = build_session(config, otlp) if config.enabled else None
     try:
-        code = run_profile(config, session, list(command), live=live)
+        run = run_profile(config, session, argv, live=live, stop_timeout=stop_timeout, env=env)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None
-    sys.exit(code)
+    _summary(run, session, html_path)
+    sys.exit(run.exit_code)
+
+
+def _take_over_aiperf_telemetry(flags: dict[str, Any], aiperf: Any, env: dict[str, str]) -> dict[str, Any]:
+    """AIPerf's --gpu-telemetry items and AIPERF_GPU_* variables become the bridge's (one info line); AIPerf
+    runs with --no-gpu-telemetry and without those variables."""
+    from bridge.errors import ConfigError
+
+    taken = [f"--gpu-telemetry {' '.join(aiperf.telemetry_items)}"] if aiperf.telemetry_items else []
+    if aiperf.telemetry_items:
+        if flags.get("no_gpu_telemetry"):
+            raise ConfigError("--no-gpu-telemetry given to dcgm-bridge and --gpu-telemetry to AIPerf: give one")
+        flags["gpu_telemetry"] = tuple(flags.get("gpu_telemetry") or ()) + tuple(aiperf.telemetry_items)
+    variables = sorted(k for k in env if k.startswith("AIPERF_GPU_"))
+    for name in variables:
+        env.pop(name)
+    taken += variables
+    if taken or aiperf.had_no_gpu_telemetry:
+        click.echo(f"dcgm-bridge collects the GPU telemetry ({', '.join(taken) or 'its defaults'}); "
+                   "AIPerf runs with --no-gpu-telemetry", err=True)
+    return flags
+
+
+def _summary(run: Any, session: Any, html_path: Path | None) -> None:
+    """The end of the run: the notes, the console tables, the files written (+ HTML), and why the exit code."""
+    from rich.console import Console
+
+    console = Console(stderr=False, width=None if sys.stdout.isatty() else 140)
+    for note in run.notes:
+        click.echo(f"dcgm-bridge: {note}", err=True)
+    outputs = run.outputs
+    if outputs is None:
+        return
+    if outputs.report is not None:
+        from bridge.report import render_console
+
+        render_console(outputs.report, console)
+        if html_path is not None:
+            from bridge.report.html import write_html
+
+            try:
+                outputs.files.append(write_html(outputs.report, session.records.path, html_path,
+                                                title=f"dcgm-bridge profile · {session.run_id}"))
+            except OSError as exc:
+                outputs.error = outputs.error or f"cannot write {html_path}: {exc}"
+    console.print(f"\n[bold]dcgm-bridge[/]: run {session.run_id}, {session.records_written} records. Files:")
+    for path in outputs.files:
+        console.print(f"  {path}")
+    if outputs.error:
+        click.echo(f"dcgm-bridge: the telemetry report is incomplete: {outputs.error}", err=True)
+    if run.exit_code and run.returncode == 0:
+        why = "cancelled" if run.cancelled else "report failed"
+        click.echo(f"dcgm-bridge: exit {run.exit_code} ({why})", err=True)
 
 
 @click.command()

@@ -30,6 +30,17 @@ class SessionOutputs:
     artifact_dir: Path
     files: list[Path] = field(default_factory=list)
     report: Report | None = None
+    error: str | None = None  # why the report (a promised output) was not written
+
+
+@dataclass(frozen=True)
+class ReportTarget:
+    """Where the report goes when it is not the session's own artifact directory: the benchmark's files
+    (`profile -- aiperf …`: AIPerf's folder, its prefix), and the phases read from them."""
+
+    directory: Path
+    prefix: str | None = None
+    phases: list[Any] | None = None  # report.window.Phase list; None: marks or the configured manifest
 
 
 class FinishedRun(Protocol):
@@ -39,6 +50,7 @@ class FinishedRun(Protocol):
     table: FieldTable
     artifact_dir: Path
     marks: list[PhaseMark]
+    report_target: ReportTarget | None
     live_series: LiveSeries | None
     records: LineWriter
     events: LineWriter
@@ -61,7 +73,9 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
     from bridge.report import build_report_from_events, write_report
 
     kwargs: dict[str, Any] = {}
-    phases = manifest_phases(session)
+    target = session.report_target
+    phases = target.phases if target is not None and target.phases and not session.marks else None
+    phases = phases or manifest_phases(session)
     if phases:
         kwargs["phases"] = phases
     live = session.live_series
@@ -70,7 +84,10 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
                                       counter_mode=session.config.counter_mode,
                                       grace_ns=session.config.final_scrape_grace_ns, **kwargs)
     outputs.report = report
-    outputs.files.extend(write_report(report, session.artifact_dir, prefix=session.config.profile_export_prefix))
+    if target is not None:
+        outputs.files.extend(write_report(report, target.directory, prefix=target.prefix))
+    else:
+        outputs.files.extend(write_report(report, session.artifact_dir, prefix=session.config.profile_export_prefix))
 
 
 def _events(session: FinishedRun) -> Path | RunEvents:

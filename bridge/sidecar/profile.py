@@ -1,80 +1,236 @@
-"""`dcgm-bridge profile -- CMD …`: run any benchmark command with GPU telemetry around it.
+"""`dcgm-bridge profile -- CMD …`: run any benchmark command with GPU telemetry around it, as a
+well-behaved wrapper.
 
 The command gets `DCGM_BRIDGE_CONTROL_URL` so it can post phase marks. When it exits, the phases come
-from its marks, else from a `phase_manifest.json` below the artifact directory (AIPerf writes one),
-else the whole run is reported. AIPerf itself is passed `--no-gpu-telemetry`, so the two do not both
-scrape and both write `telemetry_data`.
+from its marks, else (AIPerf) from the files AIPerf wrote, else from a `phase_manifest.json` below the
+artifact directory, else the whole run is reported. AIPerf is passed `--no-gpu-telemetry` (its own
+telemetry flags become the bridge's: sidecar/aiperf.py), and the report is merged into AIPerf's own
+`profile_export_aiperf.json` and `.csv`.
+
+Signals. The command runs in its own process group. On a terminal that group is given the terminal
+(job control, as a shell does), so a Ctrl-C reaches the benchmark once, from the terminal, and never the
+bridge; Ctrl-Z stops both and `fg` resumes both. Without the terminal (a pipe, CI, a background job),
+AIPerf is switched to its simple UI (its dashboard needs the terminal) and a SIGINT or SIGTERM to
+`profile` is forwarded once per signal received: to AIPerf's main process as SIGINT (the only signal it
+handles: its graceful cancel; its children ignore SIGTERM, aiperf/common/bootstrap.py), to any other
+command's group as received. After the first one `profile` waits `stop_timeout` seconds, then kills
+the group. The report then covers what the benchmark finished.
+
+Exit code: the benchmark's when non-zero; 128 + N when a signal N stopped it; 128 + the signal when it
+was cancelled but exited 0 (AIPerf exits 0 after its graceful cancel); 1 when it succeeded but the
+report or the record log could not be written; else 0.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
-from dataclasses import replace
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge.config import Config
+from bridge.sidecar.aiperf import AiperfCommand, AiperfOutputs, find_outputs, is_aiperf, read_result
+from bridge.sidecar.finish import ReportTarget, SessionOutputs
 
 if TYPE_CHECKING:
     from bridge.sidecar.session import Session
 
+__all__ = ["ProfileRun", "is_aiperf", "run_profile", "exit_code"]
+
 logger = logging.getLogger(__name__)
+DEFAULT_STOP_TIMEOUT = 60.0
 
 
-def is_aiperf(command: Sequence[str]) -> bool:
-    if not command:
-        return False
-    program = Path(command[0]).name
-    return program == "aiperf" or (program.startswith("python") and list(command[1:3]) == ["-m", "aiperf"])
+@dataclass
+class ProfileRun:
+    """What happened: the benchmark's return code, how it ended, and what was written."""
+
+    returncode: int = 0  # Popen's: negative when a signal ended it
+    received: int | None = None  # the first signal `profile` received and forwarded
+    cancelled: bool = False  # the benchmark says so (AIPerf's was_cancelled), or a signal was forwarded
+    killed: bool = False  # the bounded wait ran out
+    outputs: SessionOutputs | None = None
+    aiperf: AiperfOutputs | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        error = self.outputs.error if self.outputs is not None else None
+        return exit_code(self.returncode, self.cancelled, self.received, error)
 
 
-def with_aiperf_flags(command: Sequence[str]) -> list[str]:
-    """AIPerf must not collect GPU telemetry itself (it would scrape too and write telemetry_data)."""
-    out = list(command)
-    if is_aiperf(out) and "--no-gpu-telemetry" not in out:
-        out.append("--no-gpu-telemetry")
-    return out
+def exit_code(returncode: int, cancelled: bool, received: int | None, report_error: str | None) -> int:
+    """The exit-code table (README): never negative, never 0 for a cancelled run."""
+    if returncode < 0:
+        return 128 - returncode
+    if returncode > 0:
+        return returncode
+    if cancelled:
+        return 128 + (received or signal.SIGINT)
+    return 1 if report_error else 0
 
 
-def run_profile(config: Config, session: Session | None, command: Sequence[str], *, live: bool = False) -> int:
-    """Collect while `command` runs (`session` None: telemetry disabled); returns its exit code."""
-    if not command:
+def run_profile(config: Config, session: Session | None, command: Sequence[str] | AiperfCommand, *,
+                live: bool = False, stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+                env: dict[str, str] | None = None) -> ProfileRun:
+    """Collect while the command runs (`session` None: telemetry disabled) and write the report."""
+    aiperf = command if isinstance(command, AiperfCommand) else None
+    argv = list(command.argv) if isinstance(command, AiperfCommand) else list(command)
+    if not argv:
         raise ValueError("no command to run: dcgm-bridge profile [options] -- CMD [ARGS…]")
-    command = with_aiperf_flags(command)
+    run = ProfileRun()
+    terminal = _foreground_terminal()
+    live = live or config.telemetry.dashboard
+    if aiperf is not None and aiperf.ui is None and sys.stdout.isatty() and (terminal is None or live):
+        aiperf = aiperf.with_simple_ui()
+        argv = aiperf.argv
+        why = "the live view shares the screen" if live else "`profile` cannot hand the terminal over here"
+        print(f"dcgm-bridge: AIPerf runs with --ui simple: its full-screen dashboard needs the terminal and {why}",
+              file=sys.stderr, flush=True)
+    child_env = dict(os.environ if env is None else env)
+    started_ns = time.time_ns()
     if session is None or not config.enabled:
-        return subprocess.call(command)
+        _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout)
+        return run
 
     from bridge.sidecar.control import ControlServer
 
     if not session.config.phase_manifest:
-        # AIPerf writes phase_manifest.json below its artifact directory: look there when no marks came.
+        # A benchmark that writes phase_manifest.json below the artifact directory, when no marks came.
         session.config = replace(session.config, phase_manifest=str(Path(config.artifact_dir).resolve()))
     server = ControlServer(session, "127.0.0.1", 0, config.control_allow, metrics_text=session.exposition)
     server.start()
-    env = {**os.environ, "DCGM_BRIDGE_CONTROL_URL": f"http://127.0.0.1:{server.port}",
-           "DCGM_BRIDGE_RUN_ID": session.run_id}
+    child_env.update({"DCGM_BRIDGE_CONTROL_URL": f"http://127.0.0.1:{server.port}",
+                      "DCGM_BRIDGE_RUN_ID": session.run_id})
     view: Any = None
     try:
         session.configure()
         session.start()
-        if live or config.telemetry.dashboard:
+        if live:
             from bridge.sidecar.live import LiveView
 
             view = LiveView(session)
             view.start()
-        process = subprocess.Popen(command, env=env)
-        try:
-            code = process.wait()
-        except KeyboardInterrupt:
-            process.send_signal(signal.SIGINT)
-            code = process.wait()
+        _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout)
     finally:
         if view is not None:
             view.stop()
-        session.complete()  # the requests end is the last profiling end mark, or the manifest's
+        if aiperf is not None:
+            _target_aiperf(session, aiperf, run, started_ns)
+        run.outputs = session.complete()  # the requests end: the phases' (AIPerf's files, or the marks)
         server.stop()
-    return code
+    return run
+
+
+def _target_aiperf(session: Session, aiperf: AiperfCommand, run: ProfileRun, started_ns: int) -> None:
+    """Point the report at AIPerf's own files, with the window they describe."""
+    outputs = find_outputs(aiperf, [Path(session.config.artifact_dir)], started_ns)
+    if outputs is None:
+        run.notes.append(f"AIPerf wrote no {aiperf.json_name} in this run: the report goes to "
+                         f"{session.artifact_dir}")
+        return
+    result = read_result(outputs)
+    run.aiperf = outputs
+    run.cancelled = run.cancelled or result.was_cancelled
+    if result.was_cancelled:
+        run.notes.append("AIPerf's profiling phase was cancelled: the report covers it up to the cancel")
+    session.report_target = ReportTarget(outputs.directory, aiperf.prefix, result.phases or None)
+
+
+# -- the child -----------------------------------------------------------------------------------------
+def _foreground_terminal() -> int | None:
+    """stdin's terminal when this process group owns it (so it can hand it to the child), else None."""
+    try:
+        fd = sys.stdin.fileno()
+        if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
+            return fd
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+@contextlib.contextmanager
+def _no_sigttou() -> Iterator[None]:
+    """tcsetpgrp from a background group raises SIGTTOU (which would stop us): ignored meanwhile."""
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTTOU, previous)
+
+
+def _give_terminal(fd: int | None, pgrp: int) -> None:
+    if fd is None:
+        return
+    with _no_sigttou(), contextlib.suppress(OSError):
+        os.tcsetpgrp(fd, pgrp)
+
+
+def _run_child(argv: list[str], env: dict[str, str], run: ProfileRun, terminal: int | None, aiperf: bool,
+               stop_timeout: float) -> None:
+    """Start the command in its own process group, forward signals once each, wait (bounded once asked
+    to stop), and record its return code in `run`."""
+    process = subprocess.Popen(argv, env=env, process_group=0)
+    pgid = process.pid
+    _give_terminal(terminal, pgid)
+    deadline: list[float] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        if run.received is None:
+            run.received = signum
+            run.cancelled = True
+            deadline.append(time.monotonic() + stop_timeout)
+            logger.warning("signal %d: stopping the benchmark (waiting up to %.0f s for it to finish its files)",
+                           signum, stop_timeout)
+        with contextlib.suppress(ProcessLookupError):
+            if aiperf:  # AIPerf's main process handles SIGINT only; its children ignore both
+                os.kill(process.pid, signal.SIGINT)
+            else:
+                os.killpg(pgid, signum)
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, forward) for sig in handled}
+    try:
+        while True:
+            try:
+                pid, status = os.waitpid(process.pid, os.WNOHANG | os.WUNTRACED)
+            except ChildProcessError:
+                status, pid = 0, process.pid
+            if pid == process.pid and os.WIFSTOPPED(status):
+                _follow_stop(terminal, pgid)
+                continue
+            if pid == process.pid:
+                run.returncode = os.waitstatus_to_exitcode(status)
+                process.returncode = run.returncode
+                break
+            if deadline and time.monotonic() > deadline[0] and not run.killed:
+                logger.error("the benchmark did not stop within %.0f s: killing its process group", stop_timeout)
+                run.killed = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
+            time.sleep(0.05)
+    finally:
+        _give_terminal(terminal, os.getpgrp())
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if not run.killed:  # the benchmark's own children (AIPerf's services) left behind by a force quit
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, 0)
+                if run.received is not None:
+                    os.killpg(pgid, signal.SIGKILL)
+
+
+def _follow_stop(terminal: int | None, pgid: int) -> None:
+    """Ctrl-Z stopped the benchmark: take the terminal back and stop too; on `fg`, give it back and resume."""
+    _give_terminal(terminal, os.getpgrp())
+    os.kill(os.getpid(), signal.SIGSTOP)
+    _give_terminal(terminal, pgid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGCONT)

@@ -29,8 +29,8 @@ from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries
 from bridge.samples import PHASE_EVENTS, PHASE_KINDS, GpuRecord, PhaseMark, SessionState
 from bridge.scrape import ScrapeGroup, ScrapeLoop
+from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
-from bridge.sidecar.finish import write_session_report
 from bridge.sidecar.pipeline import (
     Forwarder,
     LatestRecords,
@@ -81,6 +81,7 @@ class Session:
         self.phase: str | None = None
         self.requests_end_ns: int | None = None
         self.outputs: SessionOutputs | None = None
+        self.report_target: ReportTarget | None = None  # the benchmark's files (profile -- aiperf …)
         self._lock = threading.RLock()
         export_name = EXPORT_FILE if not config.profile_export_prefix else \
             f"{config.profile_export_prefix}_gpu_telemetry.jsonl"
@@ -222,6 +223,7 @@ class Session:
                 self.live_series.remove()
             for writer in (self.records, self.events):
                 if writer.last_error:
+                    self.outputs.error = self.outputs.error or f"{writer.path}: {writer.last_error}"
                     logger.error("%s; %d lines could not be written: the run's files are incomplete",
                                  writer.last_error, writer.lines_dropped + len(writer.pending()))
             return self.outputs
@@ -257,7 +259,8 @@ class Session:
     def _write_report(self, outputs: SessionOutputs) -> None:
         try:
             write_session_report(self, outputs)
-        except Exception:  # the record log is already safe; a report bug must not lose it
+        except Exception as exc:  # the record log is already safe; a report bug must not lose it
+            outputs.error = str(exc) or type(exc).__name__
             logger.exception("building the report failed; rebuild it with `dcgm-bridge report --jsonl %s "
                              "--events %s`", self.records.path, self.events.path)
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from bridge.cli import main
 from bridge.record_log import read_dicts, read_records
-from bridge.sidecar.profile import is_aiperf, with_aiperf_flags
+from bridge.sidecar.aiperf import is_aiperf, parse_command
 from bridge.simulator import SimulatedExporter, SimulatorConfig
 from tests.conftest import free_port
 
@@ -54,9 +54,11 @@ def test_profile_runs_a_benchmark_that_posts_marks_and_reports_its_phases(tmp_pa
     out = tmp_path / "out"
     with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
         _env(monkeypatch, exporter)
-        result = CliRunner().invoke(main, ["profile", "--artifact-dir", str(out), "--run-id", "r-42", "--",
-                                           sys.executable, str(script)])
+        result = CliRunner().invoke(main, ["profile", "--artifact-dir", str(out), "--run-id", "r-42", "--html",
+                                           str(out / "report.html"), "--", sys.executable, str(script)])
     assert result.exit_code == 7, result.output  # the benchmark's own exit code
+    assert (out / "report.html").read_text().startswith("<!") and "Files:" in result.output
+    assert "GPU 0" in result.output  # the console tables
     report = orjson.loads((out / "profile_export_aiperf.json").read_bytes())
     telemetry = report["telemetry_data"]
     gpus = telemetry["endpoints"][f"127.0.0.1:{exporter.port}"]["gpus"]
@@ -103,8 +105,28 @@ json.dump({{"schema_version": 1, "phases": [{{"phase_index": 0, "phase_kind": "p
 def test_aiperf_is_told_not_to_collect_gpu_telemetry_itself():
     assert is_aiperf(["/usr/bin/aiperf", "profile"]) and is_aiperf(["python3", "-m", "aiperf", "profile"])
     assert not is_aiperf(["python3", "bench.py"])
-    assert with_aiperf_flags(["aiperf", "profile", "-m", "x"]) == ["aiperf", "profile", "-m", "x", "--no-gpu-telemetry"]
-    assert with_aiperf_flags(["vllm", "bench"]) == ["vllm", "bench"]
+    assert parse_command(["aiperf", "profile", "-m", "x"]).argv == ["aiperf", "profile", "-m", "x",
+                                                                    "--no-gpu-telemetry"]
+
+
+def test_aiperfs_gpu_telemetry_flags_and_output_names_are_read_and_taken_over():
+    parsed = parse_command(["aiperf", "profile", "--gpu-telemetry", "h1:9400", "h2:9400,h3:9400", "-m", "x",
+                            "--no-gpu-telemetry", "--artifact-dir=out/a", "--profile-export-file", "/x/run1.json",
+                            "--ui", "dashboard"])
+    assert parsed.telemetry_items == ["h1:9400", "h2:9400", "h3:9400"] and parsed.had_no_gpu_telemetry
+    assert parsed.argv == ["aiperf", "profile", "-m", "x", "--artifact-dir=out/a", "--profile-export-file",
+                           "/x/run1.json", "--ui", "dashboard", "--no-gpu-telemetry"]
+    assert (parsed.artifact_dir, parsed.json_name, parsed.csv_name, parsed.ui) == (
+        Path("out/a"), "run1.json", "run1.csv", "dashboard")
+
+
+@pytest.mark.parametrize(("returncode", "cancelled", "received", "error", "code"), [
+    (0, False, None, None, 0), (3, True, 2, "x", 3), (-2, True, None, None, 130), (-9, False, None, None, 137),
+    (0, True, None, None, 130), (0, True, 15, None, 143), (0, False, None, "disk full", 1)])
+def test_the_exit_code_table(returncode, cancelled, received, error, code):
+    from bridge.sidecar.profile import exit_code
+
+    assert exit_code(returncode, cancelled, received, error) == code
 
 
 # -- the sidecar as a process --------------------------------------------------------------------------
@@ -186,3 +208,58 @@ def test_a_native_sidecar_stays_up_after_complete_until_sigterm(tmp_path):
                 process.wait()
     completes = [e for e in read_dicts(tmp_path / "out" / "gpu_telemetry_events.jsonl") if e["type"] == "complete"]
     assert len(completes) == 1  # complete is idempotent
+
+
+# -- signals with any benchmark ----------------------------------------------------------------------------
+TRAPPING = """
+import signal, sys, time, pathlib
+got = []
+signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+pathlib.Path(sys.argv[1]).write_text("ready")
+while not got:
+    time.sleep(0.02)
+pathlib.Path(sys.argv[2]).write_text(str(len(got)))
+sys.exit(0)  # it finished its files and exits 0 after being asked to stop
+"""
+
+
+def test_a_signal_to_profile_is_forwarded_once_and_a_cancelled_run_never_exits_0(tmp_path):
+    script = tmp_path / "bench.py"
+    script.write_text(TRAPPING)
+    ready, seen = tmp_path / "ready", tmp_path / "seen"
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
+        env = {**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "AIPERF_GPU_COLLECTION_INTERVAL": "0.05"}
+        process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "profile", "--gpu-telemetry", exporter.url,
+                                    "--artifact-dir", str(tmp_path / "out"), "--", sys.executable, str(script),
+                                    str(ready), str(seen)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while not ready.exists():
+                assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+                time.sleep(0.05)
+            time.sleep(0.3)  # a few scrapes
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert process.returncode == 143, err.decode()[-2000:]  # 128 + SIGTERM, though the benchmark exited 0
+    assert seen.read_text() == "1"  # exactly once
+    assert orjson.loads((tmp_path / "out" / "profile_export_aiperf.json").read_bytes())["telemetry_data"]["endpoints"]
+    assert b"Files:" in out and b"exit 143 (cancelled)" in err
+
+
+def test_without_the_terminal_to_hand_over_aiperf_is_switched_to_its_simple_ui(tmp_path, monkeypatch, capsys):
+    from bridge.config import Config
+    from bridge.sidecar import profile as profile_module
+    from bridge.sidecar.aiperf import AiperfCommand
+
+    seen = tmp_path / "argv"
+    fake = AiperfCommand([sys.executable, "-c", f"import sys; open({str(seen)!r}, 'w').write(' '.join(sys.argv[1:]))",
+                          "--no-gpu-telemetry"])
+    monkeypatch.setattr(profile_module, "_foreground_terminal", lambda: None)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    run = profile_module.run_profile(Config(enabled=False), None, fake)
+    assert run.exit_code == 0 and seen.read_text() == "--no-gpu-telemetry --ui simple"
+    assert "AIPerf runs with --ui simple" in capsys.readouterr().err
