@@ -40,6 +40,27 @@ def split_items(values: Iterable[str]) -> list[str]:
     return [part for value in values for part in re.split(r"[,\s]+", value.strip()) if part]
 
 
+def expand_telemetry_args(args: Sequence[str], names: Sequence[str] = ("--gpu-telemetry",)) -> list[str]:
+    """AIPerf's `--gpu-telemetry a b c` → click's `--gpu-telemetry a --gpu-telemetry b …`.
+
+    The list ends at the next option or at `--` (what follows `--` is a benchmark's command line and is
+    left as it is). `--gpu-telemetry` followed directly by another option (or nothing) means "on, with
+    the defaults", as in AIPerf, so it is dropped. `--gpu-telemetry=a,b` passes through unchanged.
+    """
+    out: list[str] = []
+    current: str | None = None
+    for position, arg in enumerate(args):
+        if arg == "--":
+            return out + list(args[position:])
+        if current is not None and not arg.startswith("-"):
+            out += [current, arg]
+            continue
+        current = arg if arg in names else None
+        if current is None:
+            out.append(arg)
+    return out
+
+
 def parse_items(values: Iterable[str]) -> TelemetryItems:
     items = TelemetryItems()
     for item in split_items(values):

@@ -38,7 +38,7 @@ def imports_of(path: Path) -> set[str]:
             found.add(node.module)
             # `from bridge import __version__` names an attribute; `from bridge.report import spool` a module
             found.update(f"{node.module}.{a.name}" for a in node.names
-                         if (BRIDGE.parent / (node.module + "." + a.name).replace(".", "/")).with_suffix(".py").exists())
+                         if (BRIDGE.parent / f"{node.module}.{a.name}".replace(".", "/")).with_suffix(".py").exists())
     return found
 
 

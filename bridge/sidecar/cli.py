@@ -13,6 +13,16 @@ from typing import Any
 import click
 
 
+class TelemetryCommand(click.Command):
+    """`--gpu-telemetry A B C` as AIPerf users type it (and the README shows): the list ends at the next
+    option or at `--`, so a mistyped flag after it is still reported by name."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from bridge.endpoints import expand_telemetry_args
+
+        return super().parse_args(ctx, expand_telemetry_args(args))
+
+
 # -- sidecar ----------------------------------------------------------------------------------------
 def telemetry_options(func: Any) -> Any:
     options = [
@@ -129,7 +139,7 @@ def build_session(config: Any, otlp: dict[str, Any]) -> Any:
     return Session(config, table, forwarder=forwarder, relabel_config=relabel)
 
 
-@click.command()
+@click.command(cls=TelemetryCommand)
 @telemetry_options
 @click.option("--health-port", type=int, help="Control API port (default 8086).")
 def sidecar(live: bool, **flags: Any) -> None:
@@ -180,7 +190,7 @@ def _live_view(session: Any, wanted: bool) -> Any:
     return view
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command(cls=TelemetryCommand, context_settings={"allow_interspersed_args": False})
 @telemetry_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile(command: tuple[str, ...], live: bool, **flags: Any) -> None:
