@@ -152,6 +152,7 @@ def sidecar(live: bool, **flags: Any) -> None:
         click.echo("GPU telemetry is disabled (--no-gpu-telemetry); nothing to do.")
         return
     session = build_session(config, otlp)
+    session.prepare_artifacts()  # an unwritable folder stops start-up (exit 2) before anything is served
     done = threading.Event()
     # A native sidecar that exits is restarted by the kubelet (and would overwrite the finished run):
     # with exit_on_complete false it stays up after POST /complete until SIGTERM.
@@ -205,8 +206,12 @@ def profile(command: tuple[str, ...], live: bool, **flags: Any) -> None:
     flags, otlp = split_flags(flags)
     config = resolve_config(flags)
     session = build_session(config, otlp) if config.enabled else None
+    from bridge.errors import BridgeError
+
     try:
         code = run_profile(config, session, list(command), live=live)
+    except BridgeError:
+        raise  # its own message and exit code (bridge/cli.py)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None
     sys.exit(code)

@@ -18,6 +18,7 @@ from bridge.report.spool import LiveSeries
 from bridge.samples import PhaseMark
 
 logger = logging.getLogger(__name__)
+_MTIME_SLACK_NS = 2_000_000_000  # file times come from a coarse kernel clock, behind time.time_ns()
 
 
 @dataclass
@@ -37,16 +38,31 @@ class FinishedRun(Protocol):
     live_series: LiveSeries | None
     records: LineWriter
     events: LineWriter
+    started_ns: int | None
 
 
 def manifest_phases(session: FinishedRun) -> Any:
-    """Phases from AIPerf's phase_manifest.json when the run posted no marks and one is configured."""
+    """Phases from AIPerf's phase_manifest.json when the run posted no marks and one is configured.
+
+    A folder is searched for a manifest written during this run only: an earlier run's (moved into its
+    subfolder, or left by a benchmark that wrote elsewhere this time) would give another run's phases."""
     from bridge.report import load_manifest
+    from bridge.report.window import MANIFEST_FILE
 
     if session.marks or not session.config.phase_manifest:
         return None
+    path = Path(session.config.phase_manifest)
     try:
-        return load_manifest(Path(session.config.phase_manifest))
+        if path.is_dir() and session.started_ns is not None:
+            since = session.started_ns - _MTIME_SLACK_NS
+            found = sorted((p for p in path.rglob(MANIFEST_FILE) if p.stat().st_mtime_ns >= since),
+                           key=lambda p: (len(p.parts), str(p)))
+            if not found:
+                logger.warning("no %s written during this run at or below %s: the report covers the whole run",
+                               MANIFEST_FILE, path)
+                return None
+            path = found[0]
+        return load_manifest(path)
     except (OSError, ValueError) as exc:
         logger.warning("no phases from %s (%s): the report covers the whole run", session.config.phase_manifest, exc)
         return None

@@ -50,6 +50,7 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str],
 
     from bridge.sidecar.control import ControlServer
 
+    session.prepare_artifacts()  # a folder that cannot take the telemetry stops us before the benchmark runs
     if not session.config.phase_manifest:
         # AIPerf writes phase_manifest.json below its artifact directory: look there when no marks came.
         session.config = replace(session.config, phase_manifest=str(Path(config.artifact_dir).resolve()))

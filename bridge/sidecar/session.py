@@ -27,6 +27,7 @@ from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.report.spool import LiveSeries
 from bridge.samples import GpuRecord, ParsedPage, PhaseMark
 from bridge.scrape import ScrapeGroup, ScrapeLoop
+from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
 from bridge.sidecar.finish import write_session_report
 
@@ -88,13 +89,37 @@ class Session:
         self._keys: dict[str, tuple[str, str]] = {}  # url -> (redacted, display key)
         self._dropped_noted: dict[str, tuple[str, int]] = {}  # url -> (message, time) of the last parse event
         self.records_written = 0
+        self.disposition: Disposition | None = None  # what the artifact directory held (prepare_artifacts)
+        self.started_ns: int | None = None  # when configure began: a phase manifest older than this is not ours
         self._latest: dict[tuple[str, tuple[str, str | None]], tuple[GpuRecord, GpuRecord]] = {}
+
+    # -- artifact directory ------------------------------------------------------------------------
+    def prepare_artifacts(self) -> None:
+        """Check the artifact directory can be written and move an earlier run's files out of the way
+        (sidecar/artifacts.py); raises ConfigError. Called by configure, and before a benchmark starts."""
+        with self._lock:
+            if self.disposition is not None:
+                return
+            from bridge.report.write import output_names
+
+            self.disposition = prepare_artifact_dir(self.artifact_dir, self.run_id, self.records.path,
+                                                    output_names(self.config.profile_export_prefix))
+            if self.disposition != "fresh" and self.live_series is not None:
+                # Restarted inside the run: the spool lacks what came before, so the report reads the log.
+                self.live_series.remove()
+                self.live_series = None
+            if self.disposition == "finished":
+                self.state = "completed"
+                self.outputs = SessionOutputs(self.artifact_dir, [self.records.path, self.events.path])
 
     # -- configure ---------------------------------------------------------------------------------
     def configure(self) -> list[Probe]:
         with self._lock:
+            if self.state == "created":
+                self.prepare_artifacts()
             if self.state != "created":
                 return self.probes
+            self.started_ns = self._now_ns()
             urls = candidate_endpoints(self.config.telemetry.urls, self.config.default_endpoints)
             defaults = set(candidate_endpoints([], self.config.default_endpoints))
             self.probes = [self._probe(url) for url in urls]
