@@ -54,7 +54,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
     --events; --events also supplies endpoints, errors and endpoint states when combined with the others.
     """
-    from bridge.fields import CustomMetricsError, default_table, table_with_custom
+    from bridge.fields import default_table, table_with_custom
     from bridge.report.build import build_report
     from bridge.report.console import render_console
     from bridge.report.events import RunEvents, load_events
@@ -71,10 +71,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         raise click.UsageError("give the window: --start-ns A --end-ns B, --phase-manifest FILE or --events FILE")
     if jsonl is not None:
         check_record_log(jsonl)
-    try:
-        table = table_with_custom(default_table(), list(metrics_csv))
-    except CustomMetricsError as exc:
-        raise click.ClickException(str(exc)) from None
+    table = table_with_custom(default_table(), list(metrics_csv))
     run = load_events(events_path) if events_path is not None else RunEvents()
     if counter_mode is None:
         counter_mode = run.counter_mode if run.counter_mode in ("interpolated", "aiperf") else "interpolated"

@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from bridge.errors import ConfigError
+
 
 class TelemetryCommand(click.Command):
     """`--gpu-telemetry A B C` as AIPerf users type it (and the README shows): the list ends at the next
@@ -72,7 +74,7 @@ def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
     for value in values:
         key, sep, val = value.partition("=")
         if not sep or not key:
-            raise click.ClickException(f"{flag} {value!r}: expected KEY=VALUE")
+            raise ConfigError(f"{flag} {value!r}: expected KEY=VALUE")
         out[key.strip()] = val.strip()
     return out
 
@@ -87,7 +89,7 @@ def build_forwarder(otlp: dict[str, Any]) -> tuple[Any, Any]:
     try:
         relabel = load_config(otlp["relabel_config"]) if otlp.get("relabel_config") else NO_RELABEL
     except (OSError, ValueError) as exc:
-        raise click.ClickException(f"--relabel-config {otlp['relabel_config']}: {exc}") from None
+        raise ConfigError(f"--relabel-config {otlp['relabel_config']}: {exc}") from None
     try:
         config = resolve_config(os.environ, endpoint=otlp.get("otlp_endpoint"), protocol=otlp.get("otlp_protocol"),
                                 headers=otlp.get("otlp_headers"), timeout_s=otlp.get("otlp_timeout"),
@@ -95,7 +97,7 @@ def build_forwarder(otlp: dict[str, Any]) -> tuple[Any, Any]:
                                 units=otlp.get("otlp_units"), export_interval_s=otlp.get("otlp_export_interval"),
                                 max_queue_points=otlp.get("otlp_max_queue_points"))
     except OtlpConfigError as exc:
-        raise click.ClickException(f"OTLP configuration: {exc}") from None
+        raise ConfigError(f"OTLP configuration: {exc}") from None
     if config is None:
         return None, relabel
     resource = base_attributes(os.environ, service_name=otlp.get("service_name"),
@@ -112,23 +114,17 @@ def split_flags(flags: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def resolve_config(flags: dict[str, Any]) -> Any:
-    from bridge.config import ConfigError, resolve
+    from bridge.config import resolve
 
     config_file = flags.pop("config_file", None)
     flags["gpu_telemetry"] = flags.get("gpu_telemetry") or None
-    try:
-        return resolve(flags, config_file=config_file)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    return resolve(flags, config_file=config_file)  # a ConfigError is reported by bridge/cli.py (exit 2)
 
 
 def build_session_table(config: Any) -> Any:
-    from bridge.fields import CustomMetricsError, default_table, table_with_custom
+    from bridge.fields import default_table, table_with_custom
 
-    try:
-        return table_with_custom(default_table(), config.telemetry.metrics_files)
-    except CustomMetricsError as exc:
-        raise click.ClickException(str(exc)) from None
+    return table_with_custom(default_table(), config.telemetry.metrics_files)
 
 
 def build_session(config: Any, otlp: dict[str, Any]) -> Any:
@@ -176,9 +172,10 @@ def sidecar(live: bool, **flags: Any) -> None:
             break
     if view is not None:
         view.stop()
-    session.complete()
+    outputs = session.complete()
     server.stop()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id} complete; outputs in {session.artifact_dir}", err=True)
+    _exit_on_problems(outputs)
 
 
 def _live_view(session: Any, wanted: bool) -> Any:
@@ -214,7 +211,17 @@ def profile(command: tuple[str, ...], live: bool, **flags: Any) -> None:
         raise  # its own message and exit code (bridge/cli.py)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None
+    if session is not None and session.outputs is not None and code == 1 and session.outputs.problems:
+        _exit_on_problems(session.outputs)
     sys.exit(code)
+
+
+def _exit_on_problems(outputs: Any) -> None:
+    """README "Exit codes": 1 when a promised output (the report, the record log) was lost or not written."""
+    for problem in outputs.problems:
+        click.echo(f"Error: {problem}", err=True)
+    if outputs.problems:
+        sys.exit(1)
 
 
 @click.command()

@@ -26,6 +26,17 @@ class SessionOutputs:
     artifact_dir: Path
     files: list[Path] = field(default_factory=list)
     report: Any = None
+    problems: list[str] = field(default_factory=list)  # promised outputs lost or not written: exit 1
+
+
+def run_exit_code(benchmark_code: int, outputs: SessionOutputs | None) -> int:
+    """README "Exit codes": the benchmark's own failure wins (a signal is 128 + its number); a benchmark that
+    succeeded while a promised telemetry output was lost gives 1."""
+    if benchmark_code < 0:  # subprocess: killed by signal -code
+        return 128 - benchmark_code
+    if benchmark_code != 0:
+        return benchmark_code
+    return 1 if outputs is not None and outputs.problems else 0
 
 
 class FinishedRun(Protocol):

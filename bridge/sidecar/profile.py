@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge.config import Config
+from bridge.sidecar.finish import run_exit_code
 
 if TYPE_CHECKING:
     from bridge.sidecar.session import Session
@@ -46,7 +47,7 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str],
         raise ValueError("no command to run: dcgm-bridge profile [options] -- CMD [ARGS…]")
     command = with_aiperf_flags(command)
     if session is None or not config.enabled:
-        return subprocess.call(command)
+        return run_exit_code(subprocess.call(command), None)
 
     from bridge.sidecar.control import ControlServer
 
@@ -78,4 +79,4 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str],
             view.stop()
         session.complete()  # the requests end is the last profiling end mark, or the manifest's
         server.stop()
-    return code
+    return run_exit_code(code, session.outputs)

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from bridge.config import Config
 from bridge.endpoints import candidate_endpoints, display_key, redact_url
+from bridge.errors import BridgeError
 from bridge.errors import LifecycleError as LifecycleError
 from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
@@ -58,7 +59,7 @@ class Session:
         self.table = table
         self.run_id = config.effective_run_id()
         self.artifact_dir = Path(config.artifact_dir)
-        self.fetcher = fetcher or make_fetcher(_fetch_settings(config), now_ns=now_ns)
+        self.fetcher = fetcher or make_fetcher(fetch_settings(config), now_ns=now_ns)
         self._now_ns = now_ns
         self._monotonic = monotonic
         self.listeners = list(listeners)
@@ -233,8 +234,11 @@ class Session:
                 self.live_series.remove()
             for writer in (self.records, self.events):
                 if writer.last_error:
+                    lost = writer.lines_dropped + len(writer.pending())
                     logger.error("%s; %d lines could not be written: the run's files are incomplete",
-                                 writer.last_error, writer.lines_dropped + len(writer.pending()))
+                                 writer.last_error, lost)
+                    self.outputs.problems.append(f"{writer.path}: {lost} lines could not be written "
+                                                 f"({writer.last_error})")
             return self.outputs
 
     def _record_log_status(self) -> dict[str, Any]:
@@ -269,11 +273,15 @@ class Session:
         return render_exposition(latest, health)
 
     def _write_report(self, outputs: SessionOutputs) -> None:
+        rebuild = f"rebuild it with `dcgm-bridge report --jsonl {self.records.path} --events {self.events.path}`"
         try:
             write_session_report(self, outputs)
-        except Exception:  # the record log is already safe; a report bug must not lose it
-            logger.exception("building the report failed; rebuild it with `dcgm-bridge report --jsonl %s "
-                             "--events %s`", self.records.path, self.events.path)
+        except BridgeError as exc:  # a file that cannot be written, a manifest that cannot be read: its message
+            logger.error("the report was not written: %s; %s", exc, rebuild)
+            outputs.problems.append(f"the report was not written: {exc}")
+        except Exception as exc:  # the record log is already safe; a report bug must not lose it
+            logger.exception("building the report failed; %s", rebuild)
+            outputs.problems.append(f"building the report failed: {exc!r}")
 
     # -- pipeline callbacks ------------------------------------------------------------------------
     def _on_page(self, url: str, page: FetchedPage) -> None:
@@ -372,7 +380,7 @@ def _import_report_modules() -> None:
         logger.debug("warming up the report modules failed", exc_info=True)
 
 
-def _fetch_settings(config: Config) -> FetchSettings:
+def fetch_settings(config: Config) -> FetchSettings:
     token = config.bearer_token
     if token is None and config.bearer_token_file:
         token = Path(config.bearer_token_file).read_text(encoding="utf-8").strip()
