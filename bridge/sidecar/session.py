@@ -138,6 +138,9 @@ class Session:
             self.events.write_event({"type": "configured", "time_ns": self._now_ns(), "run_id": self.run_id,
                                      "endpoints_configured": configured, "endpoints_successful": successful,
                                      "counter_mode": self.config.counter_mode})
+            if not successful:
+                logger.warning("no exporter answered (%s): collecting nothing until one does; check the URLs with "
+                               "`dcgm-bridge parse URL`", ", ".join(configured) or "no endpoint configured")
             for probe in self.probes:
                 if probe.reachable:
                     self.loops[probe.url].scrape_now()  # the baseline scrape
@@ -180,6 +183,7 @@ class Session:
             raise LifecycleError("name must be a non-empty string")
         if not isinstance(time_ns, int) or isinstance(time_ns, bool) or time_ns <= 0:
             raise LifecycleError("time_ns must be a positive integer (wall-clock ns of the boundary)")
+        check_mark_time(time_ns, self._now_ns(), self.started_ns)
         mark = PhaseMark(name, kind, event, time_ns)
         with self._lock:
             if self.state == "completed":
@@ -254,6 +258,7 @@ class Session:
                 self.forwarder.mark_stale(display_key(url), run_id=self.run_id, phase=self.phase or "none",
                                           ts_ns=end_ns)
         stats: dict[str, Any] = self.forwarder.close(max(0.5, deadline - self._monotonic())).as_dict()
+        warn_otlp_losses(stats)
         return stats
 
     def exposition(self) -> bytes:
@@ -370,6 +375,29 @@ class Session:
     @property
     def ready(self) -> bool:
         return self.state in ("configured", "collecting")
+
+
+_PLAUSIBLE_NS = 10**17  # 1973 in ns: a boundary in s, ms or µs is far below it
+_DAY_NS = 86_400 * 1_000_000_000
+
+
+def check_mark_time(time_ns: int, now_ns: int, started_ns: int | None) -> None:
+    """A boundary in the wrong unit is refused (it would put the window in 1970); one far from the run is
+    accepted with a warning (a benchmark's clock may be off, but rarely by a day)."""
+    if time_ns < _PLAUSIBLE_NS:
+        unit = "seconds" if time_ns < 10**11 else "milliseconds" if time_ns < 10**14 else "microseconds"
+        raise LifecycleError(f"time_ns {time_ns} looks like {unit}; send wall-clock nanoseconds "
+                             f"(time.time_ns(), now about {now_ns})")
+    if abs(time_ns - now_ns) > _DAY_NS or (started_ns is not None and time_ns < started_ns - _DAY_NS):
+        logger.warning("phase mark at %d is more than a day from the run (now %d): is the benchmark's clock right?",
+                       time_ns, now_ns)
+
+
+def warn_otlp_losses(stats: dict[str, Any]) -> None:
+    dropped, rejected = stats.get("dropped_points", 0), stats.get("rejected_points", 0)
+    if dropped or rejected:
+        logger.warning("OTLP: %d points dropped and %d rejected, %d sent (last error: %s)", dropped, rejected,
+                       stats.get("sent_points", 0), stats.get("last_error") or "-")
 
 
 def _import_report_modules() -> None:
