@@ -166,7 +166,10 @@ def write_csv_section(path: Path, report: Report) -> Path:
         except OSError as exc:
             raise ReportWriteError(f"cannot read {path}: {exc.strerror or exc}") from None
         text = _strip_telemetry_section(text)
-    atomic_write(path, (text + csv_section(report)).encode("utf-8"))
+    section = csv_section(report)
+    if not text.strip():  # a CSV of our own: no blank separator rows at its top (they only part AIPerf's from ours)
+        text, section = "", section.lstrip("\r\n")
+    atomic_write(path, (text + section).encode("utf-8"))
     return path
 
 
@@ -174,6 +177,8 @@ def _strip_telemetry_section(text: str) -> str:
     """The CSV without a telemetry section a previous report appended (two blank rows + our header)."""
     lines = text.splitlines(keepends=True)
     for i, line in enumerate(lines):
+        if i == 0 and line.startswith(",".join(CSV_HEADER) + ","):
+            return ""  # the whole file is a section we wrote
         if line.startswith(",".join(CSV_HEADER) + ",") and i >= 2 and not lines[i - 1].strip() \
                 and not lines[i - 2].strip():
             return "".join(lines[: i - 2])
