@@ -73,6 +73,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         check_record_log(jsonl)
     table = table_with_custom(default_table(), list(metrics_csv))
     run = load_events(events_path) if events_path is not None else RunEvents()
+    if start_ns is None:
+        check_one_run(run, events_path)
     if counter_mode is None:
         counter_mode = run.counter_mode if run.counter_mode in ("interpolated", "aiperf") else "interpolated"
     kwargs: dict[str, Any] = {
@@ -108,7 +110,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     if html_path is not None:
         from bridge.report.html import write_html
 
-        written.append(write_html(built, source, html_path))
+        shown_id = run_id or (run.run_ids[-1] if run.run_ids else None)
+        written.append(write_html(built, source, html_path, run_id=shown_id))
     if show_console:
         render_console(built)
     gpus = sum(len(e["gpus"]) for e in built.telemetry_data["endpoints"].values())
@@ -128,6 +131,14 @@ def check_times(*times: int | None) -> None:
             unit = "seconds" if value < 10**11 else "milliseconds" if value < 10**14 else "microseconds"
             raise ReportInputError(f"{flag} {value} looks like {unit}, not wall-clock nanoseconds "
                                    f"(now is about {time.time_ns()}); e.g. date +%s%N")
+
+
+def check_one_run(run: Any, events_path: Path | None) -> None:
+    """An events file two runs appended to (before runs rotated their files) would give a window from the first
+    run's start to the second's end."""
+    if len(run.run_ids) > 1:
+        raise ReportInputError(f"--events {events_path} holds {len(run.run_ids)} runs ({', '.join(run.run_ids)}): "
+                               "a window would span them; give one run's window with --start-ns/--end-ns")
 
 
 def check_record_log(path: Path) -> None:

@@ -35,6 +35,7 @@ class RunEvents:
     states: list[EndpointState] = field(default_factory=list)
     skipped: int = 0
     counter_mode: str | None = None  # the live run's mode (the `configured` event), a default for `report`
+    run_ids: list[str] = field(default_factory=list)  # of the `configured` events, in order (one per run)
 
 
 def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
@@ -46,6 +47,7 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
     requests_end: int | None = None
     complete: int | None = None
     counter_mode: str | None = None
+    run_ids: list[str] = []
     skipped = 0
     for obj in objects:
         try:
@@ -61,6 +63,8 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
                 configured = [str(u) for u in obj.get("endpoints_configured") or []]
                 successful = [str(u) for u in obj.get("endpoints_successful") or []]
                 counter_mode = str(obj["counter_mode"]) if obj.get("counter_mode") else None
+                if obj.get("run_id") and str(obj["run_id"]) not in run_ids:
+                    run_ids.append(str(obj["run_id"]))
             elif kind == "scrape_error":
                 errors.append(ScrapeFailure(str(obj["endpoint"]), int(obj["time_ns"]), str(obj.get("kind") or "error"),
                                             str(obj.get("message") or "")))
@@ -75,7 +79,8 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
                 skipped += 1
         except (KeyError, TypeError, ValueError):
             skipped += 1
-    return RunEvents(marks, requests_end, complete, configured, successful, errors, states, skipped, counter_mode)
+    return RunEvents(marks, requests_end, complete, configured, successful, errors, states, skipped, counter_mode,
+                     run_ids)
 
 
 def load_events(path: Path) -> RunEvents:

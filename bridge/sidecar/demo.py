@@ -54,7 +54,7 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
         from bridge.report.html import write_html
 
         outputs.files.append(write_html(outputs.report, session.records.path, out / "gpu_telemetry.html",
-                                        title=f"dcgm-bridge demo · {session.run_id}"))
+                                        run_id=session.run_id, title=f"dcgm-bridge demo · {session.run_id}"))
         from bridge.report import render_console
 
         render_console(outputs.report, console)
