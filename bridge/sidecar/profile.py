@@ -41,6 +41,27 @@ def with_aiperf_flags(command: Sequence[str]) -> list[str]:
     return out
 
 
+# AIPerf's dashboard UI is full-screen: it cannot share the terminal with the live table. Piped through the
+# view, AIPerf picks its plain UI by itself (docs: "User Interface", automatic TTY detection); only an
+# explicit --ui-type dashboard asks for the full screen.
+_FULL_SCREEN_HINT = ("--live: AIPerf's dashboard UI (--ui-type dashboard) takes the whole screen and cannot share it "
+                     "with the live GPU table, so the table is off; use --ui-type simple (its output then scrolls "
+                     "above the table)")
+
+
+def full_screen_conflict(command: Sequence[str]) -> str | None:
+    """Why `--live` cannot share the terminal with `command`, or None when it can."""
+    if not is_aiperf(command):
+        return None
+    args = list(command)
+    for position, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith(("--ui-type=", "--ui=")) else \
+            args[position + 1] if arg in ("--ui-type", "--ui") and position + 1 < len(args) else None
+        if value == "dashboard":
+            return _FULL_SCREEN_HINT
+    return None
+
+
 def run_profile(config: Config, session: Session | None, command: Sequence[str], *, live: bool = False) -> int:
     """Collect while `command` runs (`session` None: telemetry disabled); returns its exit code."""
     if not command:
@@ -60,15 +81,24 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str],
     env = {**os.environ, "DCGM_BRIDGE_CONTROL_URL": f"http://127.0.0.1:{server.port}",
            "DCGM_BRIDGE_RUN_ID": session.run_id}
     view: Any = None
+    relay: Any = None
     try:
         session.configure()
         session.start()
         if live or config.telemetry.dashboard:
             from bridge.sidecar.live import LiveView
 
-            view = LiveView(session)
-            view.start()
-        process = subprocess.Popen(command, env=env)
+            conflict = full_screen_conflict(command)
+            if conflict is not None:
+                logger.warning("%s", conflict)
+            else:
+                view = LiveView(session)
+                view.start()
+        # With the live view the benchmark's output goes through it, above the table (live.py).
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE if view else None,
+                                   stderr=subprocess.STDOUT if view else None)
+        if view is not None and process.stdout is not None:
+            relay = view.relay(process.stdout)
         try:
             code = process.wait()
         except KeyboardInterrupt:
@@ -76,6 +106,8 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str],
             code = process.wait()
     finally:
         if view is not None:
+            if relay is not None:
+                relay.join(5)  # the benchmark's last lines before the table's last frame
             view.stop()
         session.complete()  # the requests end is the last profiling end mark, or the manifest's
         server.stop()
