@@ -167,15 +167,42 @@ def sidecar(live: bool, **flags: Any) -> None:
     session.start()
     view = _live_view(session, live or config.telemetry.dashboard)
     done_file = Path(config.done_file) if config.done_file else None
+    watch = OtlpLossWatch()
     while not done.wait(0.25):
         if done_file is not None and done_file.exists():
             break
+        if session.forwarder is not None:
+            watch.check(session.forwarder.stats().as_dict())
     if view is not None:
         view.stop()
     outputs = session.complete()
     server.stop()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id} complete; outputs in {session.artifact_dir}", err=True)
     _exit_on_problems(outputs)
+
+
+class OtlpLossWatch:
+    """During the run: one line when the OTLP receiver starts losing points, then at most one a minute while
+    the count grows (the events file and /status have the details)."""
+
+    def __init__(self, every_s: float = 60.0, monotonic: Any = None) -> None:
+        import time
+
+        self._monotonic = monotonic or time.monotonic
+        self.every_s = every_s
+        self._reported = 0
+        self._last = -every_s
+
+    def check(self, stats: dict[str, Any]) -> str | None:
+        lost = int(stats.get("dropped_points", 0)) + int(stats.get("rejected_points", 0))
+        now = self._monotonic()
+        if lost <= self._reported or now - self._last < self.every_s and self._reported:
+            return None
+        self._reported, self._last = lost, now
+        line = (f"warning: OTLP receiver is losing data: {lost} points dropped or rejected so far, "
+                f"{stats.get('sent_points', 0)} sent (last error: {stats.get('last_error') or '-'})")
+        click.echo(line, err=True)
+        return line
 
 
 def _live_view(session: Any, wanted: bool) -> Any:
