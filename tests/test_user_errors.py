@@ -164,3 +164,10 @@ def test_a_benchmark_that_succeeded_while_the_report_was_lost_gives_1() -> None:
     assert run_exit_code(0, lost) == 1
     assert run_exit_code(0, SessionOutputs(Path("."))) == 0
     assert run_exit_code(5, lost) == 5
+
+
+def test_a_benchmark_command_that_does_not_exist_stops_profile_before_anything_starts(tmp_path: Path) -> None:
+    result = run(["profile", "--artifact-dir", str(tmp_path / "out"), "--", "no-such-benchmark", "--flag"])
+    assert result.exit_code == 2
+    assert "Error: profile: cannot run 'no-such-benchmark': no such program" in result.output
+    assert not (tmp_path / "out").exists()

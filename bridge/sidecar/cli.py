@@ -225,8 +225,13 @@ def profile(command: tuple[str, ...], live: bool, **flags: Any) -> None:
     phase_manifest.json below the artifact directory (AIPerf writes one), else the whole run is
     reported. The exit code is CMD's.
     """
+    import shutil
+
     from bridge.sidecar.profile import run_profile
 
+    if command and shutil.which(command[0]) is None:  # before anything starts: nothing to collect around
+        raise ConfigError(f"profile: cannot run {command[0]!r}: no such program (not on PATH, or not executable); "
+                          "check the command after --")
     flags, otlp = split_flags(flags)
     config = resolve_config(flags)
     session = build_session(config, otlp) if config.enabled else None
