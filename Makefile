@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 export DCGM_BRIDGE_CACHE ?= $(HOME)/.cache/dcgm-bridge
+# make demo DEMO_DURATION=3 DEMO_OUT=/tmp/d: a short demo elsewhere (tests/test_readme.py runs it so).
+DEMO_OUT ?= artifacts/demo
 
 .PHONY: demo test lint unit servers bench clean
 
@@ -20,7 +22,7 @@ $(VENV)/.test: pyproject.toml bridge/_kernel.c | $(BIN)/python
 	touch $@ $(VENV)/.runtime
 
 demo: $(VENV)/.runtime
-	$(BIN)/dcgm-bridge demo --out artifacts/demo
+	$(BIN)/dcgm-bridge demo --out $(DEMO_OUT)
 
 # Real servers the tests use (VictoriaMetrics, Prometheus, etcd + apiextensions-apiserver; AIPerf 0.13.0 from
 # PyPI in its own venv, scripts/install-aiperf.sh, for the `aiperf`-marked tests), installed

@@ -86,33 +86,20 @@ def _json_value(value: float) -> float | str | None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: samples, dropped lines, normalised GPUs.")
 @click.option("--metrics-csv", type=click.Path(exists=True, dir_okay=False), multiple=True,
               help="Custom-metrics CSV (dcgm-exporter format) to map extra fields.")
-def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...]) -> None:
-    """Show what the bridge sees in one page: SOURCE is a file or a URL."""
-    from bridge.endpoints import normalize_url
-    from bridge.fetch import FetchError, FetchSettings, make_fetcher
-    from bridge.fields import CustomMetricsError, default_table, table_with_custom
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The sidecar's YAML settings (TLS, auth, timeouts), as with `sidecar --config`.")
+def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file: Path | None) -> None:
+    """Show what the bridge sees in one page: SOURCE is a file, - for stdin, or a URL.
+
+    A URL is fetched exactly as the sidecar fetches it: the same TLS, auth and timeout settings, from
+    the same environment variables (DCGM_BRIDGE_CA_FILE, DCGM_BRIDGE_BEARER_TOKEN_FILE, …) or --config."""
+    from bridge.fields import default_table, table_with_custom
     from bridge.normalize import Normalizer
     from bridge.parse import parse_page
     from bridge.record_log import record_to_dict
-    from bridge.redact import redact_url
 
-    if Path(source).exists():
-        body, origin = Path(source).read_bytes(), source
-    elif source.startswith("http") or ":" in source:
-        url = normalize_url(source)
-        fetcher = make_fetcher(FetchSettings())
-        try:
-            body, origin = fetcher.fetch(url).body, redact_url(url)
-        except FetchError as exc:
-            raise click.ClickException(exc.message) from None
-        finally:
-            fetcher.close()
-    else:
-        raise click.ClickException(f"{source}: no such file, and not a URL (expected host:port or http://…)")
-    try:
-        table = table_with_custom(default_table(), list(metrics_csv))
-    except CustomMetricsError as exc:
-        raise click.ClickException(str(exc)) from None
+    body, origin = read_parse_source(source, config_file)
+    table = table_with_custom(default_table(), list(metrics_csv))
     page = parse_page(body)
     records = Normalizer(table).records(page, source_url=origin, timestamp_ns=0)
     if as_json:
@@ -136,6 +123,42 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...]) -> None:
         for key, value in r.telemetry_data.items():
             spec = table.by_key.get(key)
             click.echo(f"      {spec.label if spec else key:<45} {value:,.6g}")
+
+
+def read_parse_source(source: str, config_file: Path | None) -> tuple[bytes, str]:
+    """`parse`'s page and where it came from: stdin (-), a file, or a URL fetched with the sidecar's settings."""
+    import sys
+
+    if source == "-":
+        return sys.stdin.buffer.read(), "<stdin>"
+    if Path(source).exists():
+        try:
+            return Path(source).read_bytes(), source
+        except OSError as exc:
+            raise click.ClickException(f"{source}: cannot read it ({exc.strerror or exc})") from None
+    if not (source.lower().startswith("http") or ":" in source):
+        from bridge.errors import ConfigError
+
+        raise ConfigError(f"parse {source!r}: no such file, and not a URL (expected a file, -, host:port or "
+                          "http://host:9400/metrics)")
+    return fetch_like_the_sidecar(source, config_file)
+
+
+def fetch_like_the_sidecar(source: str, config_file: Path | None) -> tuple[bytes, str]:
+    from bridge.config import resolve
+    from bridge.endpoints import normalize_url
+    from bridge.fetch import FetchError, make_fetcher
+    from bridge.redact import redact_url
+    from bridge.sidecar.session import fetch_settings
+
+    url = normalize_url(source, flag="parse")
+    fetcher = make_fetcher(fetch_settings(resolve({}, config_file=config_file)))
+    try:
+        return fetcher.fetch(url).body, redact_url(url)
+    except FetchError as exc:
+        raise click.ClickException(exc.message) from None
+    finally:
+        fetcher.close()
 
 
 if __name__ == "__main__":

@@ -171,6 +171,10 @@ def load_yaml(path: Path) -> dict[str, Any]:
         block = {"urls": [block]}
     if not isinstance(block, dict):
         raise ConfigError(f"--config {path}: gpu_telemetry must be a mapping")
+    if "gpu_telemetry" in loaded:
+        # Keys beside the block would be ignored: report them with the block's own problems (resolve()).
+        outside = sorted(str(k) for k in loaded if k != "gpu_telemetry")
+        return {**block, **({_OUTSIDE: outside} if outside else {})}
     return dict(block)
 
 
@@ -182,10 +186,7 @@ def resolve(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | Non
     file_values = load_yaml(config_file) if config_file else {}
     errors: list[str] = []
     values: dict[str, Any] = {}
-    known = {f.name for f in fields(Config)}
-    for key in sorted(file_values):
-        if key not in known | {"urls", "url", "metrics_file", "collector", "mode"}:
-            errors.append(f"--config {config_file}: unknown key gpu_telemetry.{key}")
+    errors.extend(_file_key_problems(file_values, config_file))
     for setting in SETTINGS:
         value, source = _lookup(setting, flags, env, file_values, config_file)
         if source is None:
@@ -204,6 +205,24 @@ def resolve(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | Non
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(sorted(errors)))
     return Config(enabled=enabled, telemetry=telemetry, **values)
+
+
+_OUTSIDE = "\0outside"  # load_yaml's note of the top-level keys beside gpu_telemetry:
+_FILE_ONLY_KEYS = frozenset({"urls", "url", "metrics_file", "collector", "mode", "enabled"})
+_MODES = ("summary", "realtime_dashboard")  # AIPerf's gpu_telemetry.mode
+
+
+def _file_key_problems(file_values: Mapping[str, Any], config_file: Path | None) -> list[str]:
+    """Every unknown key, inside or beside gpu_telemetry:, and an invalid mode, all at once."""
+    known = {f.name for f in fields(Config)} | _FILE_ONLY_KEYS
+    problems = [f"--config {config_file}: unknown key {key!r} beside gpu_telemetry: (settings go inside the block)"
+                for key in file_values.get(_OUTSIDE, [])]
+    problems += [f"--config {config_file}: unknown key gpu_telemetry.{key}"
+                 for key in sorted(map(str, file_values)) if key != _OUTSIDE and key not in known]
+    mode = file_values.get("mode")
+    if mode is not None and mode not in _MODES:
+        problems.append(f"--config {config_file}: gpu_telemetry.mode {mode!r} is not one of {', '.join(_MODES)}")
+    return problems
 
 
 def _unreadable_secret_files(values: Mapping[str, Any]) -> list[str]:

@@ -39,6 +39,27 @@ def split_items(values: Iterable[str]) -> list[str]:
     return [part for value in values for part in re.split(r"[,\s]+", value.strip()) if part]
 
 
+def expand_telemetry_args(args: Sequence[str], names: Sequence[str] = ("--gpu-telemetry",)) -> list[str]:
+    """AIPerf's `--gpu-telemetry a b c` → click's `--gpu-telemetry a --gpu-telemetry b …`.
+
+    The list ends at the next option or at `--` (what follows `--` is a benchmark's command line and is
+    left as it is). `--gpu-telemetry` followed directly by another option (or nothing) means "on, with
+    the defaults", as in AIPerf, so it is dropped. `--gpu-telemetry=a,b` passes through unchanged.
+    """
+    out: list[str] = []
+    current: str | None = None
+    for position, arg in enumerate(args):
+        if arg == "--":
+            return out + list(args[position:])
+        if current is not None and not arg.startswith("-"):
+            out += [current, arg]
+            continue
+        current = arg if arg in names else None
+        if current is None:
+            out.append(arg)
+    return out
+
+
 def parse_items(values: Iterable[str]) -> TelemetryItems:
     items = TelemetryItems()
     for item in split_items(values):
@@ -68,20 +89,42 @@ def parse_items(values: Iterable[str]) -> TelemetryItems:
     return items
 
 
-def normalize_url(item: str) -> str:
-    """`host:9400` → `http://host:9400/metrics`; `h:9400?x=1` → `http://h:9400/metrics?x=1`."""
-    url = item if item.lower().startswith("http") else f"http://{item}"
+def normalize_url(item: str, flag: str = "--gpu-telemetry") -> str:
+    """`host:9400` → `http://host:9400/metrics`; `h:9400?x=1` → `http://h:9400/metrics?x=1`.
+
+    A misspelt scheme is refused rather than guessed at: `htp://h` would become `http://htp://h` and
+    `http//h` a host named `http` (`flag` names where the item came from, for the message)."""
+    url = _checked_scheme(item, flag)
     parts = urlsplit(url)
     if not parts.hostname:
-        raise TelemetryItemError(f"--gpu-telemetry {item!r}: no host in the URL (expected http://host:9400/metrics)")
+        hint = f" (did you mean localhost{item}?)" if item.startswith(":") else ""
+        raise TelemetryItemError(f"{flag} {item!r}: no host in the URL{hint}; expected http://host:9400/metrics "
+                                 "or host:9400")
     try:
         parts.port  # noqa: B018 - validates the port
     except ValueError as exc:
-        raise TelemetryItemError(f"--gpu-telemetry {item!r}: {exc}") from None
+        raise TelemetryItemError(f"{flag} {item!r}: {exc}; expected http://host:9400/metrics or host:9400") from None
     path = parts.path.rstrip("/")
     if not path.endswith("/metrics"):
         path += "/metrics"
     return urlunsplit(parts._replace(path=path))
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_BROKEN_HTTP = re.compile(r"^https?(:/?|//)(?!/)", re.I)  # http//h, http:/h, https:h/… (not http:9400: a host)
+
+
+def _checked_scheme(item: str, flag: str) -> str:
+    scheme = _SCHEME.match(item)
+    if scheme is not None:
+        if scheme.group(1).lower() not in ("http", "https"):
+            raise TelemetryItemError(f"{flag} {item!r}: unsupported scheme {scheme.group(1)!r}; "
+                                     "expected http:// or https:// (or host:9400)")
+        return item
+    if _BROKEN_HTTP.match(item) and not re.match(r"^https?:\d", item, re.I):
+        raise TelemetryItemError(f"{flag} {item!r}: malformed scheme; expected http://host:9400/metrics "
+                                 "or host:9400")
+    return f"http://{item}"
 
 
 def candidate_endpoints(user_urls: Sequence[str], defaults: Sequence[str] = DEFAULT_ENDPOINTS) -> list[str]:

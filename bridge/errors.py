@@ -5,7 +5,8 @@
     │   ├── TelemetryItemError     a --gpu-telemetry item of no accepted form      endpoints.py
     │   ├── CustomMetricsError     a custom-metrics CSV line                      fields.py
     │   ├── RelabelConfigError     a relabel rules file                           relabel.py
-    │   └── OtlpConfigError        OTLP settings                                  otlp/config.py
+    │   ├── OtlpConfigError        OTLP settings                                  otlp/config.py
+    │   └── ReportInputError       a report input with no usable record in the window  report/cli.py
     ├── FetchError             one page could not be fetched (its `kind`)          fetch.py
     ├── RecordLogError         the record log could not be written               record_log.py
     ├── ReportError            the report could not be built or written
@@ -33,6 +34,10 @@ class BridgeError(Exception):
 
 class ConfigError(BridgeError, ValueError):
     """Bad configuration: start-up stops with this message."""
+
+
+class ReportInputError(ConfigError):
+    """`dcgm-bridge report` was given inputs that hold no usable record in the window: nothing is written."""
 
 
 class FetchError(BridgeError):

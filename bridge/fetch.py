@@ -238,6 +238,15 @@ _FILE_TOO_LARGE = 63
 _WRITE_ABORTED = 23
 
 
+# TLS failures name the settings that fix them (the same for the sidecar and `dcgm-bridge parse`).
+_VERIFY_HINT = ("; if the exporter's certificate is signed by a private CA, set DCGM_BRIDGE_CA_FILE (ca_file) to "
+                "that CA's PEM file, or DCGM_BRIDGE_INSECURE_SKIP_VERIFY=true to skip verification "
+                "(not for production)")
+_TLS_HINTS = {60: _VERIFY_HINT, 51: _VERIFY_HINT, 83: _VERIFY_HINT,
+              77: "; DCGM_BRIDGE_CA_FILE (ca_file) must be a readable PEM file of CA certificates",
+              35: "; the TLS handshake failed: is the exporter serving https on this port (and http:// meant)?"}
+
+
 class _Transfer:
     """One endpoint's libcurl handle and the state of its current request."""
 
@@ -318,7 +327,7 @@ class _Transfer:
             return FetchError("timeout", f"{where} did not answer within {self.settings.read_timeout:g} s")
         if code in _TRUNCATED_ERRORS and (self.size or code != 56):
             return FetchError("truncated", f"{where} sent an incomplete body: {reason}")
-        return FetchError("connect", f"cannot connect to {where}: {reason}")
+        return FetchError("connect", f"cannot connect to {where}: {reason}{_TLS_HINTS.get(code, '')}")
 
 
 def make_fetcher(settings: FetchSettings, now_ns: Callable[[], int] = time.time_ns) -> CurlFetcher:

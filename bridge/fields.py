@@ -181,6 +181,9 @@ def load_custom_metrics(path: Path | str, defaults: FieldTable) -> list[FieldSpe
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise CustomMetricsError(f"custom-metrics CSV {path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise CustomMetricsError(f"custom-metrics CSV {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                                 f"offset {exc.start}); expected dcgm-exporter's CSV format") from None
     return parse_custom_metrics(text, str(path), defaults)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -214,16 +213,6 @@ def test_endpoints_are_fetched_from_several_threads_at_once() -> None:
             thread.join(30)
         fetcher.close()
     assert bodies == [PAGE] * 60
-
-
-@pytest.fixture(scope="module")
-def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("tls")
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
-    return cert, key
 
 
 def tls_server(certificate: tuple[Path, Path]) -> LoopbackServer:

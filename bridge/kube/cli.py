@@ -14,32 +14,13 @@ from typing import Any, NoReturn
 
 import click
 
+from bridge.endpoints import expand_telemetry_args
 from bridge.kube.jobset import DEFAULT_IMAGE, DEFAULT_SIDECAR_IMAGE
-
-VARIADIC = ("--gpu-telemetry",)
-
-
-def expand_variadic(args: Sequence[str], names: Sequence[str] = VARIADIC) -> list[str]:
-    """AIPerf's `--gpu-telemetry a b c` → click's `--gpu-telemetry a --gpu-telemetry b …`.
-
-    `--gpu-telemetry` followed directly by another option (or nothing) means "on, with the defaults",
-    as in AIPerf, so it is dropped. `--gpu-telemetry=a,b` passes through unchanged.
-    """
-    out: list[str] = []
-    current: str | None = None
-    for arg in args:
-        if current is not None and not arg.startswith("-"):
-            out += [current, arg]
-            continue
-        current = arg if arg in names else None
-        if current is None:
-            out.append(arg)
-    return out
 
 
 class _VariadicCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, expand_variadic(args))
+        return super().parse_args(ctx, expand_telemetry_args(args))
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:

@@ -5,11 +5,13 @@ Imports numpy, rich and the builder only when the command runs, so `dcgm-bridge 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 
+from bridge.errors import ReportInputError
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE
 
 GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
@@ -53,7 +55,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
     --events; --events also supplies endpoints, errors and endpoint states when combined with the others.
     """
-    from bridge.fields import CustomMetricsError, default_table, table_with_custom
+    from bridge.fields import default_table, table_with_custom
     from bridge.report.build import build_report
     from bridge.report.console import render_console
     from bridge.report.events import RunEvents, load_events
@@ -68,11 +70,12 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         raise click.UsageError("--start-ns and --end-ns go together")
     if start_ns is None and phase_manifest is None and events_path is None:
         raise click.UsageError("give the window: --start-ns A --end-ns B, --phase-manifest FILE or --events FILE")
-    try:
-        table = table_with_custom(default_table(), list(metrics_csv))
-    except CustomMetricsError as exc:
-        raise click.ClickException(str(exc)) from None
+    if jsonl is not None:
+        check_record_log(jsonl)
+    table = table_with_custom(default_table(), list(metrics_csv))
     run = load_events(events_path) if events_path is not None else RunEvents()
+    if start_ns is None:
+        check_one_run(run, events_path)
     if counter_mode is None:
         counter_mode = run.counter_mode or DEFAULT_COUNTER_MODE
     kwargs: dict[str, Any] = {
@@ -83,6 +86,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     try:
         if start_ns is not None and end_ns is not None:
             kwargs["window"] = explicit_window(start_ns, end_ns, grace_ns)
+            check_times(start_ns, end_ns)
         elif phase_manifest is not None:
             kwargs["phases"] = load_manifest(phase_manifest)
         source: Any = jsonl
@@ -97,6 +101,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
                    f"(first: {built.read_errors[0]})", err=True)
     if run.skipped:
         click.echo(f"warning: {run.skipped} unreadable or unknown events were skipped", err=True)
+    check_window_has_records(built, jsonl or prometheus_url or "")
     json_path = output or (jsonl.parent if jsonl else Path(".")) / output_names(profile_export_prefix)[0]
     try:
         written = write_report(built, json_path.parent, profile_export_prefix, json_path=json_path,
@@ -106,13 +111,68 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     if html_path is not None:
         from bridge.report.html import write_html
 
-        written.append(write_html(built, None, html_path))
+        shown_id = run_id or (run.run_ids[-1] if run.run_ids else None)
+        written.append(write_html(built, None, html_path, run_id=shown_id))
     if show_console:
         render_console(built)
     gpus = sum(len(e["gpus"]) for e in built.telemetry_data["endpoints"].values())
     click.echo(f"{built.records} records, {gpus} GPUs, counter mode {counter_mode}")
     for path in written:
         click.echo(f"wrote {path}")
+
+
+# -- inputs that would give an empty report (nothing is written then: an existing report stays) --------
+_NS_PER_S = 1_000_000_000
+_PLAUSIBLE_NS = 10**17  # 1973-03-03 in ns; a time in s, ms or µs is far below it
+
+
+def check_times(*times: int | None) -> None:
+    for flag, value in zip(("--start-ns", "--end-ns"), times, strict=True):
+        if value is not None and 0 < value < _PLAUSIBLE_NS:
+            unit = "seconds" if value < 10**11 else "milliseconds" if value < 10**14 else "microseconds"
+            raise ReportInputError(f"{flag} {value} looks like {unit}, not wall-clock nanoseconds "
+                                   f"(now is about {time.time_ns()}); e.g. date +%s%N")
+
+
+def check_one_run(run: Any, events_path: Path | None) -> None:
+    """An events file two runs appended to (before runs rotated their files) would give a window from the first
+    run's start to the second's end."""
+    if len(run.run_ids) > 1:
+        raise ReportInputError(f"--events {events_path} holds {len(run.run_ids)} runs ({', '.join(run.run_ids)}): "
+                               "a window would span them; give one run's window with --start-ns/--end-ns")
+
+
+def check_record_log(path: Path) -> None:
+    """An empty file, or the events file given as the record log: say so instead of an empty report."""
+    from bridge.record_log import EVENTS_FILE, read_dict_batches
+
+    if path.stat().st_size == 0:
+        raise ReportInputError(f"--jsonl {path} is empty: no records to report")
+    first = next((d for batch in read_dict_batches(path, []) for d in batch[:1]), None)
+    if first is None:
+        raise ReportInputError(f"--jsonl {path} is not a record log: no line of it is a JSON object "
+                               "(expected gpu_telemetry_export.jsonl)")
+    if "type" in first and "gpu_uuid" not in first:
+        raise ReportInputError(f"--jsonl {path} is an events file ({EVENTS_FILE}); give it as --events and the "
+                               "record log (gpu_telemetry_export.jsonl) as --jsonl")
+
+
+def check_window_has_records(built: Any, source: Path | str) -> None:
+    if built.records == 0:
+        first = f" (first problem: {built.read_errors[0]})" if built.read_errors else ""
+        raise ReportInputError(f"no record could be read from {source}{first}; nothing was written")
+    gpus = [gpu for endpoint in built.telemetry_data["endpoints"].values() for gpu in endpoint["gpus"].values()]
+    if not any(gpu.get("metrics") for gpu in gpus):
+        window = built.window
+        raise ReportInputError(f"none of the {built.records} records of {source} falls in the window "
+                               f"{_when(window.start_ns)} – {_when(window.end_ns)}; check --start-ns/--end-ns, "
+                               "--phase-manifest or --events (nothing was written)")
+
+
+def _when(ns: int | None) -> str:
+    if ns is None:
+        return "open"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ns / _NS_PER_S)) + " UTC"
 
 
 def _store_records(url: str, run_id: str, kwargs: dict[str, Any], grace_ns: int, table: Any,

@@ -55,6 +55,10 @@ def render_console(report: Report, console: Console | None = None) -> None:
         else:
             console.print(f"  [red]✘[/red] {status.display} ({status.reason or 'unreachable'})")
     endpoints: dict[str, Any] = report.telemetry_data.get("endpoints", {})
+    if console.width < WIDE_TABLE:
+        _print_stacked(report, endpoints, console)
+        _print_energy(report, console)
+        return
     for endpoint, body in endpoints.items():
         for gpu_key, gpu in body.get("gpus", {}).items():
             title = f"{endpoint} | GPU {gpu.get('gpu_index')} | {gpu.get('gpu_name') or 'unknown model'}"
@@ -68,6 +72,37 @@ def render_console(report: Report, console: Console | None = None) -> None:
                 table.add_row(*_row(report, key, result))
             console.print(table)
     _print_energy(report, console)
+
+
+WIDE_TABLE = 128  # the per-GPU table's width with AIPerf's long metric names
+_CELL = 10
+
+
+def _print_stacked(report: Report, endpoints: dict[str, Any], console: Console) -> None:
+    """Narrow terminals (80 columns, a pipe, a CI log): each metric's short name on its own line, its values
+    under the column heads, so nothing wraps."""
+    from rich.markup import escape
+
+    head = "".join(f"{c:>{_CELL}}" for c in COLUMNS)
+    for endpoint, body in endpoints.items():
+        for gpu_key, gpu in body.get("gpus", {}).items():
+            title = f"GPU {gpu.get('gpu_index')} | {gpu.get('gpu_name') or 'unknown model'} | {endpoint}"
+            if gpu_key != f"gpu_{gpu.get('gpu_index')}":
+                title += f" | {gpu_key}"
+            console.print()
+            console.print(f"[bold]{escape(title)}[/bold]", overflow="fold")
+            console.print(head, highlight=False)
+            for key, result in gpu.get("metrics", {}).items():
+                name, *cells = _row(report, key, result)
+                console.print(f"[cyan]{escape(_short(name))}[/cyan]", overflow="fold")
+                console.print("".join(f"{c:>{_CELL}}" for c in cells), highlight=False, overflow="fold")
+
+
+def _short(display: str) -> str:
+    for prefix in ("NVIDIA ", "AMD "):
+        if display.startswith(prefix):
+            return display[len(prefix):]
+    return display
 
 
 def _row(report: Report, key: str, result: dict[str, Any]) -> list[str]:
@@ -85,10 +120,16 @@ def _row(report: Report, key: str, result: dict[str, Any]) -> list[str]:
         if result.get("resets"):
             cells["avg"] += f" ({result['resets']} reset{'s' if result['resets'] > 1 else ''})"
         return [f"{display} ({unit})"] + [cells.get(c, "N/A") for c in COLUMNS]
+    if unit == "count":  # error counts: whole numbers, not 0.00
+        result = {c: _whole(v) if c in COLUMNS else v for c, v in result.items()}
     cells = {c: format_number(result.get(c)) for c in COLUMNS}
     if result.get("resets"):
         cells["avg"] += f" ({result['resets']} reset{'s' if result['resets'] > 1 else ''})"
     return [f"{display} ({unit})"] + [cells[c] for c in COLUMNS]
+
+
+def _whole(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _print_energy(report: Report, console: Console) -> None:
@@ -96,8 +137,11 @@ def _print_energy(report: Report, console: Console) -> None:
     if energy.total_energy_j is None:
         return
     value, unit = readable_energy(energy.total_energy_j)
+    gpus = sum(len(body.get("gpus", {})) for body in report.telemetry_data.get("endpoints", {}).values())
     parts = [f"total GPU energy {format_number(value)} {unit}"]
-    if energy.average_power_w is not None:
-        parts.append(f"average power {format_number(energy.average_power_w)} W")
+    if energy.average_power_w is not None:  # a sum over the GPUs: say so, or it reads as per GPU
+        parts.append(f"total average power {format_number(energy.average_power_w)} W")
     parts.append(f"over {energy.duration_s:,.1f} s ({report.counter_mode} counters)")
-    console.print("Energy: " + ", ".join(parts))
+    separator = ", " if console.width >= WIDE_TABLE else "\n  "  # narrow: one figure per line, no wrapping
+    console.print(f"Energy, all {gpus} GPU{'s' if gpus != 1 else ''}:" + (" " if separator == ", " else separator)
+                  + separator.join(parts))

@@ -28,6 +28,7 @@ class RunEvents:
     states: list[EndpointState] = field(default_factory=list)
     skipped: int = 0
     counter_mode: CounterMode | None = None  # the live run's mode (the `configured` event), a default for `report`
+    run_ids: list[str] = field(default_factory=list)  # of the `configured` events, in order (one per run)
 
 
 def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
@@ -36,6 +37,7 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
     states: list[EndpointState] = []
     configured: Configured | None = None
     complete: Complete | None = None
+    run_ids: list[str] = []
     skipped = 0
     for obj in objects:
         try:
@@ -51,6 +53,8 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
             states.append(event)
         elif isinstance(event, Configured):
             configured = event
+            if event.run_id and event.run_id not in run_ids:
+                run_ids.append(event.run_id)
         else:
             complete = event
     return RunEvents(
@@ -60,7 +64,7 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
         endpoints_configured=list(configured.endpoints_configured) if configured else None,
         endpoints_successful=list(configured.endpoints_successful) if configured else None,
         errors=errors, states=states, skipped=skipped,
-        counter_mode=configured.counter_mode if configured else None,
+        counter_mode=configured.counter_mode if configured else None, run_ids=run_ids,
     )
 
 

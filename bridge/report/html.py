@@ -84,7 +84,7 @@ class PhaseEnergy:
 
 
 def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None = None, *,
-                title: str = "dcgm-bridge · GPU telemetry") -> str:
+                title: str = "dcgm-bridge · GPU telemetry", run_id: str | None = None) -> str:
     """The whole page for `report`: its own series, or those read from `records` (a record log path or records)."""
     series = [s for s in (report.series if records is None else _series(records)) if len(s)]
     origin = min((int(s.timestamps[0]) for s in series), default=0)
@@ -110,7 +110,12 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
     if energy.total_energy_j is not None:
         cards.append(("Energy (profiling)", _joules(energy.total_energy_j)))
     if energy.average_power_w is not None:
-        cards.append(("Average power", f"{energy.average_power_w:,.0f} W"))
+        cards.append((f"Total average power, {len(styles)} GPUs", f"{energy.average_power_w:,.0f} W"))
+    if run_id:
+        cards.insert(0, ("Run", run_id))
+    # Every endpoint's state, a down one included (not only in the text dump below).
+    cards += [(f"Endpoint {s.display}", "up" if s.up_at_end else f"down: {s.reason or 'unreachable'}")
+              for s in report.endpoints]
     card_html = "".join(f'<div class="card"><span>{_e(k)}</span><b>{_e(v)}</b></div>' for k, v in cards)
     phases = _phase_energy(report, series, origin, last)
     return _PAGE.format(
@@ -121,13 +126,13 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
 
 
 def write_html(report: Report, records_path: Path | str | None, out_path: Path | str, *,
-               title: str = "dcgm-bridge · GPU telemetry") -> Path:
+               title: str = "dcgm-bridge · GPU telemetry", run_id: str | None = None) -> Path:
     """render_html written to `out_path` (parent directories created); returns the path. `records_path`
     None: the report's own series."""
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     records = None if records_path is None else Path(records_path)
-    out.write_text(render_html(report, records, title=title), encoding="utf-8")
+    out.write_text(render_html(report, records, title=title, run_id=run_id), encoding="utf-8")
     return out
 
 
@@ -301,8 +306,9 @@ def _console(report: Report) -> str:
     from rich.console import Console
 
     from bridge.report import render_console
+    from bridge.report.console import WIDE_TABLE
 
-    console = Console(record=True, width=118, file=io.StringIO(), force_terminal=True, color_system="truecolor")
+    console = Console(record=True, width=WIDE_TABLE, file=io.StringIO(), force_terminal=True, color_system="truecolor")
     render_console(report, console)
     return console.export_html(inline_styles=True, code_format="{code}")
 

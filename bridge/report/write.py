@@ -215,7 +215,10 @@ def write_csv_section(path: Path, report: Report, energy: Mapping[str, Mapping[s
         text = _strip_telemetry_section(text)
         if energy and text.strip():
             text = with_energy_rows(text, energy, benchmark)
-    atomic_write(path, (text + csv_section(report)).encode("utf-8"))
+    section = csv_section(report)
+    if not text.strip():  # a CSV of our own: no blank separator rows at its top (they only part AIPerf's from ours)
+        text, section = "", section.lstrip("\r\n")
+    atomic_write(path, (text + section).encode("utf-8"))
     return path
 
 
@@ -274,6 +277,8 @@ def _strip_telemetry_section(text: str) -> str:
     """The CSV without a telemetry section a previous report appended (two blank rows + our header)."""
     lines = text.splitlines(keepends=True)
     for i, line in enumerate(lines):
+        if i == 0 and line.startswith(",".join(CSV_HEADER) + ","):
+            return ""  # the whole file is a section we wrote
         if line.startswith(",".join(CSV_HEADER) + ",") and i >= 2 and not lines[i - 1].strip() \
                 and not lines[i - 2].strip():
             return "".join(lines[: i - 2])

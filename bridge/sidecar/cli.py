@@ -13,11 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from bridge.errors import ConfigError
 from bridge.samples import COUNTER_MODES
 
 if TYPE_CHECKING:
     from bridge.otlp import OtlpForwarder
     from bridge.relabel import RelabelConfig
+
+
+class TelemetryCommand(click.Command):
+    """`--gpu-telemetry A B C` as AIPerf users type it (and the README shows): the list ends at the next
+    option or at `--`, so a mistyped flag after it is still reported by name."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from bridge.endpoints import expand_telemetry_args
+
+        return super().parse_args(ctx, expand_telemetry_args(args))
 
 
 # -- sidecar ----------------------------------------------------------------------------------------
@@ -69,7 +80,7 @@ def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
     for value in values:
         key, sep, val = value.partition("=")
         if not sep or not key:
-            raise click.ClickException(f"{flag} {value!r}: expected KEY=VALUE")
+            raise ConfigError(f"{flag} {value!r}: expected KEY=VALUE")
         out[key.strip()] = val.strip()
     return out
 
@@ -84,7 +95,7 @@ def build_forwarder(otlp: dict[str, Any]) -> tuple[OtlpForwarder | None, Relabel
     try:
         relabel = load_config(otlp["relabel_config"]) if otlp.get("relabel_config") else NO_RELABEL
     except (OSError, ValueError) as exc:
-        raise click.ClickException(f"--relabel-config {otlp['relabel_config']}: {exc}") from None
+        raise ConfigError(f"--relabel-config {otlp['relabel_config']}: {exc}") from None
     try:
         config = resolve_config(os.environ, endpoint=otlp.get("otlp_endpoint"), protocol=otlp.get("otlp_protocol"),
                                 headers=otlp.get("otlp_headers"), timeout_s=otlp.get("otlp_timeout"),
@@ -92,7 +103,7 @@ def build_forwarder(otlp: dict[str, Any]) -> tuple[OtlpForwarder | None, Relabel
                                 units=otlp.get("otlp_units"), export_interval_s=otlp.get("otlp_export_interval"),
                                 max_queue_points=otlp.get("otlp_max_queue_points"))
     except OtlpConfigError as exc:
-        raise click.ClickException(f"OTLP configuration: {exc}") from None
+        raise ConfigError(f"OTLP configuration: {exc}") from None
     if config is None:
         return None, relabel
     resource = base_attributes(os.environ, service_name=otlp.get("service_name"),
@@ -109,23 +120,17 @@ def split_flags(flags: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def resolve_config(flags: dict[str, Any]) -> Any:
-    from bridge.config import ConfigError, resolve
+    from bridge.config import resolve
 
     config_file = flags.pop("config_file", None)
     flags["gpu_telemetry"] = flags.get("gpu_telemetry") or None
-    try:
-        return resolve(flags, config_file=config_file)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    return resolve(flags, config_file=config_file)  # a ConfigError is reported by bridge/cli.py (exit 2)
 
 
 def build_session_table(config: Any) -> Any:
-    from bridge.fields import CustomMetricsError, default_table, table_with_custom
+    from bridge.fields import default_table, table_with_custom
 
-    try:
-        return table_with_custom(default_table(), config.telemetry.metrics_files)
-    except CustomMetricsError as exc:
-        raise click.ClickException(str(exc)) from None
+    return table_with_custom(default_table(), config.telemetry.metrics_files)
 
 
 def build_session(config: Any, otlp: dict[str, Any]) -> Any:
@@ -136,7 +141,7 @@ def build_session(config: Any, otlp: dict[str, Any]) -> Any:
     return Session(config, table, forwarder=forwarder, relabel_config=relabel)
 
 
-@click.command()
+@click.command(cls=TelemetryCommand)
 @telemetry_options
 @click.option("--health-port", type=int, help="Control API port (default 8086).")
 def sidecar(live: bool, **flags: Any) -> None:
@@ -149,6 +154,7 @@ def sidecar(live: bool, **flags: Any) -> None:
         click.echo("GPU telemetry is disabled (--no-gpu-telemetry); nothing to do.")
         return
     session = build_session(config, otlp)
+    session.prepare_artifacts()  # an unwritable folder stops start-up (exit 2) before anything is served
     done = threading.Event()
     # A native sidecar that exits is restarted by the kubelet (and would overwrite the finished run):
     # with exit_on_complete false it stays up after POST /complete until SIGTERM.
@@ -167,14 +173,42 @@ def sidecar(live: bool, **flags: Any) -> None:
     session.start()
     view = _live_view(session, live or config.telemetry.dashboard)
     done_file = Path(config.done_file) if config.done_file else None
+    watch = OtlpLossWatch()
     while not done.wait(0.25):
         if done_file is not None and done_file.exists():
             break
+        if session.forwarder is not None:
+            watch.check(session.forwarder.stats().as_dict())
     if view is not None:
         view.stop()
-    session.complete()
+    outputs = session.complete()
     server.stop()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id} complete; outputs in {session.artifact_dir}", err=True)
+    _exit_on_problems(outputs)
+
+
+class OtlpLossWatch:
+    """During the run: one line when the OTLP receiver starts losing points, then at most one a minute while
+    the count grows (the events file and /status have the details)."""
+
+    def __init__(self, every_s: float = 60.0, monotonic: Any = None) -> None:
+        import time
+
+        self._monotonic = monotonic or time.monotonic
+        self.every_s = every_s
+        self._reported = 0
+        self._last = -every_s
+
+    def check(self, stats: dict[str, Any]) -> str | None:
+        lost = int(stats.get("dropped_points", 0)) + int(stats.get("rejected_points", 0))
+        now = self._monotonic()
+        if lost <= self._reported or now - self._last < self.every_s and self._reported:
+            return None
+        self._reported, self._last = lost, now
+        line = (f"warning: OTLP receiver is losing data: {lost} points dropped or rejected so far, "
+                f"{stats.get('sent_points', 0)} sent (last error: {stats.get('last_error') or '-'})")
+        click.echo(line, err=True)
+        return line
 
 
 def _live_view(session: Any, wanted: bool) -> Any:
@@ -187,7 +221,7 @@ def _live_view(session: Any, wanted: bool) -> Any:
     return view
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command(cls=TelemetryCommand, context_settings={"allow_interspersed_args": False})
 @telemetry_options
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the self-contained HTML report here.")
@@ -202,8 +236,13 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
     into AIPerf's own profile_export_aiperf.json/.csv and its --gpu-telemetry items are collected by
     the bridge. Exit code: CMD's when non-zero, 128+N after signal N, 1 when the report failed.
     """
+    import shutil
+
     from bridge.sidecar.profile import run_profile
 
+    if command and shutil.which(command[0]) is None:  # before anything starts: nothing to collect around
+        raise ConfigError(f"profile: cannot run {command[0]!r}: no such program (not on PATH, or not executable); "
+                          "check the command after --")
     flags, otlp = split_flags(flags)
     argv: Any = list(command)
     env = dict(os.environ)
@@ -214,8 +253,12 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
         flags = _take_over_aiperf_telemetry(flags, argv, env)
     config = resolve_config(flags)
     session = build_session(config, otlp) if config.enabled else None
+    from bridge.errors import BridgeError
+
     try:
         run = run_profile(config, session, argv, live=live, stop_timeout=stop_timeout, env=env)
+    except BridgeError:
+        raise  # its own message and exit code (bridge/cli.py)
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None
     _summary(run, session, html_path)
@@ -225,8 +268,6 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
 def _take_over_aiperf_telemetry(flags: dict[str, Any], aiperf: Any, env: dict[str, str]) -> dict[str, Any]:
     """AIPerf's --gpu-telemetry items and AIPERF_GPU_* variables become the bridge's (one info line); AIPerf
     runs with --no-gpu-telemetry and without those variables."""
-    from bridge.errors import ConfigError
-
     taken = [f"--gpu-telemetry {' '.join(aiperf.telemetry_items)}"] if aiperf.telemetry_items else []
     if aiperf.telemetry_items:
         if flags.get("no_gpu_telemetry"):
@@ -263,7 +304,7 @@ def _summary(run: Any, session: Any, html_path: Path | None) -> None:
                 outputs.files.append(write_html(outputs.report, session.records.path, html_path,
                                                 title=f"dcgm-bridge profile · {session.run_id}"))
             except OSError as exc:
-                outputs.error = outputs.error or f"cannot write {html_path}: {exc}"
+                outputs.problems.append(f"cannot write {html_path}: {exc}")
     console.print(f"\n[bold]dcgm-bridge[/]: run {session.run_id}, {session.records_written} records. Files:")
     for path in outputs.files:
         console.print(f"  {path}")
@@ -272,6 +313,14 @@ def _summary(run: Any, session: Any, html_path: Path | None) -> None:
     if run.exit_code and run.returncode == 0:
         why = "cancelled" if run.cancelled else "report failed"
         click.echo(f"dcgm-bridge: exit {run.exit_code} ({why})", err=True)
+
+
+def _exit_on_problems(outputs: Any) -> None:
+    """README "Exit codes": 1 when a promised output (the report, the record log) was lost or not written."""
+    for problem in outputs.problems:
+        click.echo(f"Error: {problem}", err=True)
+    if outputs.problems:
+        sys.exit(1)
 
 
 @click.command()

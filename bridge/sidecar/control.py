@@ -15,6 +15,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from bridge.errors import ConfigError
 from bridge.sidecar.session import LifecycleError, Session
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,11 @@ class ControlServer:
         self.on_complete = on_complete
         self.metrics_text = metrics_text
         handler = type("Handler", (_Handler,), {"control": self})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
+        try:
+            self.httpd = _Server((host, port), handler)
+        except OSError as exc:
+            raise ConfigError(f"--health-port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+                              "stop what uses it or choose another port (DCGM_BRIDGE_HEALTH_PORT)") from None
         self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="control api", daemon=True)
@@ -55,6 +60,18 @@ class ControlServer:
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
             address = address.ipv4_mapped
         return any(address in net for net in self.allow)
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that goes away mid-answer (a scraper that timed out, curl | head) is not an error."""
+        import sys
+
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError | TimeoutError):
+            logger.debug("control client %s went away: %s", client_address[0], error)
+            return
+        logger.exception("control API: request from %s failed", client_address[0])
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -129,6 +146,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _json_body(self) -> dict[str, Any] | None:
         length_text = self.headers.get("Content-Length")
+        if length_text is None and "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
+            return {}  # no body at all (curl -X POST …/complete): as `{}`
         if length_text is None or not length_text.isdigit():
             self._error(411, "a JSON body with a Content-Length is required")
             return None

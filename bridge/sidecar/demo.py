@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
     with SimulatedExporter(SimulatorConfig(gpus=gpus, seed=7, mig=mig)) as exporter:
         config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[],
                         artifact_dir=str(out), collection_interval=interval,
-                        run_id=f"demo-{time.strftime('%Y%m%d-%H%M%S')}")
+                        run_id=f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}")
         session = Session(config, default_table())
         console.print(f"[bold]dcgm-bridge demo[/]: simulated dcgm-exporter with {gpus} GPUs at {exporter.url}, "
                       f"run {session.run_id}")
@@ -54,7 +55,7 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
         from bridge.report.html import write_html
 
         outputs.files.append(write_html(outputs.report, None, out / "gpu_telemetry.html",
-                                        title=f"dcgm-bridge demo · {session.run_id}"))
+                                        run_id=session.run_id, title=f"dcgm-bridge demo · {session.run_id}"))
         from bridge.report import render_console
 
         render_console(outputs.report, console)

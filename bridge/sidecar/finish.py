@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from bridge.report.window import Phase
 
 logger = logging.getLogger(__name__)
+_MTIME_SLACK_NS = 2_000_000_000  # file times come from a coarse kernel clock, behind time.time_ns()
 
 
 @dataclass
@@ -30,7 +31,12 @@ class SessionOutputs:
     artifact_dir: Path
     files: list[Path] = field(default_factory=list)
     report: Report | None = None
-    error: str | None = None  # why the report (a promised output) was not written
+    problems: list[str] = field(default_factory=list)  # promised outputs lost or not written: exit 1
+
+    @property
+    def error(self) -> str | None:
+        """The problems in one line (None when every promised output was written)."""
+        return "; ".join(self.problems) or None
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,16 @@ class ReportTarget:
     directory: Path
     prefix: str | None = None
     phases: list[Any] | None = None  # report.window.Phase list; None: marks or the configured manifest
+
+
+def run_exit_code(benchmark_code: int, outputs: SessionOutputs | None) -> int:
+    """README "Exit codes": the benchmark's own failure wins (a signal is 128 + its number); a benchmark that
+    succeeded while a promised telemetry output was lost gives 1."""
+    if benchmark_code < 0:  # subprocess: killed by signal -code
+        return 128 - benchmark_code
+    if benchmark_code != 0:
+        return benchmark_code
+    return 1 if outputs is not None and outputs.problems else 0
 
 
 class FinishedRun(Protocol):
@@ -54,16 +70,31 @@ class FinishedRun(Protocol):
     live_series: LiveSeries | None
     records: LineWriter
     events: LineWriter
+    started_ns: int | None
 
 
 def manifest_phases(session: FinishedRun) -> list[Phase] | None:
-    """Phases from AIPerf's phase_manifest.json when the run posted no marks and one is configured."""
+    """Phases from AIPerf's phase_manifest.json when the run posted no marks and one is configured.
+
+    A folder is searched for a manifest written during this run only: an earlier run's (moved into its
+    subfolder, or left by a benchmark that wrote elsewhere this time) would give another run's phases."""
     from bridge.report import load_manifest
+    from bridge.report.window import MANIFEST_FILE
 
     if session.marks or not session.config.phase_manifest:
         return None
+    path = Path(session.config.phase_manifest)
     try:
-        return load_manifest(Path(session.config.phase_manifest))
+        if path.is_dir() and session.started_ns is not None:
+            since = session.started_ns - _MTIME_SLACK_NS
+            found = sorted((p for p in path.rglob(MANIFEST_FILE) if p.stat().st_mtime_ns >= since),
+                           key=lambda p: (len(p.parts), str(p)))
+            if not found:
+                logger.warning("no %s written during this run at or below %s: the report covers the whole run",
+                               MANIFEST_FILE, path)
+                return None
+            path = found[0]
+        return load_manifest(path)
     except (OSError, ValueError) as exc:
         logger.warning("no phases from %s (%s): the report covers the whole run", session.config.phase_manifest, exc)
         return None

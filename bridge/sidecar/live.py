@@ -1,9 +1,17 @@
-"""The live view (`--live`, or AIPerf's `--gpu-telemetry dashboard`): a refreshing per-GPU table."""
+"""The live view (`--live`, or AIPerf's `--gpu-telemetry dashboard`): a refreshing per-GPU table.
+
+It shares the terminal with the benchmark: `profile` relays the benchmark's output through the view, which
+prints it above the refreshing region (rich redraws the region by moving the cursor; output written beside
+it would be overwritten). A benchmark with a full-screen UI of its own cannot share a screen: `profile`
+says so and suggests its simple UI.
+"""
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
+
+from bridge.endpoints import display_key
 
 if TYPE_CHECKING:
     from bridge.sidecar.session import Session
@@ -32,6 +40,13 @@ def live_table(session: Session) -> Any:
         start, now = first.telemetry_data.get("nvidia_energy_consumption"), data.get("nvidia_energy_consumption")
         energy = _joules(now - start) if start is not None and now is not None and now >= start else "-"
         table.add_row(url, gpu, last.gpu_model_name or "-", *cells, energy)
+    shown = {url for (url, _identity) in session.latest_records()}
+    for url, loop in sorted(session.loops.items()):
+        stats = loop.stats.as_json()
+        if display_key(url) not in shown:  # no data yet, or down: still a row, with why
+            state = "down" if stats["state"] == "down" or stats["last_error"] else "waiting"
+            reason = str(stats["last_error"] or "no scrape yet")
+            table.add_row(display_key(url), "-", f"{state}: {reason[:60]}", *("-" for _ in _COLUMNS), "-")
     return table
 
 
@@ -43,11 +58,34 @@ def _joules(mj: float) -> str:
 class LiveView:
     """Refreshes the table in a background thread until stopped."""
 
-    def __init__(self, session: Session, refresh_s: float = 1.0) -> None:
+    def __init__(self, session: Session, refresh_s: float = 1.0, console: Any = None) -> None:
         self.session = session
         self.refresh_s = refresh_s
+        self.console = console
+        self._live: Any = None
+        self._started = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="live view", daemon=True)
+
+    def print_line(self, text: str) -> None:
+        """A line of the benchmark's output, printed above the refreshing table."""
+        self._started.wait(5)
+        console = self._live.console if self._live is not None else self.console
+        if console is None:
+            print(text, flush=True)
+            return
+        console.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
+
+    def relay(self, stream: IO[bytes]) -> threading.Thread:
+        """Copy a benchmark's output (a pipe) through the view, line by line, until it closes."""
+        def copy() -> None:
+            for line in iter(stream.readline, b""):
+                self.print_line(line.decode("utf-8", errors="replace").rstrip("\r\n"))
+            stream.close()
+
+        thread = threading.Thread(target=copy, name="benchmark output", daemon=True)
+        thread.start()
+        return thread
 
     def start(self) -> None:
         self._thread.start()
@@ -59,6 +97,9 @@ class LiveView:
     def _run(self) -> None:
         from rich.live import Live
 
-        with Live(live_table(self.session), refresh_per_second=4, transient=False) as live:
+        with Live(live_table(self.session), refresh_per_second=4, transient=False, console=self.console) as live:
+            self._live = live
+            self._started.set()
             while not self._stop.wait(self.refresh_s):
                 live.update(live_table(self.session))
+

@@ -29,6 +29,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -77,6 +78,27 @@ def exit_code(returncode: int, cancelled: bool, received: int | None, report_err
     return 1 if report_error else 0
 
 
+# AIPerf's dashboard UI is full-screen: it cannot share the terminal with the live table. Piped through the
+# view, AIPerf picks its plain UI by itself (docs: "User Interface", automatic TTY detection); only an
+# explicit --ui-type dashboard asks for the full screen.
+_FULL_SCREEN_HINT = ("--live: AIPerf's dashboard UI (--ui-type dashboard) takes the whole screen and cannot share it "
+                     "with the live GPU table, so the table is off; use --ui-type simple (its output then scrolls "
+                     "above the table)")
+
+
+def full_screen_conflict(command: Sequence[str]) -> str | None:
+    """Why `--live` cannot share the terminal with `command`, or None when it can."""
+    if not is_aiperf(command):
+        return None
+    args = list(command)
+    for position, arg in enumerate(args):
+        value = arg.split("=", 1)[1] if arg.startswith(("--ui-type=", "--ui=")) else \
+            args[position + 1] if arg in ("--ui-type", "--ui") and position + 1 < len(args) else None
+        if value == "dashboard":
+            return _FULL_SCREEN_HINT
+    return None
+
+
 def run_profile(config: Config, session: Session | None, command: Sequence[str] | AiperfCommand, *,
                 live: bool = False, stop_timeout: float = DEFAULT_STOP_TIMEOUT,
                 env: dict[str, str] | None = None) -> ProfileRun:
@@ -102,6 +124,7 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
 
     from bridge.sidecar.control import ControlServer
 
+    session.prepare_artifacts()  # a folder that cannot take the telemetry stops us before the benchmark runs
     if not session.config.phase_manifest:
         # A benchmark that writes phase_manifest.json below the artifact directory, when no marks came.
         session.config = replace(session.config, phase_manifest=str(Path(config.artifact_dir).resolve()))
@@ -110,17 +133,25 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
     child_env.update({"DCGM_BRIDGE_CONTROL_URL": f"http://127.0.0.1:{server.port}",
                       "DCGM_BRIDGE_RUN_ID": session.run_id})
     view: Any = None
+    relay: Any = None
     try:
         session.configure()
         session.start()
         if live:
             from bridge.sidecar.live import LiveView
 
-            view = LiveView(session)
-            view.start()
-        _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout)
+            conflict = full_screen_conflict(argv)
+            if conflict is not None:
+                logger.warning("%s", conflict)
+            else:
+                view = LiveView(session)
+                view.start()
+        # With the live view the benchmark's output goes through it, above the table (live.py).
+        relay = _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout, view=view)
     finally:
         if view is not None:
+            if relay is not None:
+                relay.join(5)  # the benchmark's last lines before the table's last frame
             view.stop()
         if aiperf is not None:
             _target_aiperf(session, aiperf, run, started_ns)
@@ -174,10 +205,13 @@ def _give_terminal(fd: int | None, pgrp: int) -> None:
 
 
 def _run_child(argv: list[str], env: dict[str, str], run: ProfileRun, terminal: int | None, aiperf: bool,
-               stop_timeout: float) -> None:
+               stop_timeout: float, view: Any = None) -> threading.Thread | None:
     """Start the command in its own process group, forward signals once each, wait (bounded once asked
-    to stop), and record its return code in `run`."""
-    process = subprocess.Popen(argv, env=env, process_group=0)
+    to stop), and record its return code in `run`. With a live view, the command's output is relayed
+    through it; the relay thread is returned (to be joined before the view's last frame)."""
+    process = subprocess.Popen(argv, env=env, process_group=0, stdout=subprocess.PIPE if view else None,
+                               stderr=subprocess.STDOUT if view else None)
+    relay = view.relay(process.stdout) if view is not None and process.stdout is not None else None
     pgid = process.pid
     _give_terminal(terminal, pgid)
     deadline: list[float] = []
@@ -225,6 +259,7 @@ def _run_child(argv: list[str], env: dict[str, str], run: ProfileRun, terminal: 
                 os.killpg(pgid, 0)
                 if run.received is not None:
                     os.killpg(pgid, signal.SIGKILL)
+    return relay
 
 
 def _follow_stop(terminal: int | None, pgid: int) -> None:

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from bridge.config import Config
 from bridge.endpoints import candidate_endpoints, display_key
+from bridge.errors import BridgeError
 from bridge.errors import LifecycleError as LifecycleError
 from bridge.events import Complete, Configured
 from bridge.fetch import Fetcher, FetchError, FetchSettings, make_fetcher
@@ -29,6 +30,7 @@ from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries
 from bridge.samples import PHASE_EVENTS, PHASE_KINDS, GpuRecord, PhaseMark, SessionState
 from bridge.scrape import ScrapeGroup, ScrapeLoop
+from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
 from bridge.sidecar.pipeline import (
@@ -69,7 +71,7 @@ class Session:
         self.table = table
         self.run_id = config.effective_run_id()
         self.artifact_dir = Path(config.artifact_dir)
-        self.fetcher = fetcher or make_fetcher(_fetch_settings(config), now_ns=now_ns)
+        self.fetcher = fetcher or make_fetcher(fetch_settings(config), now_ns=now_ns)
         self._now_ns = now_ns
         self._monotonic = monotonic
         self.forwarder = forwarder  # None when OTLP export is off
@@ -101,6 +103,8 @@ class Session:
             sinks.append(self._otlp)
         if listeners:
             sinks.append(ListenerSink(listeners))
+        self.disposition: Disposition | None = None  # what the artifact directory held (prepare_artifacts)
+        self.started_ns: int | None = None  # when configure began: a phase manifest older than this is not ours
         self.pipeline = Pipeline(Normalizer(table), sinks, self.events, run_id=self.run_id,
                                  phase=lambda: self.phase, otlp=self._otlp)
 
@@ -108,11 +112,33 @@ class Session:
     def records_written(self) -> int:
         return self._record_log.records_written
 
+    # -- artifact directory ------------------------------------------------------------------------
+    def prepare_artifacts(self) -> None:
+        """Check the artifact directory can be written and move an earlier run's files out of the way
+        (sidecar/artifacts.py); raises ConfigError. Called by configure, and before a benchmark starts."""
+        with self._lock:
+            if self.disposition is not None:
+                return
+            from bridge.report.write import output_names
+
+            self.disposition = prepare_artifact_dir(self.artifact_dir, self.run_id, self.records.path,
+                                                    output_names(self.config.profile_export_prefix))
+            if self.disposition != "fresh" and self.live_series is not None:
+                # Restarted inside the run: the spool lacks what came before, so the report reads the log.
+                self.live_series.remove()
+                self.live_series = None
+            if self.disposition == "finished":
+                self.state = "completed"
+                self.outputs = SessionOutputs(self.artifact_dir, [self.records.path, self.events.path])
+
     # -- configure ---------------------------------------------------------------------------------
     def configure(self) -> list[Probe]:
         with self._lock:
+            if self.state == "created":
+                self.prepare_artifacts()
             if self.state != "created":
                 return self.probes
+            self.started_ns = self._now_ns()
             urls = candidate_endpoints(self.config.telemetry.urls, self.config.default_endpoints)
             defaults = set(candidate_endpoints([], self.config.default_endpoints))
             self.probes = [self._probe(url) for url in urls]
@@ -129,6 +155,9 @@ class Session:
             successful = tuple(redact_url(p.url) for p in self.probes if p.reachable)
             self.events.write_event(Configured(self._now_ns(), self.run_id, configured, successful,
                                                self.config.counter_mode))
+            if not successful:
+                logger.warning("no exporter answered (%s): collecting nothing until one does; check the URLs with "
+                               "`dcgm-bridge parse URL`", ", ".join(configured) or "no endpoint configured")
             for probe in self.probes:
                 if probe.reachable:
                     self.loops[probe.url].scrape_now()  # the baseline scrape
@@ -171,6 +200,7 @@ class Session:
             raise LifecycleError("name must be a non-empty string")
         if not isinstance(time_ns, int) or isinstance(time_ns, bool) or time_ns <= 0:
             raise LifecycleError("time_ns must be a positive integer (wall-clock ns of the boundary)")
+        check_mark_time(time_ns, self._now_ns(), self.started_ns)
         mark = PhaseMark(name, kind, event, time_ns)
         with self._lock:
             if self.state == "completed":
@@ -223,9 +253,11 @@ class Session:
                 self.live_series.remove()
             for writer in (self.records, self.events):
                 if writer.last_error:
-                    self.outputs.error = self.outputs.error or f"{writer.path}: {writer.last_error}"
+                    lost = writer.lines_dropped + len(writer.pending())
                     logger.error("%s; %d lines could not be written: the run's files are incomplete",
-                                 writer.last_error, writer.lines_dropped + len(writer.pending()))
+                                 writer.last_error, lost)
+                    self.outputs.problems.append(f"{writer.path}: {lost} lines could not be written "
+                                                 f"({writer.last_error})")
             return self.outputs
 
     def _record_log_status(self) -> dict[str, Any]:
@@ -238,6 +270,7 @@ class Session:
         up = [url for url in self._otlp.seen if url not in self.pipeline.down]
         self._otlp.mark_stale(up, self.phase, self._now_ns())  # the run is over: its series end here
         stats: dict[str, Any] = self.forwarder.close(max(0.5, deadline - self._monotonic())).as_dict()
+        warn_otlp_losses(stats)
         return stats
 
     def exposition(self) -> bytes:
@@ -257,12 +290,15 @@ class Session:
         return render_exposition(latest, health)
 
     def _write_report(self, outputs: SessionOutputs) -> None:
+        rebuild = f"rebuild it with `dcgm-bridge report --jsonl {self.records.path} --events {self.events.path}`"
         try:
             write_session_report(self, outputs)
+        except BridgeError as exc:  # a file that cannot be written, a manifest that cannot be read: its message
+            logger.error("the report was not written: %s; %s", exc, rebuild)
+            outputs.problems.append(f"the report was not written: {exc}")
         except Exception as exc:  # the record log is already safe; a report bug must not lose it
-            outputs.error = str(exc) or type(exc).__name__
-            logger.exception("building the report failed; rebuild it with `dcgm-bridge report --jsonl %s "
-                             "--events %s`", self.records.path, self.events.path)
+            logger.exception("building the report failed; %s", rebuild)
+            outputs.problems.append(f"building the report failed: {exc!r}")
 
     # -- status ------------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -292,6 +328,29 @@ class Session:
         return self.state in ("configured", "collecting")
 
 
+_PLAUSIBLE_NS = 10**17  # 1973 in ns: a boundary in s, ms or µs is far below it
+_DAY_NS = 86_400 * 1_000_000_000
+
+
+def check_mark_time(time_ns: int, now_ns: int, started_ns: int | None) -> None:
+    """A boundary in the wrong unit is refused (it would put the window in 1970); one far from the run is
+    accepted with a warning (a benchmark's clock may be off, but rarely by a day)."""
+    if time_ns < _PLAUSIBLE_NS:
+        unit = "seconds" if time_ns < 10**11 else "milliseconds" if time_ns < 10**14 else "microseconds"
+        raise LifecycleError(f"time_ns {time_ns} looks like {unit}; send wall-clock nanoseconds "
+                             f"(time.time_ns(), now about {now_ns})")
+    if abs(time_ns - now_ns) > _DAY_NS or (started_ns is not None and time_ns < started_ns - _DAY_NS):
+        logger.warning("phase mark at %d is more than a day from the run (now %d): is the benchmark's clock right?",
+                       time_ns, now_ns)
+
+
+def warn_otlp_losses(stats: dict[str, Any]) -> None:
+    dropped, rejected = stats.get("dropped_points", 0), stats.get("rejected_points", 0)
+    if dropped or rejected:
+        logger.warning("OTLP: %d points dropped and %d rejected, %d sent (last error: %s)", dropped, rejected,
+                       stats.get("sent_points", 0), stats.get("last_error") or "-")
+
+
 def _import_report_modules() -> None:
     try:
         import bridge.report.build
@@ -300,7 +359,7 @@ def _import_report_modules() -> None:
         logger.debug("warming up the report modules failed", exc_info=True)
 
 
-def _fetch_settings(config: Config) -> FetchSettings:
+def fetch_settings(config: Config) -> FetchSettings:
     token = config.bearer_token
     if token is None and config.bearer_token_file:
         token = Path(config.bearer_token_file).read_text(encoding="utf-8").strip()

@@ -10,7 +10,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from bridge.kube.cli import expand_variadic, kube
+from bridge.endpoints import expand_telemetry_args as expand_variadic
+from bridge.kube.cli import kube
 from tests.kube.crd_schema import schema_errors
 
 BASE = ["profile", "--model", "Qwen/Qwen3-0.6B", "--url", "frontend:8000", "--job-id", "bench-1", "--dry-run"]

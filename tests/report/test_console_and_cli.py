@@ -36,7 +36,23 @@ def test_console_lists_reachable_sources_then_one_table_per_gpu_in_readable_unit
     assert "127.0.0.1:19401 | GPU 0 | NVIDIA H100 80GB HBM3" in text
     assert "NVIDIA Energy Consumption (kJ)" in text and "3.00" in text  # 3 kJ, not "0.00 MJ"
     assert "NVIDIA XID Errors (code)" in text and "last 79" in text
-    assert "Energy: total GPU energy 3.00 kJ, average power 300.00 W" in text
+    assert "Energy, all 1 GPU: total GPU energy 3.00 kJ, total average power 300.00 W" in text
+
+
+def test_at_80_columns_the_tables_stack_short_names_over_their_values_and_nothing_wraps() -> None:
+    records = [rec(T0 + i * S // 3, {"nvidia_power_usage": 300.0, "nvidia_ecc_dbe_vol_total": 2.0 + (i > 5)})
+               for i in range(-3, 33)]
+    built = build_report(records, window=explicit_window(T0, T0 + 10 * S), endpoints_configured=[URL],
+                         endpoints_successful=[URL])
+    console = Console(record=True, width=80, force_terminal=False)
+    render_console(built, console)
+    lines = console.export_text().splitlines()
+    assert max(map(len, lines)) <= 80
+    assert "GPU Power Usage (W)" in lines and "NVIDIA GPU Power Usage (W)" not in lines
+    counts = lines[lines.index("ECC Double-Bit Volatile Errors (count)") + 1].split()
+    assert counts[0] == "1"  # a count is a whole number, not 1.00
+    assert lines[-4:] == ["Energy, all 1 GPU:", "  total GPU energy 3.00 kJ", "  total average power 300.00 W",
+                          "  over 10.0 s (interpolated counters)"]
 
 
 @pytest.mark.parametrize(("joules", "expected"), [(12.0, (12.0, "J")), (3000.0, (3.0, "kJ")),

@@ -1,0 +1,141 @@
+"""One run, one record: what a new run does with the files it finds in its artifact directory.
+
+The events file's first line names the run that wrote it (its `configured` event), and a `complete`
+event near its end says that run finished. A new run id moves the earlier run's files into a subfolder
+named after that run (one line says so) and starts fresh files, so `make demo` twice, a reused `out/`
+and a sweep into one folder never mix two runs' records. The same run id carries on: a sidecar restarted
+inside its run appends; one restarted after its run completed leaves the finished files alone.
+
+Before any of that the directory must be writable: a benchmark must not run for an hour into a folder
+that cannot take its telemetry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import orjson
+
+from bridge.errors import ConfigError
+from bridge.record_log import EVENTS_FILE, EXPORT_FILE
+
+logger = logging.getLogger(__name__)
+
+Disposition = Literal["fresh", "resume", "finished"]
+_TAIL_BYTES = 64 * 1024  # the complete event is the last line, or close to it
+SPOOL_PREFIX = ".dcgm-bridge-spool-"
+# What a run writes or merges into, besides its record log and events file (report/write.py's names).
+_REPORT_FILES = ("profile_export_aiperf.json", "profile_export_aiperf.csv", "gpu_telemetry.html", "phases")
+
+
+@dataclass(frozen=True)
+class EarlierRun:
+    run_id: str | None  # None: a record log without our events file (AIPerf's own, or an old one)
+    completed: bool
+
+
+def check_writable(artifact_dir: Path) -> None:
+    """Create the directory and a file in it, or stop with the reason (root ignores file modes, so only
+    trying tells: a read-only mount, a full disk, a path through a file)."""
+    probe = artifact_dir / f".dcgm-bridge-write-test-{os.getpid()}"
+    try:
+        artifact_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--artifact-dir {artifact_dir}: cannot write there ({exc.strerror or exc}); "
+                          "give a folder this user can write (or set DCGM_BRIDGE_ARTIFACT_DIR)") from None
+
+
+def earlier_run(events: Path, record_log: Path) -> EarlierRun | None:
+    """The run whose files are in the directory, or None when there are none."""
+    if events.exists():
+        return EarlierRun(_first_run_id(events), _completed(events))
+    if record_log.exists() and record_log.stat().st_size:
+        return EarlierRun(None, True)
+    return None
+
+
+def prepare_artifact_dir(artifact_dir: Path, run_id: str, record_log: Path, report_names: tuple[str, ...] = (),
+                         ) -> Disposition:
+    """Make the directory ready for run `run_id`; see the module docstring for the three cases."""
+    check_writable(artifact_dir)
+    events = artifact_dir / EVENTS_FILE
+    earlier = earlier_run(events, record_log)
+    if earlier is None:
+        return "fresh"
+    if earlier.run_id == run_id:
+        if earlier.completed:
+            logger.warning("run %s already completed in %s: its files are left as they are; nothing more is "
+                           "collected (give a new --run-id to start another run)", run_id, artifact_dir)
+            return "finished"
+        logger.warning("run %s carries on in %s (restarted before it completed)", run_id, artifact_dir)
+        return "resume"
+    folder = _free_folder(artifact_dir, earlier.run_id or _stamp(record_log))
+    moved = _move_run_files(artifact_dir, folder, record_log, report_names)
+    logger.warning("%s held the files of an earlier run%s: moved %d of them into %s/",
+                   artifact_dir, f" ({earlier.run_id})" if earlier.run_id else "", moved, folder)
+    return "fresh"
+
+
+def _first_run_id(events: Path) -> str | None:
+    try:
+        with events.open("rb") as stream:
+            for _, line in zip(range(50), stream, strict=False):
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(event, dict) and event.get("type") == "configured" and event.get("run_id"):
+                    return str(event["run_id"])
+    except OSError:
+        return None
+    return None
+
+
+def _completed(events: Path) -> bool:
+    try:
+        with events.open("rb") as stream:
+            stream.seek(max(0, events.stat().st_size - _TAIL_BYTES))
+            tail = stream.read()
+    except OSError:
+        return False
+    return b'"type":"complete"' in tail
+
+
+def _stamp(path: Path) -> str:
+    return "earlier-" + time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
+
+
+def _free_folder(artifact_dir: Path, name: str) -> Path:
+    base = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "earlier"
+    folder, n = artifact_dir / base, 1
+    while folder.exists():
+        n += 1
+        folder = artifact_dir / f"{base}-{n}"
+    return folder
+
+
+def _move_run_files(artifact_dir: Path, folder: Path, record_log: Path, report_names: tuple[str, ...]) -> int:
+    names = {EVENTS_FILE, EXPORT_FILE, f"{EXPORT_FILE}.gz", record_log.name, f"{record_log.name}.gz",
+             *_REPORT_FILES, *report_names}
+    moved = 0
+    try:
+        for path in sorted(artifact_dir.iterdir()):
+            if path.name in names:
+                folder.mkdir(exist_ok=True)
+                shutil.move(str(path), str(folder / path.name))
+                moved += 1
+            elif path.name.startswith(SPOOL_PREFIX):  # a killed run's report spool: never read again
+                shutil.rmtree(path, ignore_errors=True)
+    except OSError as exc:
+        raise ConfigError(f"--artifact-dir {artifact_dir}: cannot move the earlier run's files into {folder} "
+                          f"({exc.strerror or exc}); move or delete them, or give another folder") from None
+    return moved

@@ -1,0 +1,170 @@
+"""The README is tested: every `dcgm-bridge …` line of its code blocks (and of the guides it links, in
+docs/) runs, and `make demo` works.
+
+Each command runs as the user would type it, in a scratch folder, in the README's order (the `report`
+line reads what the `sidecar` line wrote). Only what cannot exist here is swapped: the example hosts
+become simulated exporters on loopback, the benchmark becomes `python -c pass`, the demo runs 2 s, and
+Kubernetes commands get `--dry-run`. A subcommand that goes missing or a flag that changes fails here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bridge.simulator import SimulatedExporter, SimulatorConfig
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# The user's pages: the README and the guides it links (their command lines are tested the same way).
+PAGES = [README, ROOT / "docs" / "kubernetes.md"]
+BIN = Path(sys.executable).parent
+# The required flags a `kube profile … --gpu-telemetry k8s://…` line leaves out (the "…").
+KUBE_PROFILE_REQUIRED = ["--model", "m", "--url", "frontend:8000", "--sidecar-image", "registry.example.com/b:1"]
+LONG_RUNNING = {"sidecar", "simulate"}
+
+
+def readme_commands(text: str) -> list[list[str]]:
+    """Every `dcgm-bridge` command line in a fenced code block, continuations joined, comments dropped."""
+    commands = []
+    for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.S | re.M):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip().startswith("dcgm-bridge "):
+                commands.append(shlex.split(line, comments=True))
+    return commands
+
+
+def test_the_readme_shows_every_everyday_command() -> None:
+    commands = [c for page in PAGES for c in readme_commands(page.read_text("utf-8"))]
+    shown = {" ".join(c[1:3]) if c[1] == "kube" else c[1] for c in commands}
+    assert {"parse", "sidecar", "report", "profile", "simulate", "demo", "kube profile"} <= shown
+
+
+def test_the_extractor_joins_continuations_and_drops_comments() -> None:
+    text = "x\n```sh\ndcgm-bridge a \\\n   --b c   # why\nkubectl get x\n```\n`dcgm-bridge inline` \n"
+    assert readme_commands(text) == [["dcgm-bridge", "a", "--b", "c"]]
+
+
+class Exporters:
+    """The README's example hosts, each a simulated exporter (node1, node2) or a closed port (OTLP)."""
+
+    def __init__(self) -> None:
+        self.sims = [SimulatedExporter(SimulatorConfig(gpus=2, seed=i)).start() for i in range(2)]
+        self.closed = free_port()
+
+    def close(self) -> None:
+        for sim in self.sims:
+            sim.stop()
+
+    def adapt(self, argv: list[str]) -> list[str]:
+        host = {f"node{i + 1}": f"127.0.0.1:{sim.url.split(':')[2].split('/')[0]}" for i, sim in enumerate(self.sims)}
+        out = []
+        for arg in argv:
+            arg = re.sub(r"\bnode([12]):9400", lambda m: host[f"node{m.group(1)}"], arg)
+            arg = re.sub(r"(victoria:8428|otel-collector:4317)", f"127.0.0.1:{self.closed}", arg)
+            out.append(arg)
+        command = out[1]
+        if command == "profile":
+            out = [*out[: out.index("--") + 1], sys.executable, "-c", "pass"]
+        elif command == "demo":
+            out[out.index("--duration") + 1] = "2"
+        elif command == "simulate":
+            out[out.index("--port") + 1] = str(free_port())
+        elif command == "kube" and out[2] in ("profile", "estimate"):
+            if "…" in out:
+                i = out.index("…")
+                out[i: i + 1] = KUBE_PROFILE_REQUIRED
+            out = [a for a in out if a != "--wait"] + ["--dry-run"] * (out[2] == "profile")
+        return [str(BIN / "dcgm-bridge"), *out[1:]]
+
+
+@pytest.fixture
+def exporters() -> Iterator[Exporters]:
+    found = Exporters()
+    yield found
+    found.close()
+
+
+def _env() -> dict[str, str]:
+    # No default endpoints (another test's simulator may listen on :9400), an ephemeral control port
+    # (8086 may be taken), quick scrapes and a short shutdown.
+    return {**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "DCGM_BRIDGE_HEALTH_PORT": "0",
+            "AIPERF_GPU_COLLECTION_INTERVAL": "0.1", "AIPERF_GPU_SHUTDOWN_DELAY": "2", "COLUMNS": "80"}
+
+
+def _run_until_ready(argv: list[str], cwd: Path, ready: str, log: Path) -> subprocess.CompletedProcess[str]:
+    """Start a long-running command, wait for `ready` in its output, then SIGTERM it (how it is stopped)."""
+    with log.open("w") as sink:
+        process = subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=sink, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 30
+        while ready not in log.read_text() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if process.poll() is None and argv[1] == "sidecar":
+            port = re.search(r"control API on port (\d+)", log.read_text())
+            assert port, log.read_text()
+            _wait_ready(int(port.group(1)))
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    return subprocess.CompletedProcess(argv, process.returncode, log.read_text(), "")
+
+
+def _wait_ready(port: int) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
+                if response.status == 200:
+                    time.sleep(0.3)  # a few scrapes, so the report has records
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+
+
+def test_every_command_line_in_the_readme_runs(exporters: Exporters, tmp_path: Path) -> None:
+    failures = []
+    lines = [line for page in PAGES for line in readme_commands(page.read_text("utf-8"))]
+    for number, line in enumerate(lines):
+        argv = exporters.adapt(line)
+        if argv[1] in LONG_RUNNING:
+            ready = "control API on port" if argv[1] == "sidecar" else "simulated dcgm-exporter"
+            result = _run_until_ready(argv, tmp_path, ready, tmp_path / f"command-{number}.log")
+        else:
+            result = subprocess.run(argv, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+        output = result.stdout + result.stderr
+        if result.returncode != 0 or "Traceback" in output:
+            failures.append(f"{shlex.join(line)}\n  ran as {shlex.join(argv[1:])}\n  exit {result.returncode}: "
+                            f"{output.strip()[-600:]}")
+    assert not failures, "README commands that fail:\n" + "\n".join(failures)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_demo_prints_the_report_and_the_file_list(tmp_path: Path) -> None:
+    """`make demo` as the README's first command, short: the target's command, without its install step
+    (the venv running this test is the one it would install into)."""
+    venv = Path(sys.prefix)
+    out = tmp_path / "demo"
+    argv = ["make", "-s", "-C", str(ROOT), "-o", f"{venv}/.runtime", "demo", f"VENV={venv}", f"DEMO_OUT={out}",
+            "DEMO_DURATION=2"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Energy" in result.stdout and f"Artifacts in {out}" in result.stdout.replace("\n", "")
+    for name in ("gpu_telemetry_export.jsonl", "profile_export_aiperf.json", "gpu_telemetry.html"):
+        assert (out / name).exists()

@@ -1,0 +1,173 @@
+"""No tracebacks for user errors (issue 12 items 6, 8, 9, 12): one line naming the input and what to do,
+exit 2; a runtime failure exits 1; `profile` passes the benchmark's code through. Each case runs the
+command as a user would (through bridge.cli.main, the one place errors become messages)."""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import socket
+import ssl
+import struct
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bridge.cli import main
+from bridge.sidecar.control import ControlServer
+from bridge.sidecar.finish import SessionOutputs, run_exit_code
+from tests.loopback import LoopbackServer, send
+from tests.sidecar.helpers import session_for
+
+DATA = Path(__file__).parent / "data"
+PAGE = DATA / "k8s-ai-conformance_kops_l4.txt"
+QUIET = {"AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "AIPERF_GPU_SHUTDOWN_DELAY": "1",
+         "DCGM_BRIDGE_CONNECT_TIMEOUT": "0.3", "DCGM_BRIDGE_HEALTH_PORT": "0"}
+
+
+def run(args: list[str], env: dict[str, str] | None = None, stdin: bytes | None = None):
+    result = CliRunner().invoke(main, args, env={**QUIET, **(env or {})}, input=stdin)
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["parse", "http//host:9400/metrics"], "Error: parse 'http//host:9400/metrics': malformed scheme; "
+                                           "expected http://host:9400/metrics or host:9400"),
+    (["parse", ":19400"], "Error: parse ':19400': no host in the URL (did you mean localhost:19400?)"),
+    (["parse", "htp://x:9400"], "Error: parse 'htp://x:9400': unsupported scheme 'htp'; expected http:// or "
+                                "https://"),
+    (["parse", "no-such-file"], "Error: parse 'no-such-file': no such file, and not a URL"),
+    (["sidecar", "--gpu-telemetry", "htp://x:9400"], "--gpu-telemetry 'htp://x:9400': unsupported scheme 'htp'"),
+    (["profile", "--gpu-telemetry", "http:/x:9400", "--", "true"], "--gpu-telemetry 'http:/x:9400': malformed"),
+    (["sidecar", "--gpu-telemetry", "localhost:1", "--otlp-endpoint", "x:4318", "--attribute", "novalue"],
+     "Error: --attribute 'novalue': expected KEY=VALUE"),
+])
+def test_a_bad_url_or_flag_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = run(args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_a_custom_metrics_csv_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "metrics.csv"
+    bad.write_bytes(b"\xff\xfeDCGM_FI_DEV_GPU_TEMP, gauge, temp\n")
+    result = run(["parse", str(PAGE), "--metrics-csv", str(bad)])
+    assert result.exit_code == 2
+    assert f"Error: custom-metrics CSV {bad}: not UTF-8 text (byte 0xff at offset 0)" in result.output
+
+
+def test_a_missing_token_file_is_a_configuration_error(tmp_path: Path) -> None:
+    result = run(["sidecar", "--gpu-telemetry", "localhost:1"],
+                 env={"DCGM_BRIDGE_BEARER_TOKEN_FILE": str(tmp_path / "token")})
+    assert result.exit_code == 2
+    assert f"DCGM_BRIDGE_BEARER_TOKEN_FILE / --bearer-token-file {tmp_path / 'token'}: cannot read it" in result.output
+
+
+def test_a_health_port_in_use_is_named(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run(["sidecar", "--gpu-telemetry", "localhost:1", "--artifact-dir", str(tmp_path),
+                      "--health-port", str(port)])
+    assert result.exit_code == 2
+    assert f"Error: --health-port {port}: cannot listen on 0.0.0.0:{port} (Address already in use)" in result.output
+
+
+def test_parse_reads_stdin() -> None:
+    result = run(["parse", "-"], stdin=PAGE.read_bytes())
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("<stdin>: ") and "GPUs" in result.output.splitlines()[0]
+
+
+def test_parse_fetches_with_the_sidecars_tls_settings_and_names_them_when_verification_fails(
+        certificate: tuple[Path, Path]) -> None:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*certificate)
+    with LoopbackServer(lambda h: send(h, PAGE.read_bytes()), tls=context) as server:
+        refused = run(["parse", server.url])
+        trusted = run(["parse", server.url], env={"DCGM_BRIDGE_CA_FILE": str(certificate[0])})
+    assert refused.exit_code == 1
+    assert "set DCGM_BRIDGE_CA_FILE (ca_file) to that CA's PEM file, or DCGM_BRIDGE_INSECURE_SKIP_VERIFY=true" \
+        in refused.output
+    assert trusted.exit_code == 0 and "GPUs" in trusted.output
+
+
+def test_parse_sends_the_sidecars_bearer_token(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    with LoopbackServer(lambda h: send(h, PAGE.read_bytes())) as server:
+        result = run(["parse", server.url], env={"DCGM_BRIDGE_BEARER_TOKEN_FILE": str(token)})
+    assert result.exit_code == 0
+    assert server.requests[0].get("Authorization") == "Bearer s3cret"
+
+
+# -- the control API ---------------------------------------------------------------------------------
+@pytest.fixture
+def control(tmp_path: Path):
+    session = session_for([], tmp_path)
+    server = ControlServer(session, "127.0.0.1", 0, ["127.0.0.1/8"], metrics_text=lambda: b"x" * (8 << 20))
+    server.start()
+    yield server
+    server.stop()
+    session.complete()
+
+
+def test_post_complete_with_no_body_completes(control: ControlServer) -> None:
+    with socket.create_connection(("127.0.0.1", control.port), timeout=10) as client:
+        client.sendall(b"POST /complete HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert b'"completed": true' in answer
+
+
+def test_a_client_that_stops_reading_metrics_is_not_an_error(control: ControlServer,
+                                                            caplog: pytest.LogCaptureFixture,
+                                                            capfd: pytest.CaptureFixture[str]) -> None:
+    with caplog.at_level(logging.DEBUG, "bridge.sidecar.control"):
+        for _ in range(3):
+            client = socket.create_connection(("127.0.0.1", control.port), timeout=5)
+            client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            client.recv(1024)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset, as curl | head
+            client.close()
+        deadline = time.monotonic() + 5
+        while "went away" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert "went away" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "Traceback" not in capfd.readouterr().err
+    conn = http.client.HTTPConnection("127.0.0.1", control.port, timeout=5)
+    conn.request("GET", "/healthz")
+    assert conn.getresponse().status == 200  # still serving
+    conn.close()
+
+
+# -- exit codes ----------------------------------------------------------------------------------------
+def test_the_benchmarks_failure_wins_and_a_signal_gives_128_plus_its_number(tmp_path: Path) -> None:
+    failed = run(["profile", "--gpu-telemetry", "127.0.0.1:1", "--artifact-dir", str(tmp_path / "a"), "--",
+                  sys.executable, "-c", "raise SystemExit(3)"])
+    killed = run(["profile", "--gpu-telemetry", "127.0.0.1:1", "--artifact-dir", str(tmp_path / "b"), "--",
+                  sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"])
+    assert (failed.exit_code, killed.exit_code) == (3, 128 + 15)
+
+
+def test_a_benchmark_that_succeeded_while_the_report_was_lost_gives_1() -> None:
+    lost = SessionOutputs(Path("."), problems=["the report was not written: disk full"])
+    assert run_exit_code(0, lost) == 1
+    assert run_exit_code(0, SessionOutputs(Path("."))) == 0
+    assert run_exit_code(5, lost) == 5
+
+
+def test_a_benchmark_command_that_does_not_exist_stops_profile_before_anything_starts(tmp_path: Path) -> None:
+    result = run(["profile", "--artifact-dir", str(tmp_path / "out"), "--", "no-such-benchmark", "--flag"])
+    assert result.exit_code == 2
+    assert "Error: profile: cannot run 'no-such-benchmark': no such program" in result.output
+    assert not (tmp_path / "out").exists()

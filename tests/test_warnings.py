@@ -1,0 +1,79 @@
+"""Warnings where a user would want one (issue 12 item 10): every config problem at once, inside or beside
+gpu_telemetry:; phase times in the wrong unit; no reachable exporter; OTLP points lost."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from bridge.config import ConfigError, resolve
+from bridge.sidecar.session import LifecycleError, check_mark_time, warn_otlp_losses
+from tests.sidecar.helpers import session_for
+
+
+def test_every_unknown_key_inside_and_beside_the_block_and_an_invalid_mode_are_reported_at_once(
+        tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("collection_interval: 1\nextra: 2\ngpu_telemetry:\n  urls: [a:9400]\n  mode: fancy\n"
+                      "  colection_interval: 2\n  bogus: 1\n")
+    with pytest.raises(ConfigError) as caught:
+        resolve({}, env={}, config_file=config)
+    lines = str(caught.value).splitlines()[1:]
+    assert [line.strip().split(": ", 1)[1] for line in lines] == [
+        "gpu_telemetry.mode 'fancy' is not one of summary, realtime_dashboard",
+        "unknown key 'collection_interval' beside gpu_telemetry: (settings go inside the block)",
+        "unknown key 'extra' beside gpu_telemetry: (settings go inside the block)",
+        "unknown key gpu_telemetry.bogus",
+        "unknown key gpu_telemetry.colection_interval",
+    ]
+
+
+@pytest.mark.parametrize(("value", "unit"), [(1_796_234_392, "seconds"), (1_796_234_392_000, "milliseconds"),
+                                            (1_796_234_392_000_000, "microseconds")])
+def test_a_phase_time_in_the_wrong_unit_is_refused(value: int, unit: str) -> None:
+    with pytest.raises(LifecycleError, match=f"time_ns {value} looks like {unit}; send wall-clock nanoseconds"):
+        check_mark_time(value, time.time_ns(), None)
+
+
+def test_a_phase_time_a_day_away_from_the_run_is_accepted_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    now = time.time_ns()
+    with caplog.at_level(logging.WARNING):
+        check_mark_time(now - 2 * 86_400 * 10**9, now, now)
+    assert "more than a day from the run" in caplog.text
+
+
+def test_no_reachable_exporter_is_said_at_start(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    session = session_for(["http://127.0.0.1:1/metrics"], tmp_path)
+    with caplog.at_level(logging.WARNING, "bridge.sidecar.session"):
+        session.configure()
+    session.complete()
+    assert "no exporter answered (http://127.0.0.1:1/metrics): collecting nothing until one does" in caplog.text
+
+
+def test_lost_otlp_points_are_counted_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        warn_otlp_losses({"dropped_points": 2880, "rejected_points": 0, "sent_points": 0,
+                          "last_error": "cannot connect"})
+        warn_otlp_losses({"dropped_points": 0, "rejected_points": 0, "sent_points": 10})
+    assert caplog.messages == ["OTLP: 2880 points dropped and 0 rejected, 0 sent (last error: cannot connect)"]
+
+
+def test_an_unreachable_otlp_receiver_is_said_during_the_run_once_a_minute_at_most(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from bridge.sidecar.cli import OtlpLossWatch
+
+    clock = [0.0]
+    watch = OtlpLossWatch(monotonic=lambda: clock[0])
+    assert watch.check({"dropped_points": 0, "sent_points": 5}) is None
+    first = watch.check({"dropped_points": 120, "sent_points": 5, "last_error": "cannot connect"})
+    clock[0] = 30.0
+    assert watch.check({"dropped_points": 240}) is None  # within the minute
+    clock[0] = 61.0
+    later = watch.check({"dropped_points": 2880, "sent_points": 5})
+    assert first == ("warning: OTLP receiver is losing data: 120 points dropped or rejected so far, 5 sent "
+                     "(last error: cannot connect)")
+    assert later is not None and "2880 points" in later
+    assert capsys.readouterr().err.count("warning: OTLP receiver is losing data") == 2
