@@ -218,6 +218,8 @@ class LineWriter:
         self.lines_written = 0
         self.lines_dropped = 0
         self.last_error: str | None = None
+        self._closed = False  # after close(): a late line (a scrape that ended after completion) is written
+        # and its file closed again at once, never left open to be collected by the garbage collector
 
     def write_lines(self, lines: Iterable[bytes]) -> None:
         with self._lock:
@@ -226,7 +228,7 @@ class LineWriter:
             for _ in range(max(overflow, 0)):
                 self._buffer.popleft()
                 self.lines_dropped += 1
-            if self._monotonic() - self._last_flush >= self.flush_interval_s:
+            if self._closed or self._monotonic() - self._last_flush >= self.flush_interval_s:
                 self._flush_locked()
 
     def write_records(self, records: Iterable[GpuRecord]) -> None:
@@ -247,16 +249,27 @@ class LineWriter:
 
     def close(self) -> bool:
         with self._lock:
-            ok = self._flush_locked()
-            if self._file is not None:
-                try:
-                    self._file.close()
-                except OSError as exc:
-                    ok = self._fail(exc)
-                self._file = None
-            return ok
+            self._closed = True
+            return self._flush_locked()
+
+    def _close_file_locked(self) -> bool:
+        if self._file is None:
+            return True
+        try:
+            self._file.close()
+        except OSError as exc:
+            return self._fail(exc)
+        finally:
+            self._file = None
+        return True
 
     def _flush_locked(self) -> bool:
+        ok = self._write_buffer_locked()
+        if self._closed:
+            ok = self._close_file_locked() and ok
+        return ok
+
+    def _write_buffer_locked(self) -> bool:
         self._last_flush = self._monotonic()
         if not self._buffer:
             return True

@@ -189,3 +189,15 @@ def test_series_handed_out_by_finish_stay_as_they_were_while_more_records_arrive
     assert list(before.values["nvidia_power_usage"]) == [0.0, 1.0, 2.0]
     assert after.values["nvidia_power_usage"][-1] == 4999.0 and len(after) == 5000
     assert not math.isnan(after.values["nvidia_power_usage"].sum())
+
+
+def test_a_line_written_after_close_is_written_and_its_file_closed_again(tmp_path):
+    from bridge.events import Complete
+    from bridge.record_log import LineWriter, read_dicts
+
+    writer = LineWriter(tmp_path / "events.jsonl", flush_interval_s=60.0)
+    writer.write_event(Complete(1, None, True, (), None, {}))
+    assert writer.close()
+    writer.write_event(Complete(2, None, True, (), None, {}))  # a scrape that ended after completion
+    assert writer._file is None  # not left open for the garbage collector
+    assert [d["time_ns"] for d in read_dicts(tmp_path / "events.jsonl")] == [1, 2]
