@@ -77,3 +77,25 @@ def test_an_unreachable_otlp_receiver_is_said_during_the_run_once_a_minute_at_mo
                      "(last error: cannot connect)")
     assert later is not None and "2880 points" in later
     assert capsys.readouterr().err.count("warning: OTLP receiver is losing data") == 2
+
+
+def test_profile_says_during_the_run_that_the_otlp_receiver_is_losing_data(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from bridge.simulator import SimulatedExporter, SimulatorConfig
+    from tests.conftest import free_port
+
+    closed = free_port()
+    env = {**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "AIPERF_GPU_COLLECTION_INTERVAL": "0.1"}
+    benchmark = [sys.executable, "-c", "import time; time.sleep(3)"]
+    with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
+        result = subprocess.run(
+            [sys.executable, "-m", "bridge.cli", "profile", "--gpu-telemetry", exporter.url, "--artifact-dir",
+             str(tmp_path / "out"), "--otlp-endpoint", f"http://127.0.0.1:{closed}", "--otlp-max-queue-points", "100",
+             "--", *benchmark], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    during = [line for line in result.stderr.splitlines() if line.startswith("warning: OTLP receiver is losing data")]
+    assert len(during) == 1 and "points dropped or rejected so far" in during[0]  # once: the run lasts < 1 min
+    assert "OTLP: " in result.stderr and " points dropped and 0 rejected" in result.stderr  # and the total at the end

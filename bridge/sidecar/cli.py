@@ -15,6 +15,7 @@ import click
 
 from bridge.errors import ConfigError
 from bridge.samples import COUNTER_MODES
+from bridge.sidecar.session import OtlpLossWatch as OtlpLossWatch
 
 if TYPE_CHECKING:
     from bridge.otlp import OtlpForwarder
@@ -185,30 +186,6 @@ def sidecar(live: bool, **flags: Any) -> None:
     server.stop()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id} complete; outputs in {session.artifact_dir}", err=True)
     _exit_on_problems(outputs)
-
-
-class OtlpLossWatch:
-    """During the run: one line when the OTLP receiver starts losing points, then at most one a minute while
-    the count grows (the events file and /status have the details)."""
-
-    def __init__(self, every_s: float = 60.0, monotonic: Any = None) -> None:
-        import time
-
-        self._monotonic = monotonic or time.monotonic
-        self.every_s = every_s
-        self._reported = 0
-        self._last = -every_s
-
-    def check(self, stats: dict[str, Any]) -> str | None:
-        lost = int(stats.get("dropped_points", 0)) + int(stats.get("rejected_points", 0))
-        now = self._monotonic()
-        if lost <= self._reported or now - self._last < self.every_s and self._reported:
-            return None
-        self._reported, self._last = lost, now
-        line = (f"warning: OTLP receiver is losing data: {lost} points dropped or rejected so far, "
-                f"{stats.get('sent_points', 0)} sent (last error: {stats.get('last_error') or '-'})")
-        click.echo(line, err=True)
-        return line
 
 
 def _live_view(session: Any, wanted: bool) -> Any:

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from bridge.config import Config
 from bridge.sidecar.aiperf import AiperfCommand, AiperfOutputs, find_outputs, is_aiperf, read_result
 from bridge.sidecar.finish import ReportTarget, SessionOutputs
+from bridge.sidecar.session import OtlpLossWatch
 
 if TYPE_CHECKING:
     from bridge.sidecar.session import Session
@@ -147,7 +148,10 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
                 view = LiveView(session)
                 view.start()
         # With the live view the benchmark's output goes through it, above the table (live.py).
-        relay = _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout, view=view)
+        watch = OtlpLossWatch()  # an OTLP receiver losing data is said during the run, at most once a minute
+        forwarder = session.forwarder
+        relay = _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout, view=view,
+                           every_second=(lambda: watch.check(forwarder.stats().as_dict())) if forwarder else None)
     finally:
         if view is not None:
             if relay is not None:
@@ -205,7 +209,8 @@ def _give_terminal(fd: int | None, pgrp: int) -> None:
 
 
 def _run_child(argv: list[str], env: dict[str, str], run: ProfileRun, terminal: int | None, aiperf: bool,
-               stop_timeout: float, view: Any = None) -> threading.Thread | None:
+               stop_timeout: float, view: Any = None,
+               every_second: Callable[[], object] | None = None) -> threading.Thread | None:
     """Start the command in its own process group, forward signals once each, wait (bounded once asked
     to stop), and record its return code in `run`. With a live view, the command's output is relayed
     through it; the relay thread is returned (to be joined before the view's last frame)."""
@@ -215,6 +220,7 @@ def _run_child(argv: list[str], env: dict[str, str], run: ProfileRun, terminal: 
     pgid = process.pid
     _give_terminal(terminal, pgid)
     deadline: list[float] = []
+    next_second = time.monotonic() + 1.0
 
     def forward(signum: int, _frame: object) -> None:
         if run.received is None:
@@ -249,6 +255,9 @@ def _run_child(argv: list[str], env: dict[str, str], run: ProfileRun, terminal: 
                 run.killed = True
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pgid, signal.SIGKILL)
+            if every_second is not None and time.monotonic() >= next_second:
+                next_second = time.monotonic() + 1.0
+                every_second()
             time.sleep(0.05)
     finally:
         _give_terminal(terminal, os.getpgrp())
