@@ -15,7 +15,7 @@ import click
 
 from bridge.errors import ConfigError
 from bridge.samples import COUNTER_MODES
-from bridge.sidecar.session import OtlpLossWatch as OtlpLossWatch
+from bridge.sidecar.otlp_watch import OtlpLossWatch as OtlpLossWatch
 
 if TYPE_CHECKING:
     from bridge.otlp import OtlpForwarder

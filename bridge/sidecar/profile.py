@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from bridge.config import Config
 from bridge.sidecar.aiperf import AiperfCommand, AiperfOutputs, find_outputs, is_aiperf, read_result
 from bridge.sidecar.finish import ReportTarget, SessionOutputs
-from bridge.sidecar.session import OtlpLossWatch
+from bridge.sidecar.otlp_watch import OtlpLossWatch
 
 if TYPE_CHECKING:
     from bridge.sidecar.session import Session

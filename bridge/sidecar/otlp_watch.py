@@ -1,0 +1,30 @@
+"""An OTLP receiver that loses data is said during the run, not only in the events file (`sidecar`, `profile`)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class OtlpLossWatch:
+    """During the run: one line when the OTLP receiver starts losing points, then at most one a minute while
+    the count grows (the events file and /status have the details)."""
+
+    def __init__(self, every_s: float = 60.0, monotonic: Callable[[], float] | None = None) -> None:
+        self._monotonic = monotonic or time.monotonic
+        self.every_s = every_s
+        self._reported = 0
+        self._last = -every_s
+
+    def check(self, stats: dict[str, Any]) -> str | None:
+        lost = int(stats.get("dropped_points", 0)) + int(stats.get("rejected_points", 0))
+        now = self._monotonic()
+        if lost <= self._reported or now - self._last < self.every_s and self._reported:
+            return None
+        self._reported, self._last = lost, now
+        line = (f"warning: OTLP receiver is losing data: {lost} points dropped or rejected so far, "
+                f"{stats.get('sent_points', 0)} sent (last error: {stats.get('last_error') or '-'})")
+        print(line, file=sys.stderr, flush=True)
+        return line
