@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from bridge.fields import BLANK_VALUES, FieldSpec, FieldTable, is_blank_label, is_blank_value
+from bridge.fields import BLANK_VALUES, FieldSpec, FieldTable, is_blank_label, is_blank_value, spec_for_family
 from bridge.parse import PageTemplate, TemplatedPage
 from bridge.samples import GpuRecord, ParsedPage
 
@@ -146,7 +146,7 @@ class Normalizer:
             return self._specs[name]
         except KeyError:
             # AIPerf looks up `name.removesuffix("_total")`: OpenMetrics-style counter names still map.
-            spec = self.table.by_name.get(name) or self.table.by_name.get(name.removesuffix("_total"))
+            spec = spec_for_family(self.table, name)
             self._specs[name] = spec
             return spec
 

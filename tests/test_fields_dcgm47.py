@@ -100,3 +100,18 @@ def test_the_energy_twin_is_in_joules_and_reports_megajoules() -> None:
         "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL"]
     assert legacy.unit == new.unit == "MJ" and new.kind is MetricKind.COUNTER
     assert 5e6 * legacy.scale == pytest.approx(5e3 * new.scale)  # 5e6 mJ == 5e3 J
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_the_dialect_column_agrees_with_the_table(row: FieldSpec) -> None:
+    """`parse` says which exporters write a name; the table says whether the name is DCGM 4.7's."""
+    if row.dialect == "1.x":
+        assert row.name.startswith("dcgm_")
+    elif row.dialect == "<=4.8":
+        assert CURRENT[row.name] != row.name  # an older name of an id, or a deprecated id
+    elif row.dialect in ("any", "4.9+"):
+        assert CURRENT.get(row.name) == row.name or row.name in RELEASE_NOTE_NAMES
+    elif row.dialect == "<=4.9":
+        assert CURRENT[row.name] == row.name and row.name + "_PER_SECOND" in RELEASE_NOTE_NAMES
+    else:
+        assert row.dialect == "4.10+" and row.name in RELEASE_NOTE_NAMES
