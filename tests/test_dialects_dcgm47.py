@@ -117,3 +117,32 @@ def test_every_dialect_gives_the_same_energy_to_ground_truth_and_the_same_keys()
             assert keys - {"nvidia_fb_capacity"} == legacy_keys, dialect
         elif dialect != "old-namespace":  # -o's 1.x file has 16 of the families
             assert keys == legacy_keys, dialect
+
+
+def test_a_fleet_of_48_and_410_nodes_gives_one_report_with_the_same_keys_and_units() -> None:
+    from bridge.fields import default_table
+    from bridge.normalize import Normalizer
+    from bridge.parse import parse_page
+    from bridge.report import build_report
+    from bridge.report.window import explicit_window
+    from bridge.simulator.config import SimulatorConfig
+    from bridge.simulator.model import NodeModel
+    from bridge.simulator.render import render_page
+
+    nodes = {"node-48:9400": "current", "node-410:9400": "dcgm410"}
+    normalizer, records = Normalizer(default_table()), []
+    for seed, (endpoint, dialect) in enumerate(nodes.items()):
+        model = NodeModel(SimulatorConfig(gpus=2, seed=seed, dialect=dialect, hostname=endpoint.split(":")[0],
+                                          boot_ns=START - 3600 * S), now_ns=lambda: START)
+        for step in range(8):
+            t = START + step * S
+            records += normalizer.records(parse_page(render_page(model, t)), source_url=f"http://{endpoint}/metrics",
+                                          timestamp_ns=t)
+    built = build_report(records, window=explicit_window(START, START + 7 * S, 0))
+    endpoints = built.telemetry_data["endpoints"]
+    assert set(endpoints) == set(nodes)
+    shapes = {endpoint: {(key, m.get("unit")) for gpu in data["gpus"].values() for key, m in gpu["metrics"].items()
+                         if key != "nvidia_fb_capacity"}  # a field only 4.9+ collects by default
+              for endpoint, data in endpoints.items()}
+    assert shapes["node-48:9400"] == shapes["node-410:9400"]
+    assert ("nvidia_energy_consumption", "MJ") in shapes["node-410:9400"], sorted(shapes["node-410:9400"])[:3]
