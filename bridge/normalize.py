@@ -129,9 +129,7 @@ class Normalizer:
 
     def take_anomalies(self) -> list[UnitAnomaly]:
         """The unit anomalies found since the last call (each family at most once per Normalizer, i.e. per run)."""
-        out = []
-        while self._anomalies:
-            out.append(self._anomalies.pop(0))
+        out, self._anomalies = self._anomalies, []
         return out
 
     def _check_ratios(self, plan: _Plan, values: Sequence[float], source_url: str) -> None:
