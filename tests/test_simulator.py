@@ -420,3 +420,17 @@ def test_the_package_surface_is_pinned_and_imports_only_the_standard_library() -
             "if m.split('.')[0] not in sys.stdlib_module_names and m.split('.')[0] != 'bridge'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert not [m for m in eval(out) if not m.startswith(("_", "__"))]
+
+
+def test_dcgm49_writes_an_xid_under_dcgm47s_name_and_the_bridge_reports_it(clock: ManualClock) -> None:
+    from bridge.fields import default_table
+    from bridge.normalize import Normalizer
+    from bridge.parse import parse_page
+
+    model = NodeModel(SimulatorConfig(dialect="dcgm49", gpus=2), clock)
+    model.inject_xid(1, 79, T0)
+    text = render_page(model, T0 + NS).decode()
+    (xid,) = [s for s in families(text)["DCGM_FI_DEV_XID_ERROR"].samples if s.value]
+    assert (xid.labels["gpu"], xid.value, xid.labels["err_code"]) == ("1", 79, "79")
+    records = Normalizer(default_table()).records(parse_page(text.encode()), source_url="u", timestamp_ns=0)
+    assert [r.telemetry_data.get("nvidia_xid_errors") for r in records if r.gpu_index == 1] == [79.0]
