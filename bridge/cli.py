@@ -93,7 +93,7 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
 
     A URL is fetched exactly as the sidecar fetches it: the same TLS, auth and timeout settings, from
     the same environment variables (DCGM_BRIDGE_CA_FILE, DCGM_BRIDGE_BEARER_TOKEN_FILE, …) or --config."""
-    from bridge.fields import default_table, table_with_custom
+    from bridge.fields import default_table, dialect_summary, table_with_custom
     from bridge.normalize import Normalizer
     from bridge.parse import parse_page
     from bridge.record_log import record_to_dict
@@ -101,21 +101,31 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
     body, origin = read_parse_source(source, config_file)
     table = table_with_custom(default_table(), list(metrics_csv))
     page = parse_page(body)
-    records = Normalizer(table).records(page, source_url=origin, timestamp_ns=0)
+    normalizer = Normalizer(table)
+    records = normalizer.records(page, source_url=origin, timestamp_ns=0)
+    summary = dialect_summary((s.name for s in page.samples), table)
     if as_json:
         out = {
             "samples": [{"name": s.name, "labels": dict(s.labels), "value": _json_value(s.value),
                          "timestamp_ms": s.timestamp_ms} for s in page.samples],
             "dropped": [{"line": d.line, "text": d.text, "reason": d.reason} for d in page.dropped],
             "gpus": [{k: v for k, v in record_to_dict(r).items() if k != "timestamp_ns"} for r in records],
+            "families": {name: {"dialect": d, "key": k} for name, (d, k) in summary.mapped.items()},
+            "unmapped": list(summary.unmapped),
+            "warnings": [a.message() for a in normalizer.take_anomalies()],
         }
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
-    families = {s.name for s in page.samples}
+    families = list(dict.fromkeys(s.name for s in page.samples))
     click.echo(f"{origin}: {len(page.samples)} samples in {len(families)} families, "
                f"{len(page.dropped)} lines dropped, {len(records)} GPUs")
     for d in page.dropped:
         click.echo(f"  dropped line {d.line}: {d.reason}: {d.text[:100]}")
+    click.echo("families, by the exporter that writes the name:")
+    for line in summary.lines():
+        click.echo(line)
+    for anomaly in normalizer.take_anomalies():
+        click.echo(f"  warning: {anomaly.message()}")
     for r in records:
         mig = f" MIG {r.gpu_instance_id} ({r.gpu_instance_profile})" if r.gpu_instance_id else ""
         click.echo(f"  GPU {r.gpu_index} {r.gpu_uuid}{mig} {r.gpu_model_name or '(no model name)'} "

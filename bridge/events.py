@@ -7,6 +7,7 @@ Everything of a run that is not a GPU record goes to the events file, one JSON o
     configured      `Configured`      time_ns, run_id, endpoints_configured, endpoints_successful, counter_mode
     phase           `PhaseMark`       name, kind, event, time_ns
     scrape_error    `ScrapeFailure`   endpoint, time_ns, kind, message
+                                      (kind `unit`: a value contradicting its name's unit, once per family)
     endpoint_state  `EndpointState`   endpoint, time_ns, state, reason
     complete        `Complete`        time_ns, requests_end_ns, collection_complete, endpoints, otlp, record_log
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -27,6 +28,8 @@ class FieldSpec:
     scale: float  # exporter value × scale = report value
     kind: MetricKind
     level: Level = "instance"
+    # which exporters write this name: any | <=4.8 | <=4.9 | 4.9+ | 4.10+ | 1.x (`-o`) | custom (a metrics CSV)
+    dialect: str = "custom"
 
     @property
     def label(self) -> str:
@@ -70,6 +73,7 @@ def parse_table(text: str) -> list[FieldSpec]:
             scale=float(row["scale"]),
             kind=MetricKind(row["kind"]),
             level="device" if row["level"] == "device" else "instance",
+            dialect=row.get("dialect") or "custom",
         )
         for row in rows
     ]
@@ -78,6 +82,51 @@ def parse_table(text: str) -> list[FieldSpec]:
 def default_table() -> FieldTable:
     text = resources.files("bridge").joinpath("data/fields.csv").read_text(encoding="utf-8")
     return FieldTable.of(parse_table(text))
+
+
+DIALECT_NAMES = {
+    "any": "every dcgm-exporter", "<=4.8": "dcgm-exporter <= 4.8", "<=4.9": "dcgm-exporter <= 4.9",
+    "4.9+": "dcgm-exporter 4.9+ (DCGM 4.7 name)", "4.10+": "dcgm-exporter 4.10+", "1.x": "1.x / -o name",
+    "custom": "custom-metrics CSV",
+}
+
+
+@dataclass(frozen=True)
+class DialectSummary:
+    """What a page's family names say about the exporter that wrote them (`dcgm-bridge parse`)."""
+
+    mapped: Mapping[str, tuple[str, str]]  # family -> (dialect, report key), in page order
+    unmapped: tuple[str, ...]  # DCGM families with no report key (forwarded as OTLP, not in the report)
+
+    def lines(self, width: int = 80) -> list[str]:
+        """The families grouped by dialect, then the unmapped ones, wrapped to `width` columns."""
+        groups: dict[str, list[str]] = {}
+        for name, (dialect, _key) in self.mapped.items():
+            groups.setdefault(DIALECT_NAMES.get(dialect, dialect), []).append(name)
+        if self.unmapped:
+            groups[f"not mapped, forwarded only ({len(self.unmapped)})"] = list(self.unmapped)
+        out: list[str] = []
+        for title, names in groups.items():
+            out += textwrap.wrap(", ".join(names), width, initial_indent=f"  {title}: ", subsequent_indent="    ",
+                                 break_on_hyphens=False)
+        return out
+
+
+def spec_for_family(table: FieldTable, name: str) -> FieldSpec | None:
+    """The row a family name maps to; like AIPerf, `name` without a `_total` suffix (OpenMetrics counters) too."""
+    return table.by_name.get(name) or table.by_name.get(name.removesuffix("_total"))
+
+
+def dialect_summary(families: Iterable[str], table: FieldTable) -> DialectSummary:
+    mapped: dict[str, tuple[str, str]] = {}
+    unmapped: list[str] = []
+    for name in dict.fromkeys(families):
+        spec = spec_for_family(table, name)
+        if spec is not None:
+            mapped[name] = (spec.dialect, spec.key)
+        elif name.upper().startswith("DCGM_"):
+            unmapped.append(name)
+    return DialectSummary(mapped, tuple(unmapped))
 
 
 # go-dcgm pkg/dcgm/const.go: values DCGM uses for "blank / not found / not supported / no permission".
@@ -105,7 +154,7 @@ def is_blank_label(value: str) -> bool:
 # Unlike AIPerf (ai-dynamo/aiperf `src/aiperf/gpu_telemetry/metrics_config.py`) the type column is
 # honoured (a counter gets a delta, a gauge stats), the unit is read from "(in X)" and the value is *scaled* to the
 # report unit (mJ → MJ, MiB → GB, ns → µs, Hz → MHz, a 0-1 ratio → %), and a bad line is an error naming its line
-# number.
+# number. A DCGM 4.7 name's unit suffix (_RATIO, _HERTZ, _JOULES_TOTAL, …) comes before the help text's.
 _UNIT = re.compile(r"\(in\s+([^\s)]+)\)", re.I)
 _ACRONYMS = {"Gpu": "GPU", "Xid": "XID", "Sm": "SM", "Nvlink": "NVLINK", "Pci": "PCI", "Pcie": "PCIE", "Cpu": "CPU",
              "Ram": "RAM", "Vram": "VRAM", "Ecc": "ECC"}
@@ -121,6 +170,12 @@ _UNITS: dict[str, tuple[str, float]] = {
     "ns": ("us", 1e-3), "us": ("us", 1.0), "usec": ("us", 1.0), "ms": ("ms", 1.0), "s": ("s", 1.0),
     "count": ("count", 1.0),
 }
+# A DCGM 4.7 name carries its unit (NVIDIA/go-dcgm dcgm_fields.h): it wins over the help text, whose "(in X)" users
+# copy from older files. `_BYTES` alone is not here: DCGM uses it for byte counts and for byte rates alike.
+_NAME_UNITS: tuple[tuple[str, tuple[str, float]], ...] = (
+    ("_RATIO", ("%", 100.0)), ("_HERTZ", ("MHz", 1e-6)), ("_JOULES_TOTAL", ("MJ", 1e-6)), ("_WATTS", ("W", 1.0)),
+    ("_CELSIUS", ("°C", 1.0)), ("_BYTES_PER_SECOND", ("MB/s", 1e-6)),
+)
 _KINDS = {"gauge": MetricKind.GAUGE, "counter": MetricKind.COUNTER}
 
 
@@ -166,9 +221,10 @@ def parse_custom_metrics(text: str, source: str, defaults: FieldTable) -> list[F
             continue
         if field in defaults.by_name:
             continue  # already mapped by default (AIPerf skips these too)
+        by_name = next((u for suffix, u in _NAME_UNITS if field.endswith(suffix)), None)
         match = _UNIT.search(help_text)
         written = match.group(1) if match else "count"
-        unit, scale = _UNITS.get(written.lower(), (written, 1.0))
+        unit, scale = by_name or _UNITS.get(written.lower(), (written, 1.0))
         specs.append(FieldSpec(field, key_for(field), display_for(help_text, field), unit, scale, kind))
     if errors:
         raise CustomMetricsError("invalid custom-metrics CSV:\n  " + "\n  ".join(errors))

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
-from bridge.fields import BLANK_VALUES, FieldSpec, FieldTable, is_blank_label, is_blank_value
+from bridge.fields import BLANK_VALUES, FieldSpec, FieldTable, is_blank_label, is_blank_value, spec_for_family
 from bridge.parse import PageTemplate, TemplatedPage
 from bridge.samples import GpuRecord, ParsedPage
 
@@ -91,6 +91,21 @@ class _Entry(NamedTuple):
 class _Plan(NamedTuple):
     candidates: tuple[int, ...]  # positions of GPU samples with a report key: where absence matters
     entries: tuple[_Entry, ...]
+    ratios: tuple[tuple[int, str], ...] = ()  # (position, family) of present `_RATIO` samples: 0-1 by name
+
+
+class UnitAnomaly(NamedTuple):
+    """A value its family's name says it cannot have: a `_RATIO` above 1 (a percentage under a DCGM 4.7 name)."""
+
+    family: str
+    value: float
+    gpu_uuid: str
+    source_url: str
+
+    def message(self) -> str:
+        return (f"{self.family} = {self.value:g} on {self.gpu_uuid}: a _RATIO field is 0-1 (NVIDIA's field table), "
+                f"so this exporter does not write the unit the name says; reported as written (x100), not rescaled "
+                f"(said once per family per run)")
 
 
 def _present(value: float) -> bool:
@@ -107,13 +122,29 @@ class Normalizer:
         self._meta: dict[int, tuple[Mapping[str, str], GpuMeta | None]] = {}
         self._specs: dict[str, FieldSpec | None] = {}
         self._plans: dict[tuple[PageTemplate, frozenset[int]], _Plan] = {}
+        # Units come from the names (NVIDIA's table), never from the values: a value that contradicts its
+        # name is said once per family per run (`take_anomalies`), and reported as the name says.
+        self._anomalous: set[str] = set()
+        self._anomalies: list[UnitAnomaly] = []
+
+    def take_anomalies(self) -> list[UnitAnomaly]:
+        """The unit anomalies found since the last call (each family at most once per Normalizer, i.e. per run)."""
+        out, self._anomalies = self._anomalies, []
+        return out
+
+    def _check_ratios(self, plan: _Plan, values: Sequence[float], source_url: str) -> None:
+        for position, family in plan.ratios:
+            if values[position] > 1.0 and family not in self._anomalous:
+                self._anomalous.add(family)
+                uuid = next((e.meta.gpu_uuid for e in plan.entries if position in e.positions), "?")
+                self._anomalies.append(UnitAnomaly(family, values[position], uuid, source_url))
 
     def spec_for(self, name: str) -> FieldSpec | None:
         try:
             return self._specs[name]
         except KeyError:
             # AIPerf looks up `name.removesuffix("_total")`: OpenMetrics-style counter names still map.
-            spec = self.table.by_name.get(name) or self.table.by_name.get(name.removesuffix("_total"))
+            spec = spec_for_family(self.table, name)
             self._specs[name] = spec
             return spec
 
@@ -137,6 +168,8 @@ class Normalizer:
             names = [s.name for s in page.samples]
             labels = [s.labels for s in page.samples]
             plan = self._compile(names, labels, lambda i: _present(values[i]))
+        if plan.ratios:
+            self._check_ratios(plan, values, source_url)
         get = values.__getitem__
         out = []
         for entry in plan.entries:
@@ -172,6 +205,7 @@ class Normalizer:
         slots: dict[GpuIdentity, dict[str, tuple[int, float]]] = {}
         parent_fallback: dict[GpuIdentity, dict[str, tuple[int, float]]] = {}
         candidates: list[int] = []
+        ratios: list[tuple[int, str]] = []
         for position, (name, label_set) in enumerate(zip(names, labels, strict=True)):
             spec = self.spec_for(name)
             if spec is None:
@@ -182,6 +216,8 @@ class Normalizer:
             candidates.append(position)
             if not present(position):
                 continue
+            if name.endswith("_RATIO"):
+                ratios.append((position, name))
             slot = (position, spec.scale)
             if meta.instance_id is not None and spec.level == "device":
                 # Device-level field repeated on a MIG instance series: the parent's, counted once.
@@ -204,7 +240,7 @@ class Normalizer:
             for identity, data in slots.items()
             if data
         )
-        return _Plan(tuple(candidates), entries)
+        return _Plan(tuple(candidates), entries, tuple(ratios))
 
 
 def _record(meta: GpuMeta, data: dict[str, float], source_url: str, timestamp_ns: int, run_id: str | None,

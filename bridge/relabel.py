@@ -13,7 +13,7 @@ File (YAML):
         regex: DCGM_FI_PROF_.*
         action: drop
       - action: labeldrop
-        regex: DCGM_FI_DRIVER_VERSION
+        regex: DCGM_FI_(SYSTEM_)?DRIVER_VERSION   # <= 4.8 and 4.9+ (DCGM 4.7) spellings
 
 The allowlist applies first (it decides which pod labels exist), then the rules in order; labels a
 rule creates are kept. Everything here is a pure function over immutable values, so the OTLP

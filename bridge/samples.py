@@ -86,8 +86,9 @@ PHASE_KINDS: tuple[PhaseKind, ...] = get_args(PhaseKind)
 PhaseEvent = Literal["start", "end"]
 PHASE_EVENTS: tuple[PhaseEvent, ...] = get_args(PhaseEvent)
 FetchErrorKind = Literal["connect", "timeout", "http_status", "content_type", "too_large", "truncated", "empty"]
-FailureKind = Literal[FetchErrorKind, "parse"]  # a failed scrape, or a page whose lines could not be read
-FAILURE_KINDS: tuple[FailureKind, ...] = (*get_args(FetchErrorKind), "parse")
+# a failed scrape, a page whose lines could not be read, or a value contradicting its name's unit (issue 14)
+FailureKind = Literal[FetchErrorKind, "parse", "unit"]
+FAILURE_KINDS: tuple[FailureKind, ...] = (*get_args(FetchErrorKind), "parse", "unit")
 EndpointStateKind = Literal["up", "down"]
 ENDPOINT_STATES: tuple[EndpointStateKind, ...] = get_args(EndpointStateKind)
 SessionState = Literal["created", "configured", "collecting", "completed"]

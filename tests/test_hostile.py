@@ -43,7 +43,7 @@ def _simulated(dialect: str, mig: int = 0) -> bytes:
 
 # Every real page, plus simulated ones for what the captured pages lack (MIG, OpenMetrics, 4.9 names).
 CORPUS = [p.read_bytes() for p in REAL_PAGES] + [_simulated("current", mig=2), _simulated("openmetrics"),
-                                                 _simulated("dcgm49")]
+                                                 _simulated("dcgm49"), _simulated("dcgm410")]
 
 MUTATIONS = ["delete line", "duplicate line", "swap lines", "insert bytes", "truncate", "flip byte", "bad value",
              "crlf", "new value", "new label"]

@@ -117,7 +117,8 @@ DIALECT_SHAPES = {
     "legacy": ("UUID", "Hostname", DRIVER, ENERGY, 40),
     "current": ("UUID", "hostname", DRIVER, ENERGY, 40),
     "old-namespace": ("uuid", "Hostname", DRIVER, "dcgm_total_energy_consumption", 16),
-    "dcgm49": ("UUID", "hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION", ENERGY + "_JOULES", 41),
+    "dcgm49": ("UUID", "hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION", "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 41),
+    "dcgm410": ("UUID", "hostname", "DCGM_FI_SYSTEM_DRIVER_VERSION", "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 41),
     "bare": ("UUID", "Hostname", DRIVER, ENERGY, 40),
     "openmetrics": ("UUID", "Hostname", DRIVER, ENERGY, 40),
     "sorted-labels": ("UUID", "Hostname", DRIVER, ENERGY, 40),
@@ -144,31 +145,56 @@ def test_every_dialect_parses_with_its_families_and_labels(
     assert page[energy].type == ("unknown" if dialect == "bare" else "counter")
 
 
-def test_dcgm49_writes_si_names_and_units_for_the_same_values(clock: ManualClock) -> None:
+# (legacy family, DCGM 4.7 family as dcgm-exporter 4.9 writes it, factor): NVIDIA's field table
+# (tests/data/go-dcgm_dcgm47-fields.csv), new ids where the unit changed.
+DCGM47_PAIRS = [
+    ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_SM_CLOCK_HERTZ", 1e6),
+    ("DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", 1e6),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 1e-3),
+    ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS", 1),
+    ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", 1e-2),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", 1),
+    ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED", 1),
+    ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_FREE", 1),
+    ("DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_FB_RESERVED", 1),
+    ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS", 1),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", 1),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_PCIE_REPLAY_TOTAL", 1),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL", 1e6),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", 1),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_FAILED", 1),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", 1),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_TENSOR_UTIL_RATIO", 1),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_DRAM_UTIL_RATIO", 1),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_TX_BYTES", 1),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", 1),
+]
+
+
+@pytest.mark.parametrize("dialect", ["dcgm49", "dcgm410"])
+def test_dcgm49_and_410_write_nvidias_names_and_units_for_the_same_values(clock: ManualClock, dialect: str) -> None:
+    from bridge.simulator.schema import RENAMED_410
     legacy = families(render_page(NodeModel(SimulatorConfig(), clock), T0).decode())
-    si_text = render_page(NodeModel(SimulatorConfig(dialect="dcgm49"), clock), T0).decode()
+    si_text = render_page(NodeModel(SimulatorConfig(dialect=dialect), clock), T0).decode()
     si = families(si_text)
-    pairs = [  # (legacy family, 4.9+ family, factor)
-        ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_SM_CLOCK_HZ", 1e6),
-        ("DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK_HZ", 1e6),
-        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_JOULES", 1e-3),
-        ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_POWER_USAGE_WATTS", 1),
-        ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO", 1e-2),
-        ("DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL_RATIO", 1e-2),
-        ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED_BYTES", 1_048_576),
-        ("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_FREE_BYTES", 1_048_576),
-        ("DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_FB_RESERVED_BYTES", 1_048_576),
-        ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS", 1),
-        ("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS", 1),
-        ("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", 1),
-        ("DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND", 1),
-    ]
-    for old, new, factor in pairs:
+    for old, new, factor in DCGM47_PAIRS:
+        new = RENAMED_410.get(new, new) if dialect == "dcgm410" else new
         assert value_of(si, new, gpu="5") == pytest.approx(value_of(legacy, old, gpu="5") * factor, rel=1e-9)
     capacity = value_of(si, "DCGM_FI_DEV_FB_CAPACITY_BYTES", gpu="5")
-    parts = ("DCGM_FI_DEV_FB_USED_BYTES", "DCGM_FI_DEV_FB_FREE_BYTES", "DCGM_FI_DEV_FB_RESERVED_BYTES")
-    assert capacity == sum(value_of(si, name, gpu="5") for name in parts)
-    assert "# HELP DCGM_FI_DEV_SM_CLOCK_HZ SM clock frequency (in Hz).\n" in si_text
+    parts = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
+    assert capacity == sum(value_of(si, name, gpu="5") for name in parts) * 1_048_576
+    assert "# HELP DCGM_FI_DEV_SM_CLOCK_HERTZ SM clock frequency (in Hz).\n" in si_text
+    assert "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).\n" in si_text
+    assert ("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND" in si) == (dialect == "dcgm410")
+
+
+@pytest.mark.parametrize("dialect", ["dcgm49", "dcgm410"])
+def test_dcgm49_and_410_names_are_all_nvidias(clock: ManualClock, dialect: str) -> None:
+    """Every family the simulator writes is in NVIDIA's table or a release note's (tests/test_fields_dcgm47)."""
+    from tests.test_fields_dcgm47 import CURRENT, RELEASE_NOTE_NAMES
+    page = families(render_page(NodeModel(SimulatorConfig(dialect=dialect), clock), T0).decode())
+    for name in page:
+        assert CURRENT.get(name) == name or name in RELEASE_NOTE_NAMES, name
 
 
 def test_old_namespace_writes_1x_names_and_pod_name_labels(http: httpx.Client, serve: Serve) -> None:
@@ -394,3 +420,17 @@ def test_the_package_surface_is_pinned_and_imports_only_the_standard_library() -
             "if m.split('.')[0] not in sys.stdlib_module_names and m.split('.')[0] != 'bridge'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert not [m for m in eval(out) if not m.startswith(("_", "__"))]
+
+
+def test_dcgm49_writes_an_xid_under_dcgm47s_name_and_the_bridge_reports_it(clock: ManualClock) -> None:
+    from bridge.fields import default_table
+    from bridge.normalize import Normalizer
+    from bridge.parse import parse_page
+
+    model = NodeModel(SimulatorConfig(dialect="dcgm49", gpus=2), clock)
+    model.inject_xid(1, 79, T0)
+    text = render_page(model, T0 + NS).decode()
+    (xid,) = [s for s in families(text)["DCGM_FI_DEV_XID_ERROR"].samples if s.value]
+    assert (xid.labels["gpu"], xid.value, xid.labels["err_code"]) == ("1", 79, "79")
+    records = Normalizer(default_table()).records(parse_page(text.encode()), source_url="u", timestamp_ns=0)
+    assert [r.telemetry_data.get("nvidia_xid_errors") for r in records if r.gpu_index == 1] == [79.0]

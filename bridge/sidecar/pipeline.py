@@ -192,6 +192,10 @@ class Pipeline:
 
     def take(self, pages: Sequence[Page]) -> None:
         """A tick's pages: their endpoints' health to the events file, then every sink in turn."""
+        for anomaly in self.normalizer.take_anomalies():  # once per family per run: the log and the report
+            logger.warning("%s: %s", display_key(anomaly.source_url), anomaly.message())
+            time_ns = next((p.start_ns for p in pages if p.endpoint == anomaly.source_url), 0)
+            self.events.write_event(ScrapeFailure(anomaly.source_url, time_ns, "unit", anomaly.message()))
         for page in pages:
             if page.parsed.dropped:
                 self._note_dropped(page)

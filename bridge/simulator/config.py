@@ -9,7 +9,7 @@ from typing import Literal, cast, get_args
 from bridge.simulator.schema import DIALECTS
 
 Dialect = Literal[
-    "legacy", "current", "old-namespace", "dcgm49", "bare", "openmetrics", "sorted-labels", "spaced"
+    "legacy", "current", "old-namespace", "dcgm49", "dcgm410", "bare", "openmetrics", "sorted-labels", "spaced"
 ]
 PodLabels = Literal["none", "mapped", "empty"]
 Counters = Literal["full", "default"]

@@ -109,7 +109,7 @@ def build_layout(model: NodeModel, overrides: Mapping[int, Mapping[str, str]] = 
         name = family_name(field, spec.naming)
         if name is None or (cfg.counters == "default" and not field.default):
             continue
-        si = spec.naming == "si"
+        si = spec.naming in ("si", "si410")
         header = ""
         if spec.headers:
             header = f"# HELP {name} {field.si_help if si else field.help}\n# TYPE {name} {field.prom_type}\n"

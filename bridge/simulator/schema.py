@@ -2,7 +2,9 @@
 
 Everything here is static data. Sources: dcgm-exporter etc/default-counters.csv (names, types, help),
 DCGM dcgm_fields.h (field IDs: the exporter orders families by them), etc/1.x-compatibility-metrics.csv
-(old names), dcgm-exporter 4.9 release notes (SI names), internal/pkg/collector/xid_errors.go (err_msg).
+(old names), NVIDIA's field table (NVIDIA/go-dcgm pkg/dcgm/const_fields.go, dcgm_fields.h: the DCGM 4.7 names
+that dcgm-exporter 4.9+ writes, with their units), dcgm-exporter 4.9.0 / 4.10.0 release notes (FB capacity in
+bytes; the PROF byte rates renamed ..._BYTES_PER_SECOND), internal/pkg/collector/xid_errors.go (err_msg).
 """
 
 from __future__ import annotations
@@ -37,35 +39,35 @@ class FieldDef:
 
 # One row per family, in DCGM field-ID order (the exporter's family order). Columns: name after
 # "DCGM_FI_" | field ID | type | INT or DOUBLE | MIG scope | in default-counters.csv | `-o` name |
-# 4.9+ name ("=" keeps it, "+NAME": emitted by 4.9+ only) | 4.9+ scale | help. Indented lines continue
+# 4.9+ name, DCGM 4.7's from NVIDIA's field table ("=" keeps it, "+NAME": emitted by 4.9+ only) |
+# 4.9+ scale (legacy unit -> the table's unit) | help. Indented lines continue
 # the row.
 # About 40 families per GPU, as on a real 8-GPU H100 node with some optional counters enabled.
 _TABLE = """
-DEV_SM_CLOCK | 100 | gauge | int | device | y | dcgm_sm_clock | DEV_SM_CLOCK_HZ | 1000000 |
+DEV_SM_CLOCK | 100 | gauge | int | device | y | dcgm_sm_clock | DEV_SM_CLOCK_HERTZ | 1000000 |
   SM clock frequency (in MHz).
-DEV_MEM_CLOCK | 101 | gauge | int | device | y | dcgm_memory_clock | DEV_MEM_CLOCK_HZ | 1000000 |
+DEV_MEM_CLOCK | 101 | gauge | int | device | y | dcgm_memory_clock | DEV_MEMORY_CLOCK_HERTZ | 1000000 |
   Memory clock frequency (in MHz).
 DEV_MEMORY_TEMP | 140 | gauge | int | device | y | dcgm_memory_temp | DEV_MEMORY_TEMP_CELSIUS | 1 |
   Memory temperature (in C).
 DEV_GPU_TEMP | 150 | gauge | int | device | y | dcgm_gpu_temp | DEV_GPU_TEMP_CELSIUS | 1 |
   GPU temperature (in C).
-DEV_POWER_USAGE | 155 | gauge | dbl | device | y | dcgm_power_usage | DEV_POWER_USAGE_WATTS | 1 |
+DEV_POWER_USAGE | 155 | gauge | dbl | device | y | dcgm_power_usage | DEV_BOARD_POWER_WATTS | 1 |
   Power draw (in W).
 DEV_TOTAL_ENERGY_CONSUMPTION | 156 | counter | int | device | y | dcgm_total_energy_consumption |
-  DEV_TOTAL_ENERGY_CONSUMPTION_JOULES | 0.001 |
+  DEV_GPU_ENERGY_JOULES_TOTAL | 0.001 |
   Total energy consumption since boot (in mJ).
-DEV_PCIE_REPLAY_COUNTER | 202 | counter | int | device | y | dcgm_pcie_replay_counter | = | 1 |
+DEV_PCIE_REPLAY_COUNTER | 202 | counter | int | device | y | dcgm_pcie_replay_counter | DEV_PCIE_REPLAY_TOTAL | 1 |
   Total number of PCIe retries.
 DEV_GPU_UTIL | 203 | gauge | int | whole-gpu | y | dcgm_gpu_utilization | DEV_GPU_UTIL_RATIO | 0.01 |
   GPU utilization (in %).
-DEV_MEM_COPY_UTIL | 204 | gauge | int | whole-gpu | y | dcgm_mem_copy_utilization |
-  DEV_MEM_COPY_UTIL_RATIO | 0.01 |
+DEV_MEM_COPY_UTIL | 204 | gauge | int | whole-gpu | y | dcgm_mem_copy_utilization | = | 1 |
   Memory utilization (in %).
-DEV_ENC_UTIL | 206 | gauge | int | whole-gpu | y | dcgm_enc_utilization | DEV_ENC_UTIL_RATIO | 0.01 |
+DEV_ENC_UTIL | 206 | gauge | int | whole-gpu | y | dcgm_enc_utilization | = | 1 |
   Encoder utilization (in %).
-DEV_DEC_UTIL | 207 | gauge | int | whole-gpu | y | dcgm_dec_utilization | DEV_DEC_UTIL_RATIO | 0.01 |
+DEV_DEC_UTIL | 207 | gauge | int | whole-gpu | y | dcgm_dec_utilization | = | 1 |
   Decoder utilization (in %).
-DEV_XID_ERRORS | 230 | gauge | int | instance | y | dcgm_xid_errors | = | 1 |
+DEV_XID_ERRORS | 230 | gauge | int | instance | y | dcgm_xid_errors | DEV_XID_ERROR | 1 |
   Value of the last XID error encountered.
 DEV_POWER_VIOLATION | 240 | counter | int | device | n | dcgm_power_violation | = | 1 |
   Throttling duration due to power constraints (in ns).
@@ -81,62 +83,66 @@ DEV_RELIABILITY_VIOLATION | 245 | counter | int | device | n | - | = | 1 |
   Throttling duration due to reliability constraints (in ns).
 DEV_FB_TOTAL | 250 | gauge | int | instance | y | - | +DEV_FB_CAPACITY_BYTES | 1048576 |
   Framebuffer memory capacity (in MiB).
-DEV_FB_FREE | 251 | gauge | int | instance | y | dcgm_fb_free | DEV_FB_FREE_BYTES | 1048576 |
+DEV_FB_FREE | 251 | gauge | int | instance | y | dcgm_fb_free | = | 1 |
   Framebuffer memory free (in MiB).
-DEV_FB_USED | 252 | gauge | int | instance | y | dcgm_fb_used | DEV_FB_USED_BYTES | 1048576 |
+DEV_FB_USED | 252 | gauge | int | instance | y | dcgm_fb_used | = | 1 |
   Framebuffer memory used (in MiB).
-DEV_FB_RESERVED | 253 | gauge | int | instance | y | - | DEV_FB_RESERVED_BYTES | 1048576 |
+DEV_FB_RESERVED | 253 | gauge | int | instance | y | - | = | 1 |
   Framebuffer memory reserved (in MiB).
 DEV_ECC_SBE_VOL_TOTAL | 310 | counter | int | device | n | - | = | 1 |
   Total number of single-bit volatile ECC errors.
 DEV_ECC_DBE_VOL_TOTAL | 311 | counter | int | device | n | - | = | 1 |
   Total number of double-bit volatile ECC errors.
-DEV_UNCORRECTABLE_REMAPPED_ROWS | 393 | counter | int | device | y | - | = | 1 |
+DEV_UNCORRECTABLE_REMAPPED_ROWS | 393 | counter | int | device | y | - | DEV_ROW_REMAP_UNCORRECTABLE_TOTAL | 1 |
   Number of remapped rows for uncorrectable errors
-DEV_CORRECTABLE_REMAPPED_ROWS | 394 | counter | int | device | y | - | = | 1 |
+DEV_CORRECTABLE_REMAPPED_ROWS | 394 | counter | int | device | y | - | DEV_ROW_REMAP_CORRECTABLE_TOTAL | 1 |
   Number of remapped rows for correctable errors
-DEV_ROW_REMAP_FAILURE | 395 | gauge | int | device | y | - | = | 1 |
+DEV_ROW_REMAP_FAILURE | 395 | gauge | int | device | y | - | DEV_ROW_REMAP_FAILED | 1 |
   Whether remapping of rows has failed
-DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL | 409 | counter | int | device | n | - | = | 1 |
+DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL | 409 | counter | int | device | n | - | DEV_NVLINK_CRC_FLIT_ERROR_TOTAL | 1 |
   Total number of NVLink flow-control CRC errors.
-DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL | 419 | counter | int | device | n | - | = | 1 |
+DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL | 419 | counter | int | device | n | - | DEV_NVLINK_CRC_DATA_ERROR_TOTAL | 1 |
   Total number of NVLink data CRC errors.
-DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL | 429 | counter | int | device | n | - | = | 1 |
+DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL | 429 | counter | int | device | n | - | DEV_NVLINK_REPLAY_ERROR_TOTAL | 1 |
   Total number of NVLink retries.
-DEV_NVLINK_BANDWIDTH_TOTAL | 449 | counter | int | device | y | dcgm_nvlink_bandwidth_total | = | 1 |
+DEV_NVLINK_BANDWIDTH_TOTAL | 449 | counter | int | device | y | dcgm_nvlink_bandwidth_total |
+  DEV_NVLINK_THROUGHPUT_TOTAL | 1000000 |
   Total number of NVLink bandwidth counters for all lanes.
 DEV_VGPU_LICENSE_STATUS | 526 | gauge | int | device | y | - | = | 1 |
   vGPU License status
-PROF_GR_ENGINE_ACTIVE | 1001 | gauge | dbl | instance | y | - | = | 1 |
+PROF_GR_ENGINE_ACTIVE | 1001 | gauge | dbl | instance | y | - | PROF_GR_ENGINE_UTIL_RATIO | 1 |
   Ratio of time the graphics engine is active.
-PROF_SM_ACTIVE | 1002 | gauge | dbl | instance | n | - | = | 1 |
+PROF_SM_ACTIVE | 1002 | gauge | dbl | instance | n | - | PROF_SM_UTIL_RATIO | 1 |
   The ratio of cycles an SM has at least 1 warp assigned.
-PROF_SM_OCCUPANCY | 1003 | gauge | dbl | instance | n | - | = | 1 |
+PROF_SM_OCCUPANCY | 1003 | gauge | dbl | instance | n | - | PROF_SM_OCCUPANCY_RATIO | 1 |
   The ratio of number of warps resident on an SM.
-PROF_PIPE_TENSOR_ACTIVE | 1004 | gauge | dbl | instance | y | - | = | 1 |
+PROF_PIPE_TENSOR_ACTIVE | 1004 | gauge | dbl | instance | y | - | PROF_TENSOR_UTIL_RATIO | 1 |
   Ratio of cycles the tensor (HMMA) pipe is active.
-PROF_DRAM_ACTIVE | 1005 | gauge | dbl | instance | y | - | = | 1 |
+PROF_DRAM_ACTIVE | 1005 | gauge | dbl | instance | y | - | PROF_DRAM_UTIL_RATIO | 1 |
   Ratio of cycles the device memory interface is active sending or receiving data.
-PROF_PIPE_FP64_ACTIVE | 1006 | gauge | dbl | instance | n | - | = | 1 |
+PROF_PIPE_FP64_ACTIVE | 1006 | gauge | dbl | instance | n | - | PROF_FP64_UTIL_RATIO | 1 |
   Ratio of cycles the fp64 pipes are active.
-PROF_PIPE_FP32_ACTIVE | 1007 | gauge | dbl | instance | n | - | = | 1 |
+PROF_PIPE_FP32_ACTIVE | 1007 | gauge | dbl | instance | n | - | PROF_FP32_UTIL_RATIO | 1 |
   Ratio of cycles the fp32 pipes are active.
-PROF_PIPE_FP16_ACTIVE | 1008 | gauge | dbl | instance | n | - | = | 1 |
+PROF_PIPE_FP16_ACTIVE | 1008 | gauge | dbl | instance | n | - | PROF_FP16_UTIL_RATIO | 1 |
   Ratio of cycles the fp16 pipes are active.
-PROF_PCIE_TX_BYTES | 1009 | gauge | int | device | y | - | PROF_PCIE_TX_BYTES_PER_SECOND | 1 |
+PROF_PCIE_TX_BYTES | 1009 | gauge | int | device | y | - | = | 1 |
   The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in
   bytes per second.
-PROF_PCIE_RX_BYTES | 1010 | gauge | int | device | y | - | PROF_PCIE_RX_BYTES_PER_SECOND | 1 |
+PROF_PCIE_RX_BYTES | 1010 | gauge | int | device | y | - | = | 1 |
   The rate of data received over the PCIe bus - including both protocol headers and data payloads - in
   bytes per second.
 """
-# dcgm-exporter 4.9 changed 11 units (release notes): MHz -> Hz, mJ -> J, % -> ratio, MiB -> bytes.
+# The units DCGM 4.7 changed (new ids in NVIDIA's table; GPU util per the 4.9.0 notes): MHz -> Hz, mJ -> J,
+# % -> ratio, MB/s -> B/s, and FB capacity in bytes. Only rows whose scale is not 1 get the new unit.
 _SI_UNITS = {
     "(in MHz).": "(in Hz).", "(in mJ).": "(in J).", "(in %).": "(ratio 0-1).", "(in MiB).": "(in bytes).",
 }
 
 
-def _si_help(help_: str) -> str:
+def _si_help(help_: str, scale: str) -> str:
+    if scale == "1":
+        return help_
     for old, new in _SI_UNITS.items():
         help_ = help_.replace(old, new)
     return help_
@@ -164,7 +170,7 @@ def _parse_table(text: str) -> tuple[FieldDef, ...]:
             default=default == "y",
             old_name=None if old == "-" else old,
             si_name=key if si == "=" else "DCGM_FI_" + si.lstrip("+"),
-            si_help=_si_help(help_),
+            si_help=_si_help(help_, scale),
             si_scale=scale_num,
             si_integer=fmt == "int" and isinstance(scale_num, int),
             si_only=si.startswith("+"),
@@ -175,7 +181,13 @@ def _parse_table(text: str) -> tuple[FieldDef, ...]:
 FIELDS: tuple[FieldDef, ...] = _parse_table(_TABLE)
 FIELD_BY_KEY: Mapping[str, FieldDef] = MappingProxyType({f.key: f for f in FIELDS})
 
-Naming = Literal["legacy", "old", "si"]
+Naming = Literal["legacy", "old", "si", "si410"]
+
+# dcgm-exporter 4.10.0 release notes: the PROF byte rates (ids 1009-1012) are written as ..._BYTES_PER_SECOND.
+RENAMED_410: Mapping[str, str] = MappingProxyType({
+    f"DCGM_FI_PROF_{bus}_{way}_BYTES": f"DCGM_FI_PROF_{bus}_{way}_BYTES_PER_SECOND"
+    for bus in ("PCIE", "NVLINK") for way in ("TX", "RX")
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +218,9 @@ DIALECTS: Mapping[str, DialectSpec] = MappingProxyType({
     "old-namespace": DialectSpec(
         "old", uuid_label="uuid", pod_keys=("pod_name", "pod_namespace", "container_name")
     ),
+    # dcgm-exporter 4.9 (DCGM 4.7 names and units) and 4.10 (the same, PROF byte rates ..._BYTES_PER_SECOND)
     "dcgm49": DialectSpec("si", host_label="hostname", driver_label="DCGM_FI_SYSTEM_DRIVER_VERSION"),
+    "dcgm410": DialectSpec("si410", host_label="hostname", driver_label="DCGM_FI_SYSTEM_DRIVER_VERSION"),
     "bare": DialectSpec("legacy", headers=False),
     "openmetrics": DialectSpec("legacy", openmetrics=True),
     "sorted-labels": DialectSpec("legacy", sort_labels=True),
@@ -220,6 +234,8 @@ def family_name(field: FieldDef, naming: Naming) -> str | None:
         return field.old_name
     if naming == "si":
         return field.si_name
+    if naming == "si410":
+        return RENAMED_410.get(field.si_name, field.si_name)
     return None if field.si_only else field.key
 
 

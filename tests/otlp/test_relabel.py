@@ -90,6 +90,8 @@ def test_the_pod_label_allowlist_keeps_exporter_labels_and_only_listed_pod_label
     assert (
         is_pod_label("team") and not is_pod_label("DCGM_FI_DRIVER_VERSION") and not is_pod_label("hostname")
     )
+    # dcgm-exporter 4.9+ writes the driver label under its DCGM 4.7 name: still the exporter's own (issue 14)
+    assert not is_pod_label("DCGM_FI_SYSTEM_DRIVER_VERSION") and not is_pod_label("Hostname")
 
 
 def test_the_rules_may_be_the_whole_document(tmp_path):
