@@ -83,6 +83,10 @@ UCUM = {
     "C": "Cel", "W": "W", "mJ": "mJ", "J": "J", "MHz": "MHz", "%": "%", "MiB": "MiBy", "MB": "MBy",
     "B": "By", "bytes": "By", "ns": "ns", "us": "us", "ms": "ms", "s": "s", "MB/s": "MBy/s",
 }
+# DCGM 4.7 names (dcgm-exporter 4.9+) carry their unit in the name (NVIDIA/go-dcgm dcgm_fields.h): it wins
+# over the HELP text, which 4.9 pages still word as before. Longest suffix first.
+UCUM_BY_NAME_SUFFIX = (("_BYTES_PER_SECOND", "By/s"), ("_JOULES_TOTAL", "J"), ("_HERTZ", "Hz"), ("_RATIO", "1"),
+                       ("_WATTS", "W"), ("_CELSIUS", "Cel"), ("_BYTES", "By"))
 
 
 
@@ -416,7 +420,7 @@ class EndpointEncoder:
             head = field_bytes(T_M_NAME, name.encode())
             if help_text:
                 head += field_bytes(T_M_DESC, help_text.encode())
-            unit = self._unit(help_text)
+            unit = self._unit(family, help_text)
             if unit:
                 head += field_bytes(T_M_UNIT, unit.encode())
             if page.types.get(family, "unknown") in ("unknown", "untyped"):
@@ -429,9 +433,12 @@ class EndpointEncoder:
         self._heads[name] = head
         return head
 
-    def _unit(self, help_text: str) -> str:
+    def _unit(self, family: str, help_text: str) -> str:
         if self.units != "ucum":
             return ""
+        for suffix, unit in UCUM_BY_NAME_SUFFIX:  # a DCGM 4.7 name says its unit (dcgm_fields.h)
+            if family.endswith(suffix):
+                return unit
         match = _HELP_UNIT.search(help_text)
         return UCUM.get(match.group(1).strip(), "") if match else ""
 

@@ -337,6 +337,24 @@ def test_ucum_units_come_from_the_help_text_only_when_asked():
     assert ucum["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"].unit == ""
 
 
+def test_ucum_units_of_dcgm47_names_come_from_the_name():
+    page = parse_page(
+        "# HELP DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL Total energy consumption since boot.\n"
+        "# TYPE DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL counter\n"
+        'DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL{gpu="0",UUID="GPU-a"} 12.5\n'
+        "# HELP DCGM_FI_DEV_SM_CLOCK_HERTZ SM frequency (in MHz).\n# TYPE DCGM_FI_DEV_SM_CLOCK_HERTZ gauge\n"
+        'DCGM_FI_DEV_SM_CLOCK_HERTZ{gpu="0",UUID="GPU-a"} 1.41e9\n'
+        "# HELP DCGM_FI_DEV_GPU_UTIL_RATIO GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL_RATIO gauge\n"
+        'DCGM_FI_DEV_GPU_UTIL_RATIO{gpu="0",UUID="GPU-a"} 0.5\n'
+        "# HELP DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND PCIe tx.\n"
+        "# TYPE DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND gauge\n"
+        'DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND{gpu="0",UUID="GPU-a"} 1e6\n')
+    ucum = metrics_of(decode(EndpointEncoder(RESOURCE, units="ucum").encode(page, ctx(), S).chunk))
+    assert {name: m.unit for name, m in ucum.items()} == {
+        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL": "J", "DCGM_FI_DEV_SM_CLOCK_HERTZ": "Hz",
+        "DCGM_FI_DEV_GPU_UTIL_RATIO": "1", "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND": "By/s"}
+
+
 def test_relabel_rules_drop_series_remove_labels_and_can_rename():
     rules = parse_config(
         {
