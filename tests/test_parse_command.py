@@ -17,7 +17,7 @@ def test_parse_json_shows_samples_dropped_lines_and_gpus(path):
     result = CliRunner().invoke(main, ["parse", str(path), "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
-    assert set(out) == {"samples", "dropped", "gpus"} and out["samples"]
+    assert set(out) == {"samples", "dropped", "gpus", "families", "unmapped", "warnings"} and out["samples"]
     assert all(set(s) == {"name", "labels", "value", "timestamp_ms"} for s in out["samples"])
     assert len(out["gpus"]) == (2 if "mig" in path.name else 1)
 
