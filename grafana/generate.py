@@ -18,6 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import rules  # noqa: E402 - the sibling module, found through the path set above
 from promql import (  # noqa: E402 - the sibling module, found through the path set above
     DEVICE_KEY,
     FB_USED,
@@ -41,6 +42,7 @@ from promql import (  # noqa: E402 - the sibling module, found through the path 
 )
 
 DASHBOARDS = Path(__file__).resolve().parent / "dashboards"
+RULES = Path(__file__).resolve().parent / "rules" / "dcgm-bridge.rules.yml"
 SCHEMA_VERSION = 41
 DS = {"type": "prometheus", "uid": "${datasource}"}
 PRESENCE_RE = "|".join(PRESENCE)
@@ -451,6 +453,9 @@ def main() -> int:
     for name, text in outputs().items():
         (DASHBOARDS / name).write_text(text, encoding="utf-8")
         print(f"wrote {DASHBOARDS / name}")
+    RULES.parent.mkdir(parents=True, exist_ok=True)
+    RULES.write_text(rules.render(rules.rule_groups()), encoding="utf-8")
+    print(f"wrote {RULES}")
     return 0
 
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# VictoriaMetrics, Prometheus and promtool for the real-stack tests, from Debian trixie's packages.
+# VictoriaMetrics (with vmalert and vmalert-tool, shipped in the same package), Prometheus and promtool
+# for the real-stack and rule tests, from Debian trixie's packages.
 #
-#   $DCGM_BRIDGE_CACHE/<name>-<upstream version>/   the unpacked .deb (dpkg -x), one per version
-#   $DCGM_BRIDGE_CACHE/bin/<name>                   symlink to its binary (what tests/conftest.py's
-#                                                   require_binary() looks for)
+#   $DCGM_BRIDGE_CACHE/<package>-<upstream version>/   the unpacked .deb (dpkg -x), one per version
+#   $DCGM_BRIDGE_CACHE/bin/<binary name>               symlink to a binary in it (what tests/conftest.py's
+#                                                      require_binary() looks for)
 #
 # Works on a fresh Debian bookworm machine as root: trixie's lists go to a private apt dir under the
 # cache (-oDir::State::Lists / -oDir::Cache), so the system's sources and package cache stay untouched
@@ -16,9 +17,11 @@ set -euo pipefail
 
 CACHE="${DCGM_BRIDGE_CACHE:-$HOME/.cache/dcgm-bridge}"
 SUITE="${DCGM_BRIDGE_DEBIAN_SUITE:-trixie}"
-# name  upstream-version  binary-inside-the-package
+# package  upstream-version  binary-inside-the-package  (the link is named after the binary)
 PACKAGES=(
     "victoria-metrics 1.112.0 usr/bin/victoria-metrics"
+    "victoria-metrics 1.112.0 usr/bin/vmalert"
+    "victoria-metrics 1.112.0 usr/bin/vmalert-tool"
     "prometheus 2.53.3 usr/bin/prometheus"
     "promtool 2.53.3 usr/bin/promtool"
 )
@@ -37,7 +40,7 @@ for entry in "${PACKAGES[@]}"; do
     read -r name version binary <<<"$entry"
     dir="$CACHE/$name-$version"
     if [ -x "$dir/$binary" ]; then
-        link "$name" "$dir/$binary"
+        link "$(basename "$binary")" "$dir/$binary"
     else
         missing+=("$entry")
     fi
@@ -80,6 +83,10 @@ fi
 
 for entry in "${missing[@]}"; do
     read -r name version binary <<<"$entry"
+    if [ -x "$CACHE/$name-$version/$binary" ]; then  # a package with several binaries: unpacked already
+        link "$(basename "$binary")" "$CACHE/$name-$version/$binary"
+        continue
+    fi
     candidate="$(apt-cache "${APT[@]}" policy "$name" | awk '/Candidate:/ {print $2; exit}')"
     # Debian versions look like [epoch:]UPSTREAM+ds1-REV: the pin is on UPSTREAM, any Debian revision will do.
     upstream="${candidate#*:}"
@@ -107,6 +114,6 @@ for entry in "${missing[@]}"; do
         log "$name: $CACHE/$name-$version/$binary does not run on this machine"
         exit 1
     }
-    link "$name" "$CACHE/$name-$version/$binary"
+    link "$(basename "$binary")" "$CACHE/$name-$version/$binary"
 done
 log "installed into $CACHE"
