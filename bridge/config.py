@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -36,6 +37,19 @@ class Setting:
     low: float | None = None
     high: float | None = None
     help: str = ""
+
+
+_RUN_ID_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def _run_id(text: str) -> str:
+    """A run id names files and folders (the spool, the subfolder an earlier run's files move to): one path
+    component of letters, digits, '.', '_' and '-', never `..` or a `/` that would reach outside the
+    artifact directory."""
+    if not _RUN_ID_CHARS.fullmatch(text) or ".." in text:
+        raise ValueError(f"{text!r} is not a usable run id: use 1-128 letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit (it names files and folders)")
+    return text
 
 
 def _bool(text: str) -> bool:
@@ -89,7 +103,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("bearer_token_file", ("DCGM_BRIDGE_BEARER_TOKEN_FILE",), str, None),
     Setting("basic_auth_user", ("DCGM_BRIDGE_BASIC_AUTH_USER",), str, None),
     Setting("basic_auth_password_file", ("DCGM_BRIDGE_BASIC_AUTH_PASSWORD_FILE",), str, None),
-    Setting("run_id", ("DCGM_BRIDGE_RUN_ID",), str, None, help="run id on every record and OTLP point"),
+    Setting("run_id", ("DCGM_BRIDGE_RUN_ID",), lambda text: _run_id(text), None,
+            help="run id on every record and OTLP point"),
     Setting("artifact_dir", ("DCGM_BRIDGE_ARTIFACT_DIR",), str, "artifacts"),
     Setting("profile_export_prefix", ("DCGM_BRIDGE_PROFILE_EXPORT_PREFIX",), str, None),
     Setting("record_log_gzip", ("DCGM_BRIDGE_RECORD_LOG_GZIP",), _bool, False),

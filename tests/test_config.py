@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +189,24 @@ def test_aiperfs_own_jsonl_with_the_old_dcgm_url_key_is_read(tmp_path):
                     '"timestamp_ns":5,"dcgm_url":"http://h:1/metrics","telemetry_data":{"nvidia_power_usage":1.0}}\n')
     (rec,) = read_records(path)
     assert rec.telemetry_source_url == "http://h:1/metrics" and rec.telemetry_data["nvidia_power_usage"] == 1.0
+
+
+@pytest.mark.parametrize("run_id", ["x/../../victim", "..", "a/b", "", "-leading-dash", "x" * 129, "a b"])
+def test_a_run_id_that_is_not_one_safe_path_component_is_refused_naming_the_flag(run_id: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        resolve({"run_id": run_id}, env={})
+    assert "--run-id" in str(caught.value) and "not a usable run id" in str(caught.value)
+
+
+def test_a_bad_run_id_stops_the_sidecar_before_anything_is_written(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from bridge.cli import main
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    result = CliRunner().invoke(main, ["sidecar", "--artifact-dir", str(tmp_path / "a" / "b"), "--run-id",
+                                       "x/../../../victim", "--gpu-telemetry", "127.0.0.1:1"])
+    assert result.exit_code == 2 and "not a usable run id" in result.output and "Traceback" not in result.output
+    assert (victim / "keep.txt").read_text() == "mine" and not (tmp_path / "a").exists()
