@@ -87,6 +87,9 @@ SETTINGS: tuple[Setting, ...] = (
             "record-log lines buffered before a flush"),
     Setting("final_scrape_grace_ns", ("AIPERF_GPU_FINAL_SCRAPE_GRACE_NS",), int, 666_000_000, 0, 60e9,
             "trailing grace after the requests end, so the final scrape brackets the window"),
+    Setting("final_refresh_wait", ("DCGM_BRIDGE_FINAL_REFRESH_WAIT",), float, 35.0, 0, 300,
+            "seconds the end of a run may wait for a slow exporter's next refresh, which brackets the window's "
+            "end (0: never)"),
     Setting("reachability_timeout", ("AIPERF_GPU_REACHABILITY_TIMEOUT",), float, 10.0, 0.05, 300,
             "seconds the configure-time probe waits for each endpoint"),
     Setting("shutdown_delay", ("AIPERF_GPU_SHUTDOWN_DELAY",), float, 5.0, 0, 300,
@@ -134,6 +137,7 @@ class Config:
     default_endpoints: list[str] = field(default_factory=lambda: list(DEFAULT_ENDPOINTS))
     export_batch_size: int = 100
     final_scrape_grace_ns: int = 666_000_000
+    final_refresh_wait: float = 35.0
     reachability_timeout: float = 10.0
     shutdown_delay: float = 5.0
     scrape_timeout: float = 5.0

@@ -19,7 +19,7 @@ import math
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -27,6 +27,47 @@ from bridge.fetch import FetchedPage, Fetcher, FetchError, Transfers, transfers_
 from bridge.redact import redact_url
 
 logger = logging.getLogger(__name__)
+
+
+class RefreshWatch:
+    """Which scrapes brought a new DCGM refresh, and the period between refreshes, as the scrapes see it.
+
+    dcgm-exporter serves the page its collector built at its last collection (every `-c` ms, 30 000 by
+    default: NVIDIA/dcgm-exporter `pkg/cmd/app.go`, `collect-interval`), so between collections the body is
+    the same bytes: a body unlike the previous one is a new refresh, sampled after the previous scrape
+    started and before this one did. The period is the median spacing of the recent brackets' midpoints
+    (the report fits the whole run's: bridge/report/refresh.py).
+    """
+
+    __slots__ = ("_body", "_start_ns", "_mids", "refreshes", "last_new_ns")
+
+    def __init__(self) -> None:
+        self._body: bytes | None = None
+        self._start_ns: int | None = None
+        self._mids: deque[float] = deque(maxlen=33)
+        self.refreshes = 0
+        self.last_new_ns: int | None = None  # start of the scrape that first saw the latest refresh
+
+    def observe(self, body: bytes, start_ns: int) -> bool:
+        """One successful scrape; True when it brought a new refresh."""
+        new = body != self._body
+        if new:
+            self.refreshes += 1
+            if self._start_ns is not None:
+                self._mids.append((self._start_ns + start_ns) / 2)
+            self.last_new_ns = start_ns
+            self._body = body
+        self._start_ns = start_ns
+        return new
+
+    @property
+    def period_s(self) -> float | None:
+        """Median spacing of the recent refreshes; None before three."""
+        if len(self._mids) < 3:
+            return None
+        mids = list(self._mids)
+        gaps = sorted(b - a for a, b in zip(mids, mids[1:], strict=False))
+        return gaps[len(gaps) // 2] / 1e9
 
 
 @dataclass
@@ -41,6 +82,7 @@ class EndpointStats:
     state: str = "pending"  # pending | up | down | stopped
     last_duration_s: float | None = None
     lateness_s: list[float] = field(default_factory=list)  # recent tick lateness (bounded ring)
+    refresh: RefreshWatch = field(default_factory=RefreshWatch)
 
     def as_json(self) -> dict[str, object]:
         late = sorted(self.lateness_s)
@@ -50,6 +92,8 @@ class EndpointStats:
             "last_error": self.last_error, "last_error_ns": self.last_error_ns,
             "last_scrape_duration_s": self.last_duration_s,
             "tick_lateness_p99_s": late[min(len(late) - 1, int(len(late) * 0.99))] if late else None,
+            "refreshes": self.refresh.refreshes, "refresh_period_s": self.refresh.period_s,
+            "last_refresh_ns": self.refresh.last_new_ns,
         }
 
 
@@ -260,6 +304,7 @@ class ScrapeLoop:
             else:
                 self.stats.scrapes += 1
                 self.stats.last_success_ns = outcome.start_ns
+                self.stats.refresh.observe(outcome.body, outcome.start_ns)
                 if self.stats.state == "down":
                     logger.warning("endpoint %s is up again", self.stats.url)
                 self.stats.state = "up"

@@ -7,8 +7,9 @@ Sums run over GPU identities: device-level fields (power, energy) are carried on
 never by its MIG instances', so nothing is counted twice.
 - `aiperf`: AIPerf's EnergyEfficiencyAnalyzer: energy = Σ AIPerf counter deltas over [start, end + grace];
   average power = energy / (end − start); with no energy counter at all, energy = Σ avg power × duration.
-- `interpolated`: energy = Σ interpolated counter increases over exactly [start, end]; a GPU with no energy
-  counter contributes the trapezoidal integral of its power instead (per GPU, not all-or-nothing).
+- `interpolated`: energy = Σ interpolated counter increases over exactly [start, end], timed at DCGM's refresh
+  when the values are not fresh (bridge/report/refresh.py), with a bound (the sum of the GPUs'); a GPU with no
+  energy counter contributes the trapezoidal integral of its power instead (per GPU, not all-or-nothing).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.report.refresh import MIN_REFRESHES_PER_WINDOW, RefreshedDelta, refreshed_delta, series_cadence
 from bridge.report.series import Series
 from bridge.report.stats import (
+    CounterDelta,
     counter_delta_aiperf,
     counter_delta_interpolated,
     gauge_mean,
@@ -41,6 +44,14 @@ class EnergyTotals:
     gpus_with_counter: int
     gpus_integrated: int  # GPUs whose energy came from integrating power (no counter)
     source: str  # dcgm_counter | power_integration | mixed | unavailable
+    bound_j: float | None = None  # ± Σ of the GPUs' bounds (interpolated counters; bridge/report/refresh.py)
+    refresh_period_s: float | None = None  # the slowest DCGM refresh behind the energy (None: fresh values)
+    refreshes_per_window: float | None = None  # the window's length in those refresh periods
+
+    @property
+    def too_few_refreshes(self) -> bool:
+        """The window spans fewer than two refreshes: the energy rests on too few of them."""
+        return self.refreshes_per_window is not None and self.refreshes_per_window < MIN_REFRESHES_PER_WINDOW
 
 
 def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -> EnergyTotals:
@@ -49,8 +60,9 @@ def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -
     start, end, grace = window.start_ns, window.end_ns, window.grace_ns
     duration_s = max(end - start, 0) / 1e9
     total_power: float | None = None
-    energy_j = 0.0
+    energy_j = bound_j = 0.0
     counted = integrated = 0
+    slowest: float | None = None
     for s in series:
         power = s.values.get(POWER_KEY)
         if power is not None:
@@ -59,10 +71,19 @@ def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -
                 total_power = (total_power or 0.0) + mean
         counter = s.values.get(ENERGY_KEY)
         if counter is not None:
+            delta: CounterDelta | RefreshedDelta | None
             if mode == "aiperf":
                 delta = counter_delta_aiperf(s.timestamps, counter, start, end + grace)
             else:
-                delta = counter_delta_interpolated(s.timestamps, counter, start, end, grace)
+                cadence = series_cadence(s.timestamps, s.values)
+                timed = refreshed_delta(s.timestamps, counter, cadence, start, end,
+                                        None if power is None else power * 1e-6)  # W → MJ/s
+                delta = counter_delta_interpolated(s.timestamps, counter, start, end, grace) if cadence.fresh \
+                    else timed
+                if timed is not None:
+                    bound_j += timed.bound * _MJ_TO_J
+                if not cadence.fresh and cadence.period_s is not None:
+                    slowest = max(slowest or 0.0, cadence.period_s)
             if delta is not None:
                 energy_j += delta.delta * _MJ_TO_J
                 counted += 1
@@ -84,7 +105,9 @@ def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -
         return EnergyTotals(None, None, total_power, duration_s, 0, 0, "unavailable")
     source = "mixed" if counted and integrated else "dcgm_counter" if counted else "power_integration"
     average = energy_j / duration_s if duration_s > 0 else None
-    return EnergyTotals(energy_j, average, total_power, duration_s, counted, integrated, source)
+    spans = duration_s / slowest if slowest else None
+    return EnergyTotals(energy_j, average, total_power, duration_s, counted, integrated, source,
+                        bound_j if counted else None, slowest, spans)
 
 
 def _avg(benchmark: Mapping[str, Any] | None, tag: str) -> float | None:
@@ -138,7 +161,10 @@ def energy_metrics(totals: EnergyTotals, benchmark: Mapping[str, Any] | None = N
     if energy is not None and energy > 0:
         _energy_family(values, energy, totals.average_power_w, benchmark,
                        concurrency if concurrency is not None else profiling_concurrency(benchmark))
-    return {tag: {"unit": unit, "avg": values[tag]} for tag, _, unit in ENERGY_FAMILY if tag in values}
+    out = {tag: {"unit": unit, "avg": values[tag]} for tag, _, unit in ENERGY_FAMILY if tag in values}
+    if "nvidia_total_gpu_energy" in out and totals.bound_j is not None:
+        out["nvidia_total_gpu_energy"]["bound"] = totals.bound_j  # ± J, beside AIPerf's keys
+    return out
 
 
 def _energy_family(values: dict[str, float], energy: float, power: float | None,

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     # Columns aligned with one series' timestamps: arrays, or the rows of one matrix.
     Columns = Sequence[NDArray[np.float64]] | NDArray[np.float64]
+    Times = NDArray[np.int64] | NDArray[np.float64]  # ns: scrape times, or estimated refresh instants
 
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99)
@@ -241,7 +242,7 @@ def counter_delta_interpolated(ts: NDArray[np.int64], values: NDArray[np.float64
     last = min(after_end, inside.stop - 1)
     t = t[first: last + 1]
     v = v[first: last + 1]
-    cum, resets = _cumulative_increase(t, v)
+    cum, resets = cumulative_increase(t, v)
     if t.size == 1:
         return CounterDelta(0.0, 0)
     base = int(t[0])  # relative times keep float64 exact to the nanosecond
@@ -294,7 +295,7 @@ def _clean_counter_deltas(t: NDArray[np.int64], used: NDArray[np.float64], indic
                                                                        np.float64))  # np.diff
     simple = np.minimum.reduce(steps, axis=1) >= 0  # (no NaN here) never decreasing
     dipping = np.flatnonzero(~simple)
-    if dipping.size:  # _cumulative_increase's first span, for all of them at once: a dip adds nothing
+    if dipping.size:  # cumulative_increase's first span, for all of them at once: a dip adds nothing
         values = used[dipping]
         marks = np.maximum.accumulate(values, axis=1)[:, :-1]  # the high-water mark before each value
         later = values[:, 1:]
@@ -304,13 +305,13 @@ def _clean_counter_deltas(t: NDArray[np.int64], used: NDArray[np.float64], indic
     cum[:, 0] = 0.0
     np.cumsum(steps, axis=1, out=cum[:, 1:])
     for row, (i, plain) in enumerate(zip(indices, simple.tolist(), strict=True)):
-        row_cum, resets = (cum[row], 0) if plain else _cumulative_increase(t, used[row])
+        row_cum, resets = (cum[row], 0) if plain else cumulative_increase(t, used[row])
         at_start = _read_edge(tf, row_cum, float(start - base))
         at_end = _read_edge(tf, row_cum, float(end - base))
         out[i] = CounterDelta(max(at_end - at_start, 0.0), resets)
 
 
-def _cumulative_increase(t: NDArray[np.int64], v: NDArray[np.float64]) -> tuple[NDArray[np.float64], int]:
+def cumulative_increase(t: Times, v: NDArray[np.float64]) -> tuple[NDArray[np.float64], int]:
     """Running increase since the first sample: monotone, reset-aware, dip-tolerant."""
     import numpy as np
 
@@ -353,7 +354,7 @@ def _cumulative_increase(t: NDArray[np.int64], v: NDArray[np.float64]) -> tuple[
     return cum, len(reset_at)
 
 
-def _estimate_reset_intervals(t: NDArray[np.int64], increments: NDArray[np.float64], reset_at: list[int]) -> None:
+def _estimate_reset_intervals(t: Times, increments: NDArray[np.float64], reset_at: list[int]) -> None:
     """Add the part of a reset interval that happened before the reset, from the neighbouring rate.
 
     PromQL counts only the post-reset value; at 3 Hz that loses up to one interval of energy (~1.7 % of a

@@ -17,6 +17,7 @@ from bridge.endpoints import display_key
 from bridge.fields import FieldSpec, FieldTable
 from bridge.redact import redact_url
 from bridge.report.events import EndpointState
+from bridge.report.refresh import Cadence, RefreshedDelta, refreshed_delta, refreshes_in, series_cadence
 from bridge.report.series import GpuMeta, Series
 from bridge.report.stats import (
     CounterDelta,
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 XID_KEY = "nvidia_xid_errors"
+ENERGY_KEY = "nvidia_energy_consumption"  # MJ
+POWER_KEY = "nvidia_power_usage"  # W
 
 # AIPerf's own keys that our field table does not carry (pynvml/amdsmi collectors): read from AIPerf logs.
 _AIPERF_EXTRA: Mapping[str, tuple[str, str, MetricKind]] = {
@@ -193,12 +196,33 @@ def metric_result(ts: NDArray[np.int64], values: NDArray[np.float64], label: Met
     return gauge_stats(ts, values, start, end, label.unit)
 
 
-def _counter_result(unit: str, delta: CounterDelta | None) -> dict[str, Any] | None:
+def _counter_result(unit: str, delta: CounterDelta | RefreshedDelta | None, *,
+                    bound: float | None = None) -> dict[str, Any] | None:
     if delta is None:
         return None
     out: dict[str, Any] = {"unit": unit, "avg": delta.delta}
     if delta.resets:
         out["resets"] = delta.resets
+    if bound is not None:
+        out["bound"] = bound  # ± how far the truth can be, in the same unit (bridge/report/refresh.py)
+    return out
+
+
+def refreshed_counters(s: Series, counters: Sequence[MetricLabel], cadence: Cadence, window: Window,
+                       fresh_deltas: Sequence[CounterDelta | None]) -> dict[str, dict[str, Any] | None]:
+    """The interpolated counters of one GPU, timed at their DCGM refresh when the values are not fresh
+    (with fresh values, `fresh_deltas` as computed today); the energy counter carries its bound either way."""
+    assert window.start_ns is not None and window.end_ns is not None
+    out: dict[str, dict[str, Any] | None] = {}
+    for label, fresh in zip(counters, fresh_deltas, strict=True):
+        slope = s.values.get(POWER_KEY) if label.key == ENERGY_KEY else None
+        timed = None
+        if not cadence.fresh or label.key == ENERGY_KEY:
+            timed = refreshed_delta(s.timestamps, s.values[label.key], cadence, window.start_ns, window.end_ns,
+                                    None if slope is None else slope * 1e-6)  # W → MJ/s
+        delta = fresh if cadence.fresh else timed
+        bound = timed.bound if timed is not None and label.key == ENERGY_KEY else None
+        out[label.key] = _counter_result(label.unit, delta, bound=bound)
     return out
 
 
@@ -226,8 +250,14 @@ def series_metrics(s: Series, labels: Sequence[MetricLabel], window: Window, mod
                                 [label.unit for label in gauges], count_nan_slots=mode == "aiperf", scratch=scratch)
     deltas = counter_deltas_interpolated(s.timestamps, matrix[g:c], start, end, grace, scratch=scratch)
     results: dict[str, dict[str, Any] | None] = {label.key: result for label, result in zip(gauges, stats, strict=True)}
-    results.update((label.key, _counter_result(label.unit, delta)) for label, delta in zip(counters, deltas,
-                                                                                            strict=True))
+    if mode == "interpolated":
+        cadence = series_cadence(s.timestamps, s.values)
+        results.update(refreshed_counters(s, counters, cadence, window, deltas))
+        if not cadence.fresh:  # what the gauges rest on: how many distinct DCGM refreshes the window holds
+            refreshes = refreshes_in(s.timestamps, matrix[:c], start, end)
+            for label in gauges:
+                if results[label.key] is not None:
+                    results[label.key]["refreshes"] = refreshes  # type: ignore[index]
     results.update((label.key, metric_result(s.timestamps, row, label, window, mode))
                    for label, row in zip(others, matrix[c:], strict=True))
     metrics: dict[str, dict[str, Any]] = {}

@@ -175,14 +175,16 @@ def sidecar(live: bool, **flags: Any) -> None:
     view = _live_view(session, live or config.telemetry.dashboard)
     done_file = Path(config.done_file) if config.done_file else None
     watch = OtlpLossWatch()
+    finished_by_file = False
     while not done.wait(0.25):
         if done_file is not None and done_file.exists():
+            finished_by_file = True
             break
         if session.forwarder is not None:
             watch.check(session.forwarder.stats().as_dict())
     if view is not None:
         view.stop()
-    outputs = session.complete()
+    outputs = session.complete(await_refresh=finished_by_file)  # not on SIGTERM: the kubelet's grace is short
     server.stop()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id} complete; outputs in {session.artifact_dir}", err=True)
     _exit_on_problems(outputs)

@@ -137,7 +137,7 @@ class _Handler(BaseHTTPRequestHandler):
                 end = body.get("requests_end_ns")
                 if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end <= 0):
                     raise LifecycleError("requests_end_ns must be a positive integer (wall-clock ns)")
-                outputs = self.control.session.complete(end)
+                outputs = self.control.session.complete(end, await_refresh=True)
                 self._send(200, {"completed": True, "files": [str(f) for f in outputs.files]})
                 if self.control.on_complete is not None:
                     self.control.on_complete()

@@ -50,7 +50,7 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
                     progress.update(task, completed=time.monotonic() - started, records=session.records_written)
                 end_ns = time.time_ns()
                 session.mark_phase(name, kind, "end", end_ns)
-        outputs = session.complete(requests_end_ns=end_ns)
+        outputs = session.complete(requests_end_ns=end_ns, await_refresh=True)
     if outputs.report is not None:
         from bridge.report.html import write_html
 

@@ -159,7 +159,9 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
             view.stop()
         if aiperf is not None:
             _target_aiperf(session, aiperf, run, started_ns)
-        run.outputs = session.complete()  # the requests end: the phases' (AIPerf's files, or the marks)
+        # The requests end: the phases' (AIPerf's files, or the marks). A slow exporter's next refresh is awaited
+        # unless a signal asked us to stop.
+        run.outputs = session.complete(await_refresh=run.received is None)
         server.stop()
     return run
 

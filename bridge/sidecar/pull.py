@@ -47,6 +47,8 @@ class EndpointHealth:
     scrapes: int = 0
     last_duration_s: float | None = None
     errors: Mapping[str, int] = field(default_factory=dict)  # ScrapeFailure.kind -> count
+    refresh_period_s: float | None = None  # how often the exporter's values change (scrape.RefreshWatch)
+    last_refresh_ns: int | None = None  # when a scrape first saw its latest values
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,12 @@ def _health_lines(health: BridgeHealth) -> list[str]:
            [(per_endpoint(e), e.last_duration_s) for e in eps if e.last_duration_s is not None])
     family("dcgm_bridge_scrape_errors_total", "counter", "Failed scrapes per DCGM endpoint and failure kind.",
            [(per_endpoint(e, kind=k), n) for e in eps for k, n in sorted(e.errors.items())])
+    family("dcgm_bridge_exporter_refresh_period_seconds", "gauge",
+           "How often the DCGM endpoint's values change (dcgm-exporter's collect interval, -c), as scraped.",
+           [(per_endpoint(e), e.refresh_period_s) for e in eps if e.refresh_period_s is not None])
+    family("dcgm_bridge_exporter_last_refresh_timestamp_seconds", "gauge",
+           "When a scrape first saw the DCGM endpoint's current values (Unix seconds): stale when old.",
+           [(per_endpoint(e), e.last_refresh_ns / 1e9) for e in eps if e.last_refresh_ns is not None])
     family("dcgm_bridge_records_written_total", "counter", "GPU records written to the record log.",
            [("", health.records_written)])
     otlp = health.otlp

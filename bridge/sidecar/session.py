@@ -224,7 +224,9 @@ class Session:
                                reason, loop.stats.url)
 
     # -- complete ----------------------------------------------------------------------------------
-    def complete(self, requests_end_ns: int | None = None) -> SessionOutputs:
+    def complete(self, requests_end_ns: int | None = None, *, await_refresh: bool = False) -> SessionOutputs:
+        """End the run: a final scrape of every endpoint, then (`await_refresh`) the next refresh of a slow
+        exporter, then the files and the report. SIGTERM does not await: the kubelet's grace is short."""
         with self._lock:
             if self.outputs is not None:
                 return self.outputs
@@ -236,6 +238,9 @@ class Session:
             finals = [loop.request_boundary(now) for loop in self.loops.values()]
             for boundary in finals:
                 boundary.done.wait(max(0.0, deadline - self._monotonic()))
+            if await_refresh:
+                self._await_refresh(now)
+                deadline = self._monotonic() + self.config.shutdown_delay
             for loop in self.loops.values():
                 loop.stop(timeout=max(0.1, deadline - self._monotonic()))
             otlp = self._close_forwarder(deadline)
@@ -260,6 +265,35 @@ class Session:
                                                  f"({writer.last_error})")
             return self.outputs
 
+    def _await_refresh(self, final_ns: int) -> None:
+        """Keep scraping until every slow exporter (one whose values change less often than every second
+        scrape) has shown values newer than the final scrape, at most `final_refresh_wait` seconds: the
+        report then reads the window's end between two refreshes instead of extrapolating past the last one
+        (bridge/report/refresh.py). An exporter refreshing every 30 s (its default) costs up to 30 s here."""
+        limit = self.config.final_refresh_wait
+        interval = self.config.collection_interval
+        waiting = {url: loop for url, loop in self.loops.items()
+                   if loop.stats.state == "up" and (loop.stats.refresh.period_s or 0) > 2 * interval}
+        if not waiting or limit <= 0:
+            return
+        longest = max(loop.stats.refresh.period_s or 0 for loop in waiting.values())
+        budget = min(limit, 1.2 * longest + 2 * interval)
+        logger.info("waiting up to %.0f s for the next DCGM refresh of %s (every %.0f s), so that it brackets "
+                    "the window's end (final_refresh_wait; dcgm-exporter -c 100 makes this unnecessary)",
+                    budget, ", ".join(display_key(u) for u in waiting), longest)
+        stop_at = self._monotonic() + budget
+        while waiting and self._monotonic() < stop_at:
+            for url, loop in list(waiting.items()):
+                seen = loop.stats.refresh.last_new_ns
+                later = seen is not None and seen > final_ns + interval * 5e8  # seen by a later scrape
+                if loop.stats.state != "up" or later:
+                    del waiting[url]
+            if waiting:
+                time.sleep(min(0.05, max(0.0, stop_at - self._monotonic())))
+        if waiting:
+            logger.warning("no new DCGM refresh from %s within %.0f s: the window's end is extrapolated",
+                           ", ".join(display_key(u) for u in waiting), budget)
+
     def _record_log_status(self) -> dict[str, Any]:
         return {"path": str(self.records.path), "lines_written": self.records.lines_written,
                 "lines_dropped": self.records.lines_dropped, "error": self.records.last_error}
@@ -281,7 +315,8 @@ class Session:
                   for url, (page, phase, ts) in list(self._pull.latest.items())]
         health = BridgeHealth(
             [EndpointHealth(display_key(url), loop.stats.scrapes, loop.stats.last_duration_s,
-                            dict(loop.stats.failures)) for url, loop in self.loops.items()],
+                            dict(loop.stats.failures), loop.stats.refresh.period_s, loop.stats.refresh.last_new_ns)
+             for url, loop in self.loops.items()],
             self.records_written,
             self.forwarder.stats().as_dict() if self.forwarder is not None else None,
         )

@@ -246,18 +246,18 @@ def counters(draw: st.DrawFn) -> np.ndarray:
 @settings(max_examples=300, deadline=None)
 @given(counters())
 def test_the_reset_search_finds_what_the_sample_by_sample_rule_finds(values: np.ndarray) -> None:
-    from bridge.report.stats import _cumulative_increase
+    from bridge.report.stats import cumulative_increase
 
     increments, resets = _reference_cumulative_increase(values)
     times = np.arange(values.size, dtype=np.int64) * S
-    cum, count = _cumulative_increase(times, values)
+    cum, count = cumulative_increase(times, values)
     assert count == len(resets)
     if not resets:  # (with resets, the reset intervals are re-estimated from the neighbouring rates)
         assert np.array_equal(cum, np.concatenate(([0.0], np.cumsum(increments))))
 
 
 def test_the_reset_search_spans_long_series_and_many_resets() -> None:
-    from bridge.report.stats import _cumulative_increase
+    from bridge.report.stats import cumulative_increase
 
     rng = np.random.default_rng(7)
     for shape in ("rising", "dips", "sawtooth", "oscillating"):
@@ -270,7 +270,7 @@ def test_the_reset_search_spans_long_series_and_many_resets() -> None:
         elif shape == "oscillating":
             values[::2] = 0.0
         increments, resets = _reference_cumulative_increase(values)
-        _, count = _cumulative_increase(np.arange(values.size, dtype=np.int64) * S, values)
+        _, count = cumulative_increase(np.arange(values.size, dtype=np.int64) * S, values)
         assert count == len(resets), shape
 
 

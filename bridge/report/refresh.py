@@ -1,0 +1,330 @@
+"""DCGM's refresh cadence, read from the recording, and counters timed at their refresh, not at our scrape.
+
+dcgm-exporter does not read the GPU when it is scraped: it serves what its collector last gathered, and the
+collector runs on a ticker every `-c` / `DCGM_EXPORTER_INTERVAL` ms, 30 000 by default (NVIDIA/dcgm-exporter
+`pkg/cmd/app.go` flag `collect-interval`; the collector loop in `pkg/exporter/server.go` /
+`pkg/exporter/metrics_pipeline.go` runs `time.NewTicker(collectInterval)`), with DCGM watching the fields at
+that same interval. Between two collections every scrape repeats the same values, and the page carries no
+sample time.
+
+So a value that first appears at scrape k was sampled after scrape k−1 (which still had the old one) and no
+later than scrape k: its sample instant lies in the bracket (t[k−1], t[k]]. The brackets of a run's new
+values line up on a grid `phase + j·period` (the collector's ticker), which a least-squares fit recovers far
+more precisely than any one bracket; each new value is timed at the grid instant inside its bracket.
+
+- `Cadence`: per series, how many scrapes brought a new value and the period between them. When (nearly)
+  every scrape brings one, the values are fresh and the scrape time is the sample time (`fresh`).
+- `refreshed_delta`: a counter's increase over [start, end] from its values timed at their refresh, read
+  between refreshes by cubic Hermite interpolation when the power gauge gives the energy counter's slope at
+  each refresh (linear otherwise), with a bound on how far each edge can move.
+- The bound at an edge: the counter cannot decrease (between resets), so its true value at the edge lies
+  between the last value known to be sampled at or before it and the first known to be sampled at or after
+  it; beyond the last refresh seen, the counter grows by at most 1.5 × the highest rate seen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+# A series is fresh when at least this share of its scrapes brought a new value (DCGM refreshes at least
+# as often as we scrape: the scrape time is the sample time, to within the refresh period).
+FRESH_SHARE = 0.75
+# The grid is trusted when at least this share of the brackets holds one of its instants.
+_GRID_FIT = 0.8
+# Beyond the last refresh seen, the counter grows by at most this many times the highest rate seen.
+_RATE_MARGIN = 1.5
+# A window shorter than this many refresh periods rests on too few refreshes (the report says so).
+MIN_REFRESHES_PER_WINDOW = 2.0
+# The keys whose changes mark a new DCGM refresh (they change at every refresh of a working GPU).
+MARKER_KEYS = ("nvidia_energy_consumption", "nvidia_power_usage")
+FIX = ("lower dcgm-exporter's collect interval: `-c 100` (or DCGM_EXPORTER_INTERVAL=100), so that DCGM "
+       "refreshes faster than the sidecar scrapes")
+
+
+@dataclass(frozen=True, slots=True)
+class Cadence:
+    """How often DCGM refreshed a series' values, as the scrapes saw it."""
+
+    scrapes: int  # scrapes with a value
+    refreshes: int  # distinct refreshes seen: the first scrape and every scrape that brought a new value
+    period_ns: float | None  # between refreshes; None with fewer than two new values
+    phase_ns: float | None = None  # one refresh instant of the fitted grid (None: no regular grid)
+    # Indices (into the series' samples) of the scrapes that brought a new refresh.
+    new: NDArray[np.int64] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def fresh(self) -> bool:
+        """Every scrape (nearly) brought a new value, or nothing says otherwise: timing by scrape is right."""
+        if self.scrapes < 2 or self.period_ns is None:
+            return True
+        return (self.refreshes - 1) >= FRESH_SHARE * (self.scrapes - 1)
+
+    @property
+    def period_s(self) -> float | None:
+        return None if self.period_ns is None else self.period_ns / 1e9
+
+    def instant(self, lo: float, hi: float) -> float:
+        """The best estimate of the sample instant of a value first seen at `hi`, last absent at `lo`."""
+        mid = (lo + hi) / 2
+        if self.phase_ns is None or not self.period_ns:
+            return mid
+        grid = self.phase_ns + self.period_ns * round((mid - self.phase_ns) / self.period_ns)
+        return min(max(grid, lo), hi)
+
+    def instant_before(self, t: float) -> float:
+        """The latest refresh instant at or before `t` (a series' first value, sampled before it was seen)."""
+        if self.phase_ns is None or not self.period_ns:
+            return t - (self.period_ns or 0.0) / 2
+        return self.phase_ns + self.period_ns * math.floor((t - self.phase_ns) / self.period_ns)
+
+
+FRESH = Cadence(0, 0, None)
+
+
+def changes(ts: NDArray[np.int64], rows: NDArray[np.float64]) -> NDArray[np.int64]:
+    """Indices k ≥ 1 where any row differs from sample k−1 (NaN equals NaN: a blank is not a new value)."""
+    import numpy as np
+
+    if ts.size < 2:
+        return np.zeros(0, dtype=np.int64)
+    a, b = rows[:, :-1], rows[:, 1:]
+    differ = (a != b) & ~(np.isnan(a) & np.isnan(b))
+    return np.flatnonzero(differ.any(axis=0)) + 1
+
+
+def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64]) -> Cadence:
+    """The cadence of one series from the rows (fields) that change at every refresh."""
+    import numpy as np
+
+    seen = np.flatnonzero(~np.isnan(rows).all(axis=0))
+    new = seen[changes(ts[seen], rows[:, seen])]  # (indices into all the samples)
+    previous = seen[np.searchsorted(seen, new) - 1]
+    scrapes, refreshes = int(seen.size), int(new.size) + (1 if seen.size else 0)
+    if new.size < 2:
+        return Cadence(scrapes, refreshes, None, new=new)
+    lo = ts[previous].astype(np.float64)
+    hi = ts[new].astype(np.float64)
+    mids = (lo + hi) / 2
+    period = float(np.median(np.diff(mids)))
+    cadence = Cadence(scrapes, refreshes, period, new=new)
+    if cadence.fresh or period <= 0:
+        return cadence
+    return _fit_grid(cadence, lo, hi, mids)
+
+
+def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64],
+              mids: NDArray[np.float64]) -> Cadence:
+    """The grid `phase + j·period` that best fits the brackets, kept when most brackets hold one of its instants.
+
+    Each new value gets its refresh number j from the step since the previous one (a missed refresh is a step
+    of two). For a trial period P, the phases every bracket allows are [max(lo − P·j), min(hi − P·j)]; the
+    overshoot max(lo − P·j) − min(hi − P·j) is convex in P, so a ternary search finds the period that every
+    bracket (or, with a late response, nearly every one) agrees with, and the phase is the middle of the
+    allowed range.
+    """
+    import numpy as np
+
+    assert cadence.period_ns is not None
+    rough = cadence.period_ns
+    steps = np.maximum(np.round(np.diff(mids) / rough), 1.0)
+    j = np.concatenate(([0.0], np.cumsum(steps)))
+    lo0, hi0 = lo - lo[0], hi - lo[0]  # relative: keeps float64 exact
+
+    def overshoot(period: float) -> float:
+        return float(np.max(lo0 - period * j) - np.min(hi0 - period * j))
+
+    a, b = 0.9 * rough, 1.1 * rough
+    for _ in range(100):
+        m1, m2 = a + (b - a) / 3, b - (b - a) / 3
+        if overshoot(m1) <= overshoot(m2):
+            b = m2
+        else:
+            a = m1
+    period = (a + b) / 2
+    if overshoot(period) < 0:  # every bracket agrees with a range of periods: take the middle of it
+        period = (_root(overshoot, period, 0.9 * rough) + _root(overshoot, period, 1.1 * rough)) / 2
+    phase = (np.max(lo0 - period * j) + np.min(hi0 - period * j)) / 2
+    grid = phase + period * j
+    slack = 1e6  # 1 ms: times are request starts
+    inside = float(np.mean((grid >= lo0 - slack) & (grid <= hi0 + slack)))
+    if inside < _GRID_FIT:
+        return cadence
+    return replace(cadence, period_ns=float(period), phase_ns=float(lo[0] + phase))
+
+
+def _root(f: Callable[[float], float], inside: float, outside: float) -> float:
+    """Where the convex `f` crosses 0 between `inside` (f < 0) and `outside` (or `outside` if it never does)."""
+    if f(outside) < 0:
+        return outside
+    for _ in range(60):
+        middle = (inside + outside) / 2
+        inside, outside = (middle, outside) if f(middle) < 0 else (inside, middle)
+    return (inside + outside) / 2
+
+
+def series_cadence(ts: NDArray[np.int64], values: dict[str, NDArray[np.float64]] | object) -> Cadence:
+    """A series' cadence from its energy counter and power gauge (else every field it has)."""
+    import numpy as np
+
+    assert isinstance(values, dict) or hasattr(values, "keys")
+    keys = [k for k in MARKER_KEYS if k in values] or list(values)  # type: ignore[operator, call-overload]
+    if not keys:
+        return Cadence(int(ts.size), int(ts.size), None)
+    rows = np.stack([values[k] for k in keys])  # type: ignore[index]
+    return cadence_of(ts, rows)
+
+
+def refreshes_in(ts: NDArray[np.int64], rows: NDArray[np.float64], start: int, end: int) -> int:
+    """Distinct refreshes among the samples in [start, end]: what a gauge's statistics rest on."""
+    import numpy as np
+
+    lo = int(np.searchsorted(ts, start, side="left"))
+    hi = int(np.searchsorted(ts, end, side="right"))
+    if hi <= lo:
+        return 0
+    return 1 + int(changes(ts[lo:hi], rows[:, lo:hi]).size)
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshedDelta:
+    delta: float
+    resets: int
+    bound: float  # how far the delta can be from the truth, from how far each edge can move
+
+
+def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence: Cadence, start: int, end: int,
+                    slope: NDArray[np.float64] | None = None) -> RefreshedDelta | None:
+    """A counter's increase over [start, end] with its values timed at their refresh (see the module doc).
+
+    `slope` (aligned with `ts`, counter units per second; for the energy counter, the power gauge in MJ/s)
+    gives the counter's rate at each refresh instant. None when the counter has no value at all.
+    """
+    import numpy as np
+
+    from bridge.report.stats import cumulative_increase
+
+    valid = ~np.isnan(values)
+    t, v = ts[valid], values[valid]
+    if t.size == 0:
+        return None
+    base = float(t[0])
+    if cadence.fresh:  # every sample is its own refresh, sampled when scraped
+        obs = np.arange(t.size)
+        tau = lo = hi = t.astype(np.float64) - base
+        slope = None
+    else:  # the first value, then every new refresh of the series (the counter's value may repeat in one)
+        new = np.flatnonzero(v[1:] != v[:-1]) + 1  # (and may change where the markers' did not)
+        if cadence.new is not None and cadence.new.size:
+            at = np.flatnonzero(valid)
+            where = np.minimum(np.searchsorted(at, cadence.new), at.size - 1)
+            same = (at[where] == cadence.new) & (where > 0)
+            new = np.union1d(new, where[same])
+        obs = np.concatenate(([0], new))
+        lo = np.concatenate(([-math.inf], t[new - 1].astype(np.float64)))
+        hi = t[obs].astype(np.float64)
+        tau = np.array([cadence.instant_before(float(t[0]))]
+                       + [cadence.instant(a, b) for a, b in zip(lo[1:].tolist(), hi[1:].tolist(), strict=True)])
+        tau = np.maximum.accumulate(tau - base)  # relative: float64 exact to the ns
+        lo, hi = lo - base, hi - base
+    cum, resets = cumulative_increase(tau, v[obs])
+    rate = None
+    if slope is not None:
+        s = slope[valid][obs] * 1e-9  # per ns
+        rate = np.where(np.isnan(s) | (s < 0), np.nan, s)
+    e0, e1 = float(start) - base, float(end) - base
+    at0, bound0 = _edge(tau, cum, rate, lo, hi, e0)
+    at1, bound1 = _edge(tau, cum, rate, lo, hi, e1)
+    return RefreshedDelta(max(at1 - at0, 0.0), resets, bound0 + bound1)
+
+
+def _edge(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
+          lo: NDArray[np.float64], hi: NDArray[np.float64], edge: float) -> tuple[float, float]:
+    """(the cumulative increase read at `edge`, how far the truth can be from it)."""
+    import numpy as np
+
+    n = tau.size
+    top = _top_rate(tau, cum, rate)
+    # Known at or before the edge: first seen by then. Known at or after: still absent at a scrape after it.
+    before = int(np.searchsorted(hi, edge, side="right")) - 1
+    after = int(np.searchsorted(lo, edge, side="left"))
+    floor = float(cum[before]) if before >= 0 else float(cum[0]) - top * (hi[0] - edge)
+    ceiling = float(cum[after]) if after < n else float(cum[-1]) + top * max(edge - lo[-1], 0.0)
+    value = _read(tau, cum, rate, edge)
+    value = min(max(value, floor), ceiling)
+    return value, max(value - floor, ceiling - value)
+
+
+def _top_rate(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None) -> float:
+    import numpy as np
+
+    rates = [0.0]
+    if tau.size >= 2:
+        dt = np.diff(tau)
+        ok = dt > 0
+        if ok.any():
+            rates.append(float(np.max(np.diff(cum)[ok] / dt[ok])))
+    if rate is not None and np.isfinite(rate).any():
+        rates.append(float(np.nanmax(rate)))
+    return _RATE_MARGIN * max(rates)
+
+
+def _read(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
+          edge: float) -> float:
+    """The cumulative increase at `edge`: Hermite (or linear) between refreshes, extrapolated outside."""
+    import numpy as np
+
+    n = tau.size
+    if n == 1:
+        r = rate[0] if rate is not None and np.isfinite(rate[0]) else 0.0
+        return float(cum[0] + r * (edge - tau[0]))
+    if edge <= tau[0]:
+        return float(cum[0] - _reach(tau, cum, rate, 0, 1, tau[0] - edge))
+    if edge >= tau[-1]:
+        return float(cum[-1] + _reach(tau, cum, rate, n - 1, n - 2, edge - tau[-1]))
+    i = min(int(np.searchsorted(tau, edge, side="right")) - 1, n - 2)
+    h = float(tau[i + 1] - tau[i])
+    c0, c1 = float(cum[i]), float(cum[i + 1])
+    if h <= 0:
+        return c1
+    x = (edge - float(tau[i])) / h
+    m0 = float(rate[i]) if rate is not None else math.nan
+    m1 = float(rate[i + 1]) if rate is not None else math.nan
+    if math.isnan(m0) or math.isnan(m1):
+        return c0 + (c1 - c0) * x
+    secant = (c1 - c0) / h
+    # Fritsch-Carlson: slopes of at most 3 × the secant keep the cubic monotone between the two refreshes.
+    if secant <= 0:
+        m0 = m1 = 0.0
+    else:
+        scale = min(1.0, 3 * secant / max(m0, m1, 1e-300))
+        m0, m1 = m0 * scale, m1 * scale
+    x2, x3 = x * x, x * x * x
+    value = ((2 * x3 - 3 * x2 + 1) * c0 + (x3 - 2 * x2 + x) * h * m0
+             + (-2 * x3 + 3 * x2) * c1 + (x3 - x2) * h * m1)
+    return min(max(value, c0), c1)
+
+
+def _reach(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
+           at: int, neighbour: int, gap: float) -> float:
+    """The counter's growth over `gap` beyond refresh `at`: the rate there (the power gauge), else the
+    neighbouring interval's mean rate; never negative. (A trend fitted to the last interval did worse over a
+    slow refresh: the power has turned by the time the next refresh comes.)"""
+    r = float(rate[at]) if rate is not None else math.nan
+    if math.isnan(r):
+        h = abs(float(tau[at] - tau[neighbour]))
+        r = abs(float(cum[at] - cum[neighbour])) / h if h > 0 else 0.0
+    return max(r, 0.0) * gap
+
+
+def endpoint_cadence(cadences: Sequence[Cadence]) -> Cadence:
+    """An endpoint's cadence: its GPUs are collected together, so the series with most scrapes speaks for it."""
+    if not cadences:
+        return FRESH
+    return max(cadences, key=lambda c: (c.scrapes, c.refreshes))
