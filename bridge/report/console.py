@@ -143,5 +143,13 @@ def _print_energy(report: Report, console: Console) -> None:
         parts.append(f"total average power {format_number(energy.average_power_w)} W")
     parts.append(f"over {energy.duration_s:,.1f} s ({report.counter_mode} counters)")
     separator = ", " if console.width >= WIDE_TABLE else "\n  "  # narrow: one figure per line, no wrapping
+    if energy.bound_j:  # how far the truth can be (bridge/report/refresh.py), in the total's unit
+        scale = energy.total_energy_j / value if value else 1.0
+        parts.append(f"bound ± {format_number(energy.bound_j / scale)} {unit}")
+    if energy.refresh_period_s is not None:
+        parts.append(f"DCGM refresh every {energy.refresh_period_s:,.1f} s")
     console.print(f"Energy, all {gpus} GPU{'s' if gpus != 1 else ''}:" + (" " if separator == ", " else separator)
                   + separator.join(parts))
+    warning = report.telemetry_data.get("summary", {}).get("refresh_warning")
+    if warning:
+        console.print(f"[yellow]warning:[/yellow] {warning}", markup=True, highlight=False)

@@ -108,7 +108,16 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
     cards = [("Records", f"{report.records:,}"), ("GPUs", str(len(styles))), ("Started", started),
              ("Duration", _clock(span_s)), ("Counter mode", report.counter_mode)]
     if energy.total_energy_j is not None:
-        cards.append(("Energy (profiling)", _joules(energy.total_energy_j)))
+        bound = f" ± {_joules(energy.bound_j)}" if energy.bound_j is not None else ""
+        cards.append(("Energy (profiling)", _joules(energy.total_energy_j) + bound))
+    for endpoint, body in report.telemetry_data.get("endpoints", {}).items():
+        refresh = body.get("refresh")
+        if refresh and not refresh.get("fresh") and refresh.get("period_s"):
+            seen = f"{refresh['refreshes']:,} of {refresh['scrapes']:,} scrapes new"
+            cards.append((f"DCGM refresh {endpoint}", f"every {refresh['period_s']:,.1f} s ({seen})"))
+    warning = report.telemetry_data.get("summary", {}).get("refresh_warning")
+    if warning:
+        cards.append(("Warning", warning))
     if energy.average_power_w is not None:
         cards.append((f"Total average power, {len(styles)} GPUs", f"{energy.average_power_w:,.0f} W"))
     if run_id:

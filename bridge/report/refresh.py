@@ -241,7 +241,7 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     e0, e1 = float(start) - base, float(end) - base
     at0, bound0 = _edge(tau, cum, rate, lo, hi, e0)
     at1, bound1 = _edge(tau, cum, rate, lo, hi, e1)
-    return RefreshedDelta(max(at1 - at0, 0.0), resets, bound0 + bound1)
+    return RefreshedDelta(float(max(at1 - at0, 0.0)), resets, bound0 + bound1)
 
 
 def _edge(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
@@ -258,7 +258,7 @@ def _edge(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.f
     ceiling = float(cum[after]) if after < n else float(cum[-1]) + top * max(edge - lo[-1], 0.0)
     value = _read(tau, cum, rate, edge)
     value = min(max(value, floor), ceiling)
-    return value, max(value - floor, ceiling - value)
+    return float(value), float(max(value - floor, ceiling - value))
 
 
 def _top_rate(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None) -> float:

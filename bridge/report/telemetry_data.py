@@ -17,7 +17,16 @@ from bridge.endpoints import display_key
 from bridge.fields import FieldSpec, FieldTable
 from bridge.redact import redact_url
 from bridge.report.events import EndpointState
-from bridge.report.refresh import Cadence, RefreshedDelta, refreshed_delta, refreshes_in, series_cadence
+from bridge.report.refresh import (
+    FIX,
+    MIN_REFRESHES_PER_WINDOW,
+    Cadence,
+    RefreshedDelta,
+    endpoint_cadence,
+    refreshed_delta,
+    refreshes_in,
+    series_cadence,
+)
 from bridge.report.series import GpuMeta, Series
 from bridge.report.stats import (
     CounterDelta,
@@ -321,6 +330,7 @@ def build_block(series: Sequence[Series], window: Window, table: FieldTable, mod
     labels = [label_for(k, table) for k in ordered_keys(series, table)]
     scratch = Scratch()
     endpoints: dict[str, Any] = {}
+    warnings: list[str] = []
     by_endpoint: dict[str, list[Series]] = {}
     for s in series:
         by_endpoint.setdefault(s.endpoint, []).append(s)
@@ -334,8 +344,33 @@ def build_block(series: Sequence[Series], window: Window, table: FieldTable, mod
             for s in members:
                 gpus[keys[s.meta.identity]] = gpu_entry(s, labels, window, mode, scratch)
         endpoints[endpoint] = {"gpus": gpus}
+        if mode == "interpolated":
+            cadence = endpoint_cadence([series_cadence(s.timestamps, s.values) for s in members])
+            endpoints[endpoint]["refresh"] = refresh_summary(cadence)
+            warning = refresh_warning(endpoint, cadence, window)
+            if warning:
+                warnings.append(warning)
+    if warnings:
+        summary["refresh_warning"] = "; ".join(warnings)
     data = {"summary": summary, "endpoints": endpoints, "error_summary": error_summary(info, *errors_between)}
     return Block(data, statuses)
+
+
+def refresh_summary(cadence: Cadence) -> dict[str, Any]:
+    """An endpoint's DCGM refresh as the scrapes saw it (beside AIPerf's `gpus`)."""
+    return {"fresh": cadence.fresh, "period_s": cadence.period_s, "refreshes": cadence.refreshes,
+            "scrapes": cadence.scrapes}
+
+
+def refresh_warning(endpoint: str, cadence: Cadence, window: Window) -> str | None:
+    """Said when the window spans fewer than two of the endpoint's refreshes."""
+    if cadence.fresh or not cadence.period_s or window.start_ns is None or window.end_ns is None:
+        return None
+    length = (window.end_ns - window.start_ns) / 1e9
+    if length >= MIN_REFRESHES_PER_WINDOW * cadence.period_s:
+        return None
+    return (f"the energy rests on too few DCGM refreshes: {endpoint} refreshed every {cadence.period_s:.1f} s "
+            f"and the window is {length:.1f} s; {FIX}")
 
 
 def _gpu_sort_key(s: Series) -> tuple[int, str, str]:

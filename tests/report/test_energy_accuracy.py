@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 
 from bridge.report import build_report
+from bridge.report.stats import counter_delta_interpolated
 from bridge.report.window import explicit_window
 from bridge.samples import GpuRecord
 from tests.report.helpers import MS, S, rec
@@ -93,3 +95,99 @@ def test_interpolated_energy_matches_an_analytic_power_curve(reset: bool) -> Non
         worst_aiperf = max(worst_aiperf, abs(_energy(records, "aiperf") / truth - 1))
     assert worst_ours < TOLERANCE
     assert worst_aiperf > worst_ours  # AIPerf's wider span (and, with a reset, the clamp) is worse
+
+
+# --- a slow DCGM refresh (dcgm-exporter -c): values timed at their refresh, with a bound -----------------------
+
+REFRESHES_S = (0, 0.1, 1, 10, 30)
+WINDOWS_S = (20, 60, 300)
+
+
+def _refreshed_run(refresh_s: float, window_s: int, seed: int, *, truth_of: str = "model"
+                   ) -> tuple[list[GpuRecord], int, int, float]:
+    """A run scraped at 3 Hz ± 20 ms from a warmup (two refreshes) to the first scrape after the final one that
+    sees a newer refresh (what the sidecar's final_refresh_wait does), the window at a random phase of DCGM's
+    refresh grid. Values repeat between refresh instants floor(t / R)·R, as the exporter's do."""
+    from bridge.simulator.config import SimulatorConfig
+    from bridge.simulator.model import NodeModel
+
+    refresh = round(refresh_s * S)
+    rng = random.Random(f"{seed}:{refresh_s}:{window_s}")
+    start = START + rng.randrange(0, 40 * S)
+    end = start + window_s * S
+    model = NodeModel(SimulatorConfig(gpus=1, seed=seed, refresh_ms=round(refresh_s * 1000),
+                                      boot_ns=START - 86_400 * S))
+
+    def at(t: int) -> tuple[float, float]:  # (counter in MJ, power in W) as the exporter shows them at t
+        if truth_of == "model":
+            return model.counter_mj(0, t) * 1e-9, round(model.power_watts(0, model.sample_time_ns(t)), 3)
+        s = (model.sample_time_ns(t) - START) / S
+        return math.floor((1e6 + _analytic_energy(-100, s)) * 1e3) * 1e-9, _analytic_power(s)
+
+    records, t, final = [], start - max(2 * refresh, 2 * S) - rng.randrange(0, S), None
+    while True:
+        energy, power = at(t)
+        records.append(rec(t, {"nvidia_energy_consumption": energy, "nvidia_power_usage": power}))
+        if final is None and t >= end:
+            final = t
+        elif final is not None and (model.sample_time_ns(t) > model.sample_time_ns(final) or t > final + 40 * S):
+            break
+        t += 333 * MS + rng.randrange(-20 * MS, 20 * MS)
+    if truth_of == "model":
+        truth = model.energy_joules(0, start, end)
+    else:
+        truth = _analytic_energy((start - START) / S, (end - START) / S)
+    return records, start, end, truth
+
+
+def _with_bound(records: list[GpuRecord], start: int, end: int) -> tuple[float, float, dict[str, float]]:
+    built = build_report(records, window=explicit_window(start, end, GRACE))
+    assert built.energy.total_energy_j is not None and built.energy.bound_j is not None
+    gpu = built.telemetry_data["endpoints"]["127.0.0.1:19401"]["gpus"]["gpu_0"]["metrics"]
+    return built.energy.total_energy_j, built.energy.bound_j, gpu["nvidia_energy_consumption"]
+
+
+@pytest.mark.parametrize("window_s", WINDOWS_S)
+@pytest.mark.parametrize("refresh_s", REFRESHES_S)
+def test_energy_on_a_slow_refresh_is_close_to_the_simulators_ground_truth_and_within_its_bound(
+        refresh_s: float, window_s: int) -> None:
+    worst = 0.0
+    for seed in range(6):
+        records, start, end, truth = _refreshed_run(refresh_s, window_s, seed)
+        energy, bound, gpu = _with_bound(records, start, end)
+        error = abs(energy - truth)
+        assert error <= bound, (seed, error, bound)  # the bound covers the true error, always
+        assert gpu["bound"] * 1e6 == pytest.approx(bound)  # the GPU's bound (MJ) is the run's (J) for one GPU
+        worst = max(worst, error / truth)
+    periods = window_s / refresh_s if refresh_s else math.inf
+    if refresh_s <= 0.1:
+        assert worst < TOLERANCE  # fresh values (or a refresh faster than the scrapes): as before
+    elif periods >= 3:
+        assert worst < 0.01
+    elif periods >= 2:
+        # Exactly two refreshes: the simulator's 5-20 s load swings are more than a 10-30 s refresh can follow.
+        assert worst < 0.025
+
+
+@pytest.mark.parametrize("refresh_s", REFRESHES_S)
+def test_the_bound_covers_the_error_on_a_curve_faster_than_the_refresh(refresh_s: float) -> None:
+    """1.3 s and 7 s swings: a slow refresh cannot follow them, and the bound must say so."""
+    for window_s in WINDOWS_S:
+        for seed in range(4):
+            records, start, end, truth = _refreshed_run(refresh_s, window_s, seed, truth_of="analytic")
+            energy, bound, _ = _with_bound(records, start, end)
+            assert abs(energy - truth) <= bound, (window_s, seed, energy, truth, bound)
+
+
+def test_a_slow_refresh_is_timed_at_its_refresh_not_at_the_scrape() -> None:
+    """Against today's scrape-timed reading of the same records: 30 s refresh, 60 s window."""
+    ours = theirs = 0.0
+    for seed in range(6):
+        records, start, end, truth = _refreshed_run(30, 60, seed)
+        ours = max(ours, abs(_with_bound(records, start, end)[0] / truth - 1))
+        scrape_timed = counter_delta_interpolated(
+            np.array([r.timestamp_ns for r in records], dtype=np.int64),
+            np.array([r.telemetry_data["nvidia_energy_consumption"] for r in records]), start, end, GRACE)
+        assert scrape_timed is not None
+        theirs = max(theirs, abs(scrape_timed.delta * 1e6 / truth - 1))
+    assert theirs > 0.05 and ours < theirs / 2, (ours, theirs)
