@@ -76,10 +76,11 @@ def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -
                 delta = counter_delta_aiperf(s.timestamps, counter, start, end + grace)
             else:
                 cadence = series_cadence(s.timestamps, s.values)
-                timed = refreshed_delta(s.timestamps, counter, cadence, start, end,
-                                        None if power is None else power * 1e-6)  # W → MJ/s
-                delta = counter_delta_interpolated(s.timestamps, counter, start, end, grace) if cadence.fresh \
-                    else timed
+                delta = counter_delta_interpolated(s.timestamps, counter, start, end, grace)
+                timed = None if delta is None else refreshed_delta(
+                    s.timestamps, counter, cadence, start, end, None if power is None else power * 1e-6)  # W → MJ/s
+                if not cadence.fresh:
+                    delta = timed
                 if timed is not None:
                     bound_j += timed.bound * _MJ_TO_J
                 if not cadence.fresh and cadence.period_s is not None:

@@ -56,6 +56,7 @@ class Cadence:
     refreshes: int  # distinct refreshes seen: the first scrape and every scrape that brought a new value
     period_ns: float | None  # between refreshes; None with fewer than two new values
     phase_ns: float | None = None  # one refresh instant of the fitted grid (None: no regular grid)
+    at_least: bool = False  # the period is a lower bound: fewer than two new values were seen
     # Indices (into the series' samples) of the scrapes that brought a new refresh.
     new: NDArray[np.int64] | None = field(default=None, repr=False, compare=False)
 
@@ -99,8 +100,13 @@ def changes(ts: NDArray[np.int64], rows: NDArray[np.float64]) -> NDArray[np.int6
     return np.flatnonzero(differ.any(axis=0)) + 1
 
 
-def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64]) -> Cadence:
-    """The cadence of one series from the rows (fields) that change at every refresh."""
+def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64], *, counting: bool = True,
+               energy: NDArray[np.float64] | None = None, power: NDArray[np.float64] | None = None) -> Cadence:
+    """The cadence of one series from the rows (fields) that change at every refresh. `counting`: one of the
+    rows is the energy counter, which no refresh leaves unchanged (a GPU draws power even when idle), so a
+    long stretch without a new value is a refresh at least that slow, not a quiet GPU. `energy` (MJ) and `power`
+    (W), aligned with `ts`, measure the time between refreshes too (`_durations`), which pins the period down
+    where the brackets alone leave it loose (a few refreshes, scrapes in step with them)."""
     import numpy as np
 
     seen = np.flatnonzero(~np.isnan(rows).all(axis=0))
@@ -108,7 +114,8 @@ def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64]) -> Cadence:
     previous = seen[np.searchsorted(seen, new) - 1]
     scrapes, refreshes = int(seen.size), int(new.size) + (1 if seen.size else 0)
     if new.size < 2:
-        return Cadence(scrapes, refreshes, None, new=new)
+        longest = _longest_unchanged(ts[seen], new, seen) if counting else None
+        return Cadence(scrapes, refreshes, longest, new=new, at_least=longest is not None)
     lo = ts[previous].astype(np.float64)
     hi = ts[new].astype(np.float64)
     mids = (lo + hi) / 2
@@ -116,11 +123,39 @@ def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64]) -> Cadence:
     cadence = Cadence(scrapes, refreshes, period, new=new)
     if cadence.fresh or period <= 0:
         return cadence
-    return _fit_grid(cadence, lo, hi, mids)
+    durations = None
+    if energy is not None and power is not None:
+        durations = _durations(energy[new], power[new])
+    return _fit_grid(cadence, lo, hi, mids, durations)
 
 
-def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64],
-              mids: NDArray[np.float64]) -> Cadence:
+def _durations(energy: NDArray[np.float64], power: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The time between consecutive refreshes, from what DCGM read at them: the energy drawn (MJ) over the mean
+    of the two powers (W), in ns (a trapezoid: exact for power that moves linearly between them). NaN where
+    it cannot tell (a reset, no power)."""
+    import numpy as np
+
+    drawn = np.diff(energy) * 1e6
+    mean = (power[1:] + power[:-1]) / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        seconds = np.where((drawn > 0) & (mean > 0), drawn / mean, np.nan)
+    return seconds * 1e9
+
+
+def _longest_unchanged(t: NDArray[np.int64], new: NDArray[np.int64], seen: NDArray[np.int64]) -> float | None:
+    """With fewer than two new values: the longest stretch of scrapes that saw one value (a lower bound on the
+    period), when it spans at least four scrapes."""
+    import numpy as np
+
+    cuts = np.searchsorted(seen, new)
+    bounds = np.concatenate(([0], cuts, [t.size]))
+    longest = max(((int(b) - int(a), float(t[b - 1] - t[a])) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+                   if b > a), default=(0, 0.0))
+    return longest[1] if longest[0] >= 4 and longest[1] > 0 else None
+
+
+def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64], mids: NDArray[np.float64],
+              durations: NDArray[np.float64] | None = None) -> Cadence:
     """The grid `phase + j·period` that best fits the brackets, kept when most brackets hold one of its instants.
 
     Each new value gets its refresh number j from the step since the previous one (a missed refresh is a step
@@ -149,7 +184,13 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
             a = m1
     period = (a + b) / 2
     if overshoot(period) < 0:  # every bracket agrees with a range of periods: take the middle of it
-        period = (_root(overshoot, period, 0.9 * rough) + _root(overshoot, period, 1.1 * rough)) / 2
+        low, high = _root(overshoot, period, 0.9 * rough), _root(overshoot, period, 1.1 * rough)
+        period = (low + high) / 2
+        measured = _measured_period(durations, steps)
+        # The energy's clock, where the brackets agree and it is the sharper of the two (the brackets leave the
+        # period anywhere in [low, high]; the energy's durations wander with power swings between refreshes).
+        if measured is not None and low <= measured[0] <= high and measured[1] < (high - low) / math.sqrt(12):
+            period = measured[0]
     phase = (np.max(lo0 - period * j) + np.min(hi0 - period * j)) / 2
     grid = phase + period * j
     slack = 1e6  # 1 ms: times are request starts
@@ -157,6 +198,24 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
     if inside < _GRID_FIT:
         return cadence
     return replace(cadence, period_ns=float(period), phase_ns=float(lo[0] + phase))
+
+
+def _measured_period(durations: NDArray[np.float64] | None,
+                     steps: NDArray[np.float64]) -> tuple[float, float] | None:
+    """The mean of the measured durations between consecutive refreshes (steps of one), near their median, and
+    its standard error."""
+    import numpy as np
+
+    if durations is None:
+        return None
+    single = durations[(steps == 1) & np.isfinite(durations)]
+    if single.size < 2:
+        return None
+    median = float(np.median(single))
+    near = single[np.abs(single - median) <= 0.2 * median]
+    if near.size < 2:
+        return None
+    return float(np.mean(near)), float(np.std(near, ddof=1) / math.sqrt(near.size))
 
 
 def _root(f: Callable[[float], float], inside: float, outside: float) -> float:
@@ -178,7 +237,8 @@ def series_cadence(ts: NDArray[np.int64], values: dict[str, NDArray[np.float64]]
     if not keys:
         return Cadence(int(ts.size), int(ts.size), None)
     rows = np.stack([values[k] for k in keys])  # type: ignore[index]
-    return cadence_of(ts, rows)
+    energy, power = (values.get(k) for k in MARKER_KEYS)  # type: ignore[attr-defined]
+    return cadence_of(ts, rows, counting=energy is not None, energy=energy, power=power)
 
 
 def refreshes_in(ts: NDArray[np.int64], rows: NDArray[np.float64], start: int, end: int) -> int:
@@ -255,7 +315,8 @@ def _edge(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.f
     before = int(np.searchsorted(hi, edge, side="right")) - 1
     after = int(np.searchsorted(lo, edge, side="left"))
     floor = float(cum[before]) if before >= 0 else float(cum[0]) - top * (hi[0] - edge)
-    ceiling = float(cum[after]) if after < n else float(cum[-1]) + top * max(edge - lo[-1], 0.0)
+    last_absent = float(lo[-1]) if math.isfinite(lo[-1]) else float(tau[-1])  # (the first value: its instant)
+    ceiling = float(cum[after]) if after < n else float(cum[-1]) + top * max(edge - last_absent, 0.0)
     value = _read(tau, cum, rate, edge)
     value = min(max(value, floor), ceiling)
     return float(value), float(max(value - floor, ceiling - value))

@@ -224,6 +224,9 @@ def refreshed_counters(s: Series, counters: Sequence[MetricLabel], cadence: Cade
     assert window.start_ns is not None and window.end_ns is not None
     out: dict[str, dict[str, Any] | None] = {}
     for label, fresh in zip(counters, fresh_deltas, strict=True):
+        if fresh is None:  # no valid sample in [start, end + grace]: omitted, whatever the cadence
+            out[label.key] = None
+            continue
         slope = s.values.get(POWER_KEY) if label.key == ENERGY_KEY else None
         timed = None
         if not cadence.fresh or label.key == ENERGY_KEY:
@@ -358,8 +361,11 @@ def build_block(series: Sequence[Series], window: Window, table: FieldTable, mod
 
 def refresh_summary(cadence: Cadence) -> dict[str, Any]:
     """An endpoint's DCGM refresh as the scrapes saw it (beside AIPerf's `gpus`)."""
-    return {"fresh": cadence.fresh, "period_s": cadence.period_s, "refreshes": cadence.refreshes,
-            "scrapes": cadence.scrapes}
+    out = {"fresh": cadence.fresh, "period_s": cadence.period_s, "refreshes": cadence.refreshes,
+           "scrapes": cadence.scrapes}
+    if cadence.at_least:
+        out["period_at_least"] = True  # fewer than two new values: the period is at least this
+    return out
 
 
 def refresh_warning(endpoint: str, cadence: Cadence, window: Window) -> str | None:
@@ -369,8 +375,9 @@ def refresh_warning(endpoint: str, cadence: Cadence, window: Window) -> str | No
     length = (window.end_ns - window.start_ns) / 1e9
     if length >= MIN_REFRESHES_PER_WINDOW * cadence.period_s:
         return None
-    return (f"the energy rests on too few DCGM refreshes: {endpoint} refreshed every {cadence.period_s:.1f} s "
-            f"and the window is {length:.1f} s; {FIX}")
+    every = f"{'at most once in' if cadence.at_least else 'every'} {cadence.period_s:.1f} s"
+    return f"the energy rests on too few DCGM refreshes: {endpoint} refreshed {every} and the window is " \
+           f"{length:.1f} s; {FIX}"
 
 
 def _gpu_sort_key(s: Series) -> tuple[int, str, str]:

@@ -309,8 +309,11 @@ def _exit_on_problems(outputs: Any) -> None:
               envvar="DEMO_DURATION", help="Seconds of collection (env DEMO_DURATION).")
 @click.option("--gpus", type=click.IntRange(1, 64), default=8, show_default=True)
 @click.option("--mig", type=click.IntRange(0, 7), default=0, help="MIG instances per simulated GPU.")
-def demo(out: Path, duration: float, gpus: int, mig: int) -> None:
+@click.option("--refresh-ms", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The simulated exporter's DCGM refresh (-c); 0: fresh values. Try 30000, dcgm-exporter's default, "
+                   "to see the report flag a window with too few refreshes.")
+def demo(out: Path, duration: float, gpus: int, mig: int, refresh_ms: int) -> None:
     """Run a warmup + profiling collection against the embedded simulated exporter and report it."""
     from bridge.sidecar.demo import run_demo
 
-    run_demo(out, duration, gpus=gpus, mig=mig)
+    run_demo(out, duration, gpus=gpus, mig=mig, refresh_ms=refresh_ms)

@@ -19,7 +19,7 @@ from bridge.sidecar.session import Session, SessionOutputs
 
 
 def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333, console: Any = None,
-             mig: int = 0) -> SessionOutputs:
+             mig: int = 0, refresh_ms: int = 0) -> SessionOutputs:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -28,7 +28,7 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
     # Piped output (make demo in CI, a log) would be 80 columns and wrap every metric name.
     console = console or Console(width=None if sys.stdout.isatty() else 140)
     out.mkdir(parents=True, exist_ok=True)
-    with SimulatedExporter(SimulatorConfig(gpus=gpus, seed=7, mig=mig)) as exporter:
+    with SimulatedExporter(SimulatorConfig(gpus=gpus, seed=7, mig=mig, refresh_ms=refresh_ms)) as exporter:
         config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[],
                         artifact_dir=str(out), collection_interval=interval,
                         run_id=f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}")

@@ -7,6 +7,7 @@ integral is known in closed form (independent of the simulator's code).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -191,3 +192,22 @@ def test_a_slow_refresh_is_timed_at_its_refresh_not_at_the_scrape() -> None:
         assert scrape_timed is not None
         theirs = max(theirs, abs(scrape_timed.delta * 1e6 / truth - 1))
     assert theirs > 0.05 and ours < theirs / 2, (ours, theirs)
+
+
+def test_at_two_30_s_refreshes_even_the_exact_refresh_instants_leave_more_than_1_percent() -> None:
+    """Why the 60 s window on a 30 s refresh is held to 2.5 %, not 1 %: read at DCGM's true refresh instants
+    (an oracle no recording can beat), the simulator's 5-20 s load swings still move the energy by over 1 %."""
+    from bridge.report.refresh import refreshed_delta, series_cadence
+    from bridge.report.series import SeriesAccumulator
+
+    worst = 0.0
+    for seed in range(16):
+        records, start, end, truth = _refreshed_run(30, 60, seed)
+        (series,) = SeriesAccumulator().add_all(records).finish()
+        cadence = series_cadence(series.timestamps, series.values)
+        exact = dataclasses.replace(cadence, period_ns=30e9, phase_ns=0.0)  # the simulator's grid: floor(t/R)·R
+        delta = refreshed_delta(series.timestamps, series.values["nvidia_energy_consumption"], exact, start, end,
+                                series.values["nvidia_power_usage"] * 1e-6)
+        assert delta is not None
+        worst = max(worst, abs(delta.delta * 1e6 / truth - 1))
+    assert worst > 0.01
