@@ -9,6 +9,9 @@ Everything of a run that is not a GPU record goes to the events file, one JSON o
     scrape_error    `ScrapeFailure`   endpoint, time_ns, kind, message
                                       (kind `unit`: a value contradicting its name's unit, once per family)
     endpoint_state  `EndpointState`   endpoint, time_ns, state, reason
+    refresh         `Refresh`         endpoint, time_ns, period_s, refreshes, scrapes
+                                      (the exporter's refresh period as the scrapes see it: when first known,
+                                      and when it moves by more than a fifth)
     complete        `Complete`        time_ns, requests_end_ns, collection_complete, endpoints, otlp, record_log
 
 URLs are redacted by the writer. The reader is lenient with files of older versions: a missing optional
@@ -60,6 +63,16 @@ class EndpointState(NamedTuple):
     reason: str = ""
 
 
+class Refresh(NamedTuple):
+    """How often an endpoint's values change (dcgm-exporter's collect interval, -c), as scraped."""
+
+    endpoint: str
+    time_ns: int
+    period_s: float
+    refreshes: int = 0
+    scrapes: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Complete:
     """The run is over: the requests' end, the collection's stats."""
@@ -72,10 +85,10 @@ class Complete:
     record_log: Stats | None = None
 
 
-Event = Configured | PhaseMark | ScrapeFailure | EndpointState | Complete
+Event = Configured | PhaseMark | ScrapeFailure | EndpointState | Refresh | Complete
 
 _TYPES: dict[type, str] = {Configured: "configured", PhaseMark: "phase", ScrapeFailure: "scrape_error",
-                           EndpointState: "endpoint_state", Complete: "complete"}
+                           EndpointState: "endpoint_state", Refresh: "refresh", Complete: "complete"}
 
 
 def event_to_line(event: Event) -> bytes:
@@ -97,6 +110,9 @@ def event_from_dict(obj: Mapping[str, Any]) -> Event:
         if kind == "endpoint_state":
             return EndpointState(str(obj["endpoint"]), int(obj["time_ns"]), _one_of(obj["state"], ENDPOINT_STATES),
                                  str(obj.get("reason") or ""))
+        if kind == "refresh":
+            return Refresh(str(obj["endpoint"]), int(obj["time_ns"]), float(obj["period_s"]),
+                           int(obj.get("refreshes") or 0), int(obj.get("scrapes") or 0))
         if kind == "configured":
             mode = obj.get("counter_mode")  # one `report` does not know is left to its own default
             return Configured(int(obj["time_ns"]), _optional_str(obj.get("run_id")),

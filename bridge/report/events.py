@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bridge.events import Complete, Configured, EndpointState, event_from_dict
+from bridge.events import Complete, Configured, EndpointState, Refresh, event_from_dict
 from bridge.samples import CounterMode, PhaseMark, ScrapeFailure
 
 __all__ = ["EndpointState", "RunEvents", "events_from_dicts", "load_events"]
@@ -29,6 +29,7 @@ class RunEvents:
     skipped: int = 0
     counter_mode: CounterMode | None = None  # the live run's mode (the `configured` event), a default for `report`
     run_ids: list[str] = field(default_factory=list)  # of the `configured` events, in order (one per run)
+    refreshes: list[Refresh] = field(default_factory=list)  # the exporters' refresh periods as the run saw them
 
 
 def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
@@ -38,6 +39,7 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
     configured: Configured | None = None
     complete: Complete | None = None
     run_ids: list[str] = []
+    refreshes: list[Refresh] = []
     skipped = 0
     for obj in objects:
         try:
@@ -51,6 +53,8 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
             errors.append(event)
         elif isinstance(event, EndpointState):
             states.append(event)
+        elif isinstance(event, Refresh):
+            refreshes.append(event)
         elif isinstance(event, Configured):
             configured = event
             if event.run_id and event.run_id not in run_ids:
@@ -64,7 +68,7 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
         endpoints_configured=list(configured.endpoints_configured) if configured else None,
         endpoints_successful=list(configured.endpoints_successful) if configured else None,
         errors=errors, states=states, skipped=skipped,
-        counter_mode=configured.counter_mode if configured else None, run_ids=run_ids,
+        counter_mode=configured.counter_mode if configured else None, run_ids=run_ids, refreshes=refreshes,
     )
 
 

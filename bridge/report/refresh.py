@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from bridge.endpoints import REFRESH_FIX
+
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
@@ -44,8 +46,7 @@ _RATE_MARGIN = 1.5
 MIN_REFRESHES_PER_WINDOW = 2.0
 # The keys whose changes mark a new DCGM refresh (they change at every refresh of a working GPU).
 MARKER_KEYS = ("nvidia_energy_consumption", "nvidia_power_usage")
-FIX = ("lower dcgm-exporter's collect interval: `-c 100` (or DCGM_EXPORTER_INTERVAL=100), so that DCGM "
-       "refreshes faster than the sidecar scrapes")
+FIX = REFRESH_FIX
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from bridge.config import Config
-from bridge.endpoints import candidate_endpoints, display_key
+from bridge.endpoints import REFRESH_FIX, candidate_endpoints, display_key
 from bridge.errors import BridgeError
 from bridge.errors import LifecycleError as LifecycleError
-from bridge.events import Complete, Configured
-from bridge.fetch import Fetcher, FetchError, FetchSettings, make_fetcher
+from bridge.events import Complete, Configured, Refresh
+from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
 from bridge.normalize import Normalizer
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
@@ -78,6 +78,7 @@ class Session:
         self.relabel_config = relabel_config  # for the pull endpoint
         self.state: SessionState = "created"
         self.probes: list[Probe] = []
+        self._refresh_noted: dict[str, float] = {}  # url -> the refresh period last written to the events
         self.loops: dict[str, ScrapeLoop] = {}
         self.marks: list[PhaseMark] = []
         self.phase: str | None = None
@@ -149,7 +150,7 @@ class Session:
                 # failed, so an exporter that comes up late is still collected (and shown as down).
                 if probe.reachable or probe.url not in defaults:
                     self.loops[probe.url] = ScrapeLoop(probe.url, self.fetcher, self.config.collection_interval,
-                                                       self.pipeline.on_page, self.pipeline.on_failure,
+                                                       self._on_page, self.pipeline.on_failure,
                                                        monotonic=self._monotonic, now_ns=self._now_ns, group=group)
             configured = tuple(redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults)
             successful = tuple(redact_url(p.url) for p in self.probes if p.reachable)
@@ -293,6 +294,22 @@ class Session:
         if waiting:
             logger.warning("no new DCGM refresh from %s within %.0f s: the window's end is extrapolated",
                            ", ".join(display_key(u) for u in waiting), budget)
+
+    def _on_page(self, url: str, fetched: FetchedPage) -> None:
+        """A page: its exporter's refresh period to the events file (and a warning when slow), then the pipeline."""
+        loop = self.loops.get(url)
+        period = loop.stats.refresh.period_s if loop is not None else None
+        noted = self._refresh_noted.get(url)
+        if loop is not None and period is not None and (noted is None or abs(period / noted - 1) > 0.2):
+            self._refresh_noted[url] = period
+            watch = loop.stats.refresh
+            self.events.write_event(Refresh(redact_url(url), fetched.start_ns, period, watch.refreshes,
+                                            loop.stats.scrapes))
+            if period > 2 * self.config.collection_interval:
+                logger.warning("%s: the exporter's values change every %.1f s, not at every scrape: an energy window "
+                               "shorter than %.0f s rests on too few refreshes; %s", display_key(url), period,
+                               2 * period, REFRESH_FIX)
+        self.pipeline.on_page(url, fetched)
 
     def _record_log_status(self) -> dict[str, Any]:
         return {"path": str(self.records.path), "lines_written": self.records.lines_written,

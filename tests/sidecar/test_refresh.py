@@ -86,3 +86,14 @@ def test_sigterm_style_completion_does_not_wait(tmp_path):
     began = time.monotonic()
     *_, end = _run(tmp_path, await_refresh=False, seconds=0.5)
     assert time.monotonic() - began < 0.5 + 3.0
+
+
+def test_the_refresh_period_is_an_event_and_a_warning(tmp_path, caplog):
+    from bridge.report.events import load_events
+
+    with caplog.at_level("WARNING"):
+        _, session, *_ = _run(tmp_path, await_refresh=False, seconds=1.6)
+    run = load_events(session.events.path)
+    assert run.skipped == 0 and len(run.refreshes) >= 1
+    assert run.refreshes[0].period_s == pytest.approx(REFRESH_MS / 1000, rel=0.2)
+    assert any("rests on too few refreshes" in r.getMessage() and "-c 100" in r.getMessage() for r in caplog.records)
