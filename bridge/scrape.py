@@ -29,6 +29,12 @@ from bridge.redact import redact_url
 logger = logging.getLogger(__name__)
 
 
+REFRESH_PERIOD = "dcgm_bridge_exporter_refresh_period_seconds"
+REFRESH_PERIOD_HELP = "How often the DCGM endpoint's values change (dcgm-exporter's collect interval, -c), as scraped."
+LAST_REFRESH = "dcgm_bridge_exporter_last_refresh_timestamp_seconds"
+LAST_REFRESH_HELP = "When a scrape first saw the DCGM endpoint's current values (Unix seconds): stale when old."
+
+
 class RefreshWatch:
     """Which scrapes brought a new DCGM refresh, and the period between refreshes, as the scrapes see it.
 

@@ -28,6 +28,7 @@ from bridge.fields import BLANK_VALUES, is_blank_label
 from bridge.parse import family_of
 from bridge.relabel import NO_RELABEL, RelabelConfig, relabel
 from bridge.samples import ParsedPage
+from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -161,11 +162,9 @@ def _health_lines(health: BridgeHealth) -> list[str]:
            [(per_endpoint(e), e.last_duration_s) for e in eps if e.last_duration_s is not None])
     family("dcgm_bridge_scrape_errors_total", "counter", "Failed scrapes per DCGM endpoint and failure kind.",
            [(per_endpoint(e, kind=k), n) for e in eps for k, n in sorted(e.errors.items())])
-    family("dcgm_bridge_exporter_refresh_period_seconds", "gauge",
-           "How often the DCGM endpoint's values change (dcgm-exporter's collect interval, -c), as scraped.",
+    family(REFRESH_PERIOD, "gauge", REFRESH_PERIOD_HELP,
            [(per_endpoint(e), e.refresh_period_s) for e in eps if e.refresh_period_s is not None])
-    family("dcgm_bridge_exporter_last_refresh_timestamp_seconds", "gauge",
-           "When a scrape first saw the DCGM endpoint's current values (Unix seconds): stale when old.",
+    family(LAST_REFRESH, "gauge", LAST_REFRESH_HELP,
            [(per_endpoint(e), e.last_refresh_ns / 1e9) for e in eps if e.last_refresh_ns is not None])
     family("dcgm_bridge_records_written_total", "counter", "GPU records written to the record log.",
            [("", health.records_written)])

@@ -29,7 +29,7 @@ from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries
 from bridge.samples import PHASE_EVENTS, PHASE_KINDS, GpuRecord, PhaseMark, SessionState
-from bridge.scrape import ScrapeGroup, ScrapeLoop
+from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, ScrapeGroup, ScrapeLoop
 from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
@@ -49,6 +49,7 @@ from bridge.sidecar.pipeline import (
 __all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
 
 logger = logging.getLogger(__name__)
+SELF_METRICS_EVERY_NS = 10_000_000_000  # the refresh gauges go to OTLP at least this often (and when they move)
 
 
 @dataclass
@@ -79,6 +80,7 @@ class Session:
         self.state: SessionState = "created"
         self.probes: list[Probe] = []
         self._refresh_noted: dict[str, float] = {}  # url -> the refresh period last written to the events
+        self._refresh_sent_ns = 0  # when the refresh gauges last went to OTLP
         self.loops: dict[str, ScrapeLoop] = {}
         self.marks: list[PhaseMark] = []
         self.phase: str | None = None
@@ -300,7 +302,10 @@ class Session:
         loop = self.loops.get(url)
         period = loop.stats.refresh.period_s if loop is not None else None
         noted = self._refresh_noted.get(url)
-        if loop is not None and period is not None and (noted is None or abs(period / noted - 1) > 0.2):
+        moved = period is not None and (noted is None or abs(period / noted - 1) > 0.2)
+        if self.forwarder is not None and (moved or fetched.start_ns - self._refresh_sent_ns >= SELF_METRICS_EVERY_NS):
+            self._send_refresh_metrics(fetched.start_ns)
+        if loop is not None and period is not None and moved:
             self._refresh_noted[url] = period
             watch = loop.stats.refresh
             self.events.write_event(Refresh(redact_url(url), fetched.start_ns, period, watch.refreshes,
@@ -310,6 +315,26 @@ class Session:
                                "shorter than %.0f s rests on too few refreshes; %s", display_key(url), period,
                                2 * period, REFRESH_FIX)
         self.pipeline.on_page(url, fetched)
+
+    def _send_refresh_metrics(self, ts_ns: int) -> None:
+        """The exporters' refresh as OTLP gauges, from the resource `dcgm-bridge` (a page of its own: the
+        exporters' pages keep their templates): what the mixin's stale-exporter alert reads."""
+        from bridge.samples import ParsedPage, Sample
+
+        assert self.forwarder is not None
+        self._refresh_sent_ns = ts_ns
+        samples: list[Sample] = []
+        for url, loop in list(self.loops.items()):
+            labels = {"endpoint": display_key(url)}
+            watch = loop.stats.refresh
+            if watch.period_s is not None:
+                samples.append(Sample(REFRESH_PERIOD, labels, watch.period_s))
+            if watch.last_new_ns is not None:
+                samples.append(Sample(LAST_REFRESH, labels, watch.last_new_ns / 1e9))
+        if samples:
+            page = ParsedPage(samples, {REFRESH_PERIOD: "gauge", LAST_REFRESH: "gauge"},
+                              {REFRESH_PERIOD: REFRESH_PERIOD_HELP, LAST_REFRESH: LAST_REFRESH_HELP}, [])
+            self.forwarder.submit("dcgm-bridge", page, run_id=self.run_id, phase=self.phase or "none", ts_ns=ts_ns)
 
     def _record_log_status(self) -> dict[str, Any]:
         return {"path": str(self.records.path), "lines_written": self.records.lines_written,
