@@ -208,3 +208,21 @@ def rotel_to_vm(victoria_metrics: VictoriaMetrics, tmp_path: Path) -> Iterator[S
     yield server
     server.stop()
 
+
+
+def forwarding_session(store: VictoriaMetrics, exporter_url: str, out: Path, run_id: str, interval: float) -> Any:
+    """A started sidecar session scraping `exporter_url` and forwarding to `store` over OTLP/HTTP."""
+    from bridge.config import Config
+    from bridge.endpoints import TelemetryItems
+    from bridge.fields import default_table
+    from bridge.otlp import OtlpForwarder, resolve_config
+    from bridge.sidecar.session import Session
+
+    otlp = resolve_config({}, endpoint=store.otlp_url, export_interval_s=0.2)
+    forwarder = OtlpForwarder(otlp, base_resource={"service.name": "dcgm-exporter"})
+    config = Config(telemetry=TelemetryItems(urls=[exporter_url]), default_endpoints=[], artifact_dir=str(out),
+                    collection_interval=interval, run_id=run_id, shutdown_delay=10.0)
+    session = Session(config, default_table(), forwarder=forwarder)
+    session.configure()
+    session.start()
+    return session

@@ -7,26 +7,16 @@ import time
 
 import pytest
 
-from bridge.config import Config
-from bridge.endpoints import TelemetryItems, display_key
-from bridge.fields import default_table
-from bridge.otlp import OtlpForwarder, resolve_config
-from bridge.sidecar.session import Session
+from bridge.endpoints import display_key
 from bridge.simulator import SimulatedExporter, SimulatorConfig
-from tests.otlp.conftest import prom_query
+from tests.otlp.conftest import forwarding_session, prom_query
 
 RUN = "refresh-otlp-1"
 
 
 def test_the_refresh_gauges_reach_the_store(victoria_metrics, tmp_path):
     with SimulatedExporter(SimulatorConfig(gpus=1, seed=2, refresh_ms=400)) as exporter:
-        otlp = resolve_config({}, endpoint=victoria_metrics.otlp_url, export_interval_s=0.2)
-        forwarder = OtlpForwarder(otlp, base_resource={"service.name": "dcgm-exporter"})
-        config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[], artifact_dir=str(tmp_path),
-                        collection_interval=0.05, run_id=RUN, shutdown_delay=10.0)
-        session = Session(config, default_table(), forwarder=forwarder)
-        session.configure()
-        session.start()
+        session = forwarding_session(victoria_metrics, exporter.url, tmp_path, RUN, 0.05)
         time.sleep(2.0)
         session.complete()
     victoria_metrics.flush()
@@ -41,5 +31,6 @@ def test_the_refresh_gauges_reach_the_store(victoria_metrics, tmp_path):
                       time.time())
     assert len(last) == 1 and time.time() - 60 < float(last[0]["value"][1]) <= time.time()
     # The exporter's own series are still there, undisturbed by the bridge's page.
-    power = prom_query(victoria_metrics.base, f'count(last_over_time(DCGM_FI_DEV_POWER_USAGE{{run_id="{RUN}"}}[10m]))', time.time())
+    power = prom_query(victoria_metrics.base,
+                       f'count(last_over_time(DCGM_FI_DEV_POWER_USAGE{{run_id="{RUN}"}}[10m]))', time.time())
     assert power and float(power[0]["value"][1]) == 1

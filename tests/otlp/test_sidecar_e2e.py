@@ -14,13 +14,13 @@ from bridge.cli import main
 from bridge.config import Config
 from bridge.endpoints import TelemetryItems
 from bridge.fields import default_table
-from bridge.otlp import OtlpForwarder, resolve_config
+from bridge.otlp import OtlpForwarder
 from bridge.record_log import read_dicts, read_records
 from bridge.report import build_report_from_events
 from bridge.report.store import records_from_store
 from bridge.sidecar.session import Session
 from bridge.simulator import Fault, SimulatedExporter, SimulatorConfig
-from tests.otlp.conftest import prom_query, wait_until
+from tests.otlp.conftest import forwarding_session, prom_query, wait_until
 
 RUN = "e2e-run-1"
 
@@ -34,13 +34,7 @@ def run(victoria_metrics, tmp_path_factory):
     """One run with a warmup and a profiling phase and a counter reset in the profiling phase."""
     out = tmp_path_factory.mktemp("e2e")
     with SimulatedExporter(SimulatorConfig(gpus=2, seed=4)) as exporter:
-        otlp = resolve_config({}, endpoint=victoria_metrics.otlp_url, export_interval_s=0.2)
-        forwarder = OtlpForwarder(otlp, base_resource={"service.name": "dcgm-exporter"})
-        config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[], artifact_dir=str(out),
-                        collection_interval=0.1, run_id=RUN, shutdown_delay=10.0)
-        session = Session(config, default_table(), forwarder=forwarder)
-        session.configure()
-        session.start()
+        session = forwarding_session(victoria_metrics, exporter.url, out, RUN, 0.1)
         session.mark_phase("warmup", "warmup", "start", time.time_ns())
         _wait_records(session, 2 * 6)
         boundary = time.time_ns()
