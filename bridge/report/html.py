@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bridge.report.refresh import series_cadence
 from bridge.samples import GpuRecord
 
 if TYPE_CHECKING:
@@ -177,10 +178,29 @@ def _lines(series: Sequence[Series], spec: ChartSpec, origin: int,
         values = s.values[key].tolist()  # report units: GR_ENGINE_ACTIVE is a percentage there too
         times = s.timestamps.tolist()
         points = [((t - origin) / 1e9, v) for t, v in zip(times, values, strict=True) if not math.isnan(v)]
+        cadence = series_cadence(s.timestamps, s.values)
+        if not cadence.fresh and cadence.new is not None:  # a slow refresh: steps, not repeats drawn as readings
+            points = _held(points, times, set(cadence.new.tolist()), origin)
         if points:
             color, dash = styles[_identity(s)]
             lines.append(Line(_identity(s), color, dash, _thin(points)))
     return lines
+
+
+def _held(points: list[tuple[float, float]], times: list[int], new: set[int],
+          origin: int) -> list[tuple[float, float]]:
+    """A value drawn from the scrape that first saw it, held flat until the next new one: a step per DCGM refresh,
+    so that a stale stretch reads as one held value (the repeats between refreshes are not new readings)."""
+    at = {(t - origin) / 1e9 for i, t in enumerate(times) if i in new}
+    out: list[tuple[float, float]] = []
+    for t, v in points:
+        if not out or t in at:
+            if out:
+                out.append((t, out[-1][1]))  # the held value up to the new one
+            out.append((t, v))
+    if points and out[-1][0] < points[-1][0]:
+        out.append((points[-1][0], out[-1][1]))
+    return out
 
 
 def _thin(points: list[tuple[float, float]]) -> list[tuple[float, float]]:

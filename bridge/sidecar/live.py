@@ -9,11 +9,13 @@ says so and suggests its simple UI.
 from __future__ import annotations
 
 import threading
+import time
 from typing import IO, TYPE_CHECKING, Any
 
 from bridge.endpoints import display_key
 
 if TYPE_CHECKING:
+    from bridge.scrape import RefreshWatch
     from bridge.sidecar.session import Session
 
 _COLUMNS = (
@@ -29,8 +31,10 @@ def live_table(session: Session) -> Any:
 
     table = Table(title=f"dcgm-bridge · run {session.run_id} · phase {session.phase or '-'} · "
                         f"{session.records_written} records", expand=False)
-    for header in ("Endpoint", "GPU", "Model", *(c[0] for c in _COLUMNS), "Energy so far"):
-        table.add_column(header, justify="right" if header not in ("Endpoint", "Model") else "left")
+    for header in ("Endpoint", "GPU", "Model", *(c[0] for c in _COLUMNS), "Energy so far", "Values"):
+        table.add_column(header, justify="right" if header not in ("Endpoint", "Model", "Values") else "left")
+    ages = {display_key(url): values_age(loop.stats.refresh, session.config.collection_interval, time.time_ns())
+            for url, loop in list(session.loops.items())}
     rows = sorted(session.latest_records().items(),
                   key=lambda kv: (kv[0][0], kv[1][1].gpu_index or 0, kv[0][1][0], kv[0][1][1] or ""))
     for (url, _identity), (first, last) in rows:
@@ -39,15 +43,31 @@ def live_table(session: Session) -> Any:
         cells = [fmt.format(data[key]) if key in data else "-" for _, key, fmt in _COLUMNS]
         start, now = first.telemetry_data.get("nvidia_energy_consumption"), data.get("nvidia_energy_consumption")
         energy = _joules(now - start) if start is not None and now is not None and now >= start else "-"
-        table.add_row(url, gpu, last.gpu_model_name or "-", *cells, energy)
+        table.add_row(url, gpu, last.gpu_model_name or "-", *cells, energy, ages.get(url, "-"))
     shown = {url for (url, _identity) in session.latest_records()}
     for url, loop in sorted(session.loops.items()):
         stats = loop.stats.as_json()
         if display_key(url) not in shown:  # no data yet, or down: still a row, with why
             state = "down" if stats["state"] == "down" or stats["last_error"] else "waiting"
             reason = str(stats["last_error"] or "no scrape yet")
-            table.add_row(display_key(url), "-", f"{state}: {reason[:60]}", *("-" for _ in _COLUMNS), "-")
+            table.add_row(display_key(url), "-", f"{state}: {reason[:60]}", *("-" for _ in _COLUMNS), "-", "-")
     return table
+
+
+def values_age(watch: RefreshWatch, interval_s: float, now_ns: int) -> str:
+    """How old the values shown are: "fresh" when the exporter refreshes at about every scrape, else the age of
+    its latest refresh and its period (a stale stretch says so, instead of looking like a flat line)."""
+    period = watch.period_s
+    if watch.last_new_ns is None:
+        return "-"
+    if period is None or period <= 2 * interval_s:
+        return "fresh"
+    age = max(now_ns - watch.last_new_ns, 0) / 1e9
+    return f"{_seconds(age)} s old · every {_seconds(period)} s"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
 
 
 def _joules(mj: float) -> str:

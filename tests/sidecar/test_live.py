@@ -76,3 +76,38 @@ def test_aiperfs_full_screen_dashboard_is_named_instead_of_fought_over():
     assert full_screen_conflict(["aiperf", "profile", "--ui-type", "simple"]) is None
     assert full_screen_conflict(["aiperf", "profile"]) is None  # piped through the view, it picks its plain UI
     assert full_screen_conflict(["vllm", "bench", "--ui-type", "dashboard"]) is None
+
+
+def test_a_stale_stretch_shows_as_the_age_of_the_values_not_a_flat_line(tmp_path):
+    """A 400 ms refresh scraped every 50 ms: the view says how old the values are and how often they change."""
+    import time
+
+    from rich.console import Console
+
+    from bridge.sidecar.live import live_table
+
+    with SimulatedExporter(SimulatorConfig(gpus=1, refresh_ms=400)) as exporter:
+        session = session_for([exporter.url], tmp_path, run_id="stale")
+        session.configure()
+        session.start()
+        time.sleep(1.8)
+        console = Console(record=True, width=240)
+        console.print(live_table(session))
+        session.complete()
+    text = console.export_text()
+    assert " s old · every 0.4 s" in text
+
+
+def test_fresh_values_say_fresh(tmp_path):
+    from rich.console import Console
+
+    from bridge.sidecar.live import live_table
+
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
+        session = session_for([exporter.url], tmp_path, run_id="fresh")
+        session.configure()
+        scrape_synchronously(session, 6)
+        console = Console(record=True, width=240)
+        console.print(live_table(session))
+        session.complete()
+    assert "fresh" in console.export_text()

@@ -97,3 +97,22 @@ def test_the_refresh_period_is_an_event_and_a_warning(tmp_path, caplog):
     assert run.skipped == 0 and len(run.refreshes) >= 1
     assert run.refreshes[0].period_s == pytest.approx(REFRESH_MS / 1000, rel=0.2)
     assert any("rests on too few refreshes" in r.getMessage() and "-c 100" in r.getMessage() for r in caplog.records)
+
+
+def test_the_html_draws_a_slow_refresh_as_held_steps(tmp_path):
+    """A chart line of a 400 ms refresh scraped every 50 ms: one step per refresh (a value and its hold), not a
+    point per scrape."""
+    import json
+    import re
+
+    _, session, outputs, *_ = _run(tmp_path, await_refresh=False, seconds=1.6)
+    html = render_html(outputs.report)
+    found = re.search(r'<script type="application/json" id="chart-data">(.*?)</script>', html, re.S)
+    assert found is not None
+    data = json.loads(found.group(1).replace("<\\/", "</"))
+    line = data["c0"]["lines"][0]
+    records = [r for r in read_records(session.records.path) if r.gpu_index == 0]
+    values = [r.telemetry_data["nvidia_power_usage"] for r in records]
+    refreshes = 1 + sum(1 for a, b in zip(values, values[1:], strict=False) if a != b)
+    assert len(line["t"]) <= 2 * refreshes + 1 < len(records)
+    assert all(a == b for a, b in zip(line["v"][0::2], line["v"][1::2], strict=False))  # held flat to the next
