@@ -163,10 +163,12 @@ def test_energy_on_a_slow_refresh_is_close_to_the_simulators_ground_truth_and_wi
     periods = window_s / refresh_s if refresh_s else math.inf
     if refresh_s <= 0.1:
         assert worst < TOLERANCE  # fresh values (or a refresh faster than the scrapes): as before
-    elif periods >= 3:
+    elif periods >= 10:
         assert worst < 0.01
     elif periods >= 2:
-        # Exactly two refreshes: the simulator's 5-20 s load swings are more than a 10-30 s refresh can follow.
+        # The simulator's 5-20 s load swings are more than a 10-30 s refresh can follow: each edge can be off by
+        # up to ~amplitude x period / pi of energy, whatever the method (the oracle test below), ~1-2 % of a
+        # window of a few refreshes, shrinking as the window grows.
         assert worst < 0.025
 
 
