@@ -49,9 +49,13 @@ def render_console(report: Report, console: Console | None = None) -> None:
     console.print()
     console.print("[bold]dcgm-bridge | GPU Telemetry Summary[/bold]")
     console.print(f"{up}/{len(statuses)} telemetry sources reachable")
+    endpoints_data: dict[str, Any] = report.telemetry_data.get("endpoints", {})
     for status in statuses:
+        refresh = endpoints_data.get(status.display, {}).get("refresh") or {}
+        slow = "" if refresh.get("fresh", True) or not refresh.get("period_s") else \
+            f" (DCGM refresh every {refresh['period_s']:,.1f} s)"
         if status.up_at_end:
-            console.print(f"  [green]✔[/green] {status.display}")
+            console.print(f"  [green]✔[/green] {status.display}{slow}")
         else:
             console.print(f"  [red]✘[/red] {status.display} ({status.reason or 'unreachable'})")
     endpoints: dict[str, Any] = report.telemetry_data.get("endpoints", {})

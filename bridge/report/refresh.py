@@ -25,7 +25,7 @@ more precisely than any one bracket; each new value is timed at the grid instant
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -44,8 +44,7 @@ _GRID_FIT = 0.8
 _RATE_MARGIN = 1.5
 # A window shorter than this many refresh periods rests on too few refreshes (the report says so).
 MIN_REFRESHES_PER_WINDOW = 2.0
-# The keys whose changes mark a new DCGM refresh (they change at every refresh of a working GPU).
-MARKER_KEYS = ("nvidia_energy_consumption", "nvidia_power_usage")
+ENERGY_KEY, POWER_KEY = "nvidia_energy_consumption", "nvidia_power_usage"  # MJ, W
 FIX = REFRESH_FIX
 
 
@@ -229,17 +228,43 @@ def _root(f: Callable[[float], float], inside: float, outside: float) -> float:
     return (inside + outside) / 2
 
 
-def series_cadence(ts: NDArray[np.int64], values: dict[str, NDArray[np.float64]] | object) -> Cadence:
-    """A series' cadence from its energy counter and power gauge (else every field it has)."""
+def series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
+    """A series' cadence from its energy counter (no refresh leaves it unchanged while the GPU draws power, and
+    DCGM may watch other fields at other rates), else its power gauge, else every field it has."""
     import numpy as np
 
-    assert isinstance(values, dict) or hasattr(values, "keys")
-    keys = [k for k in MARKER_KEYS if k in values] or list(values)  # type: ignore[operator, call-overload]
-    if not keys:
+    energy, power = values.get(ENERGY_KEY), values.get(POWER_KEY)
+    marker = energy if energy is not None else power
+    if marker is not None:
+        rows = marker[None, :]
+    elif values:
+        rows = np.stack(list(values.values()))
+    else:
         return Cadence(int(ts.size), int(ts.size), None)
-    rows = np.stack([values[k] for k in keys])  # type: ignore[index]
-    energy, power = (values.get(k) for k in MARKER_KEYS)  # type: ignore[attr-defined]
     return cadence_of(ts, rows, counting=energy is not None, energy=energy, power=power)
+
+
+def field_periods(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]],
+                  cadence: Cadence) -> dict[str, float]:
+    """Fields DCGM refreshes on a slower grid of their own (seconds): their new values come at a regular spacing
+    over 1.5 × the series' period. (A field that merely changes seldom, a temperature in whole degrees, changes
+    at irregular multiples of the period and is not listed.)"""
+    import numpy as np
+
+    if cadence.period_ns is None or cadence.at_least:
+        return {}
+    out: dict[str, float] = {}
+    for key, column in values.items():
+        seen = np.flatnonzero(~np.isnan(column))
+        new = seen[changes(ts[seen], column[None, seen])]
+        if new.size < 4:
+            continue
+        gaps = np.diff(ts[new]).astype(np.float64)
+        typical = float(np.median(gaps))
+        regular = float(np.mean(np.abs(gaps - typical) <= 0.25 * typical)) >= 0.8
+        if regular and typical > 1.5 * cadence.period_ns:
+            out[key] = typical / 1e9
+    return out
 
 
 def refreshes_in(ts: NDArray[np.int64], rows: NDArray[np.float64], start: int, end: int) -> int:

@@ -23,6 +23,7 @@ from bridge.report.refresh import (
     Cadence,
     RefreshedDelta,
     endpoint_cadence,
+    field_periods,
     refreshed_delta,
     refreshes_in,
     series_cadence,
@@ -348,8 +349,11 @@ def build_block(series: Sequence[Series], window: Window, table: FieldTable, mod
                 gpus[keys[s.meta.identity]] = gpu_entry(s, labels, window, mode, scratch)
         endpoints[endpoint] = {"gpus": gpus}
         if mode == "interpolated":
-            cadence = endpoint_cadence([series_cadence(s.timestamps, s.values) for s in members])
-            endpoints[endpoint]["refresh"] = refresh_summary(cadence)
+            cadences = [series_cadence(s.timestamps, s.values) for s in members]
+            cadence = endpoint_cadence(cadences)
+            speaker = members[cadences.index(cadence)]
+            endpoints[endpoint]["refresh"] = refresh_summary(cadence, field_periods(speaker.timestamps,
+                                                                                    speaker.values, cadence))
             warning = refresh_warning(endpoint, cadence, window)
             if warning:
                 warnings.append(warning)
@@ -359,12 +363,15 @@ def build_block(series: Sequence[Series], window: Window, table: FieldTable, mod
     return Block(data, statuses)
 
 
-def refresh_summary(cadence: Cadence) -> dict[str, Any]:
-    """An endpoint's DCGM refresh as the scrapes saw it (beside AIPerf's `gpus`)."""
-    out = {"fresh": cadence.fresh, "period_s": cadence.period_s, "refreshes": cadence.refreshes,
-           "scrapes": cadence.scrapes}
+def refresh_summary(cadence: Cadence, fields: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """An endpoint's DCGM refresh as the scrapes saw it (beside AIPerf's `gpus`), and the fields DCGM refreshes
+    on a slower grid of their own (report key → period in s)."""
+    out: dict[str, Any] = {"fresh": cadence.fresh, "period_s": cadence.period_s, "refreshes": cadence.refreshes,
+                           "scrapes": cadence.scrapes}
     if cadence.at_least:
         out["period_at_least"] = True  # fewer than two new values: the period is at least this
+    if fields:
+        out["fields"] = dict(fields)
     return out
 
 

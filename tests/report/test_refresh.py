@@ -1,0 +1,49 @@
+"""The refresh cadence read from a recording (bridge/report/refresh.py), on hand-built series."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bridge.report.refresh import cadence_of, field_periods, series_cadence
+
+S, MS = 1_000_000_000, 1_000_000
+
+
+def _series(refresh_s: float, seconds: float = 120.0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Scrapes every 333 ms of an exporter refreshing every `refresh_s` (phase 0.123 s): energy at every
+    refresh, a profiling ratio DCGM refreshes every fourth one, a temperature that moves in whole degrees."""
+    ts = np.arange(0, round(seconds * S), 333 * MS, dtype=np.int64) + 10 * S
+    refresh = np.floor((ts - 123 * MS) / (refresh_s * S))
+    energy = 1000.0 + refresh * 0.4
+    slow = np.floor(refresh / 4) * 0.01
+    temperature = 40.0 + np.floor(np.sin(refresh / 3.0) * 1.5)
+    return ts, {"nvidia_energy_consumption": energy, "nvidia_power_usage": 300.0 + refresh % 7,
+                "nvidia_sm_active": slow, "nvidia_temperature": temperature}
+
+
+def test_the_period_and_the_phase_come_from_the_brackets_of_new_values():
+    ts, values = _series(10.0)
+    cadence = series_cadence(ts, values)
+    assert not cadence.fresh
+    assert cadence.period_s == pytest.approx(10.0, rel=0.01)
+    assert cadence.phase_ns is not None
+    off = (cadence.phase_ns - 123 * MS) % (10 * S)  # from DCGM's true grid, either way round
+    assert min(off, 10 * S - off) < 0.17 * S  # within half a scrape interval
+
+
+def test_values_new_at_every_scrape_are_fresh_and_none_new_gives_a_lower_bound():
+    ts = np.arange(0, 30 * S, 333 * MS, dtype=np.int64)
+    assert cadence_of(ts, np.arange(ts.size, dtype=np.float64)[None, :]).fresh
+    flat = cadence_of(ts, np.full((1, ts.size), 5.0))
+    assert not flat.fresh and flat.at_least and flat.period_s == pytest.approx(ts[-1] / S - ts[0] / S)
+    # Without an energy counter a quiet field proves nothing: no period, taken as fresh.
+    assert cadence_of(ts, np.full((1, ts.size), 5.0), counting=False).fresh
+
+
+def test_a_field_on_a_slower_grid_of_its_own_is_listed_and_a_seldom_changing_one_is_not():
+    ts, values = _series(2.0)
+    cadence = series_cadence(ts, values)
+    fields = field_periods(ts, values, cadence)
+    assert fields.keys() == {"nvidia_sm_active"}
+    assert fields["nvidia_sm_active"] == pytest.approx(8.0, rel=0.1)
