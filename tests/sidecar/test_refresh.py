@@ -75,8 +75,9 @@ def test_a_window_shorter_than_two_refreshes_is_flagged_in_the_json_the_console_
     assert "too few DCGM refreshes" in warning and "-c 100" in warning and "DCGM_EXPORTER_INTERVAL" in warning
     console = Console(record=True, width=200, force_terminal=False)
     render_console(built, console)
-    assert "too few DCGM refreshes" in console.export_text()
-    assert "(DCGM refresh every 0.4 s)" in console.export_text()  # beside the endpoint, in the sources list
+    text = console.export_text()
+    assert "too few DCGM refreshes" in text
+    assert "(DCGM refresh every 0.4 s)" in text  # beside the endpoint, in the sources list
     assert "too few DCGM refreshes" in render_html(built)
     # A window of many refreshes is not flagged.
     whole = build_report(records, window=explicit_window(records[0].timestamp_ns, records[-1].timestamp_ns))
