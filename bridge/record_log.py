@@ -17,6 +17,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import islice
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -199,22 +200,30 @@ class LineWriter:
     """Buffered, thread-safe appender of whole JSON lines with a bounded buffer.
 
     `write` never raises: when the disk refuses a flush, the lines stay buffered (bounded by
-    `max_buffered_lines`; beyond it the oldest are dropped and counted) and the error is kept in
-    `last_error` for the status and the report, so a full disk never stops collection.
+    `max_buffered_bytes`; beyond it the oldest are dropped and counted) and the error is kept in
+    `last_error` for the status and the report, so a full disk never stops collection. A flush writes in
+    chunks of whole lines, so a disk with a little room again takes what fits instead of nothing until the whole
+    backlog does. With `flush_interval_s` > 0 a background thread flushes what waits longer than that, so a
+    kill loses at most that much even when no new line comes (every endpoint down).
     """
 
-    def __init__(self, path: Path, *, flush_interval_s: float = 1.0, max_buffered_lines: int = 100_000,
+    CHUNK_BYTES = 1 << 20
+
+    def __init__(self, path: Path, *, flush_interval_s: float = 1.0, max_buffered_bytes: int = 32 << 20,
                  opener: Callable[[Path], IO[bytes]] | None = None,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.flush_interval_s = flush_interval_s
-        self.max_buffered_lines = max_buffered_lines
+        self.max_buffered_bytes = max_buffered_bytes
         self._opener = opener or _open_append
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._buffer: deque[bytes] = deque()
+        self._buffered_bytes = 0
         self._file: IO[bytes] | None = None
         self._last_flush = monotonic()
+        self._flusher: threading.Thread | None = None
+        self._stop = threading.Event()
         self.lines_written = 0
         self.lines_dropped = 0
         self.last_error: str | None = None
@@ -223,13 +232,18 @@ class LineWriter:
 
     def write_lines(self, lines: Iterable[bytes]) -> None:
         with self._lock:
-            self._buffer.extend(lines)
-            overflow = len(self._buffer) - self.max_buffered_lines
-            for _ in range(max(overflow, 0)):
-                self._buffer.popleft()
+            for line in lines:
+                self._buffer.append(line)
+                self._buffered_bytes += len(line)
+            while self._buffered_bytes > self.max_buffered_bytes and len(self._buffer) > 1:
+                self._buffered_bytes -= len(self._buffer.popleft())
                 self.lines_dropped += 1
             if self._closed or self._monotonic() - self._last_flush >= self.flush_interval_s:
                 self._flush_locked()
+            elif self._flusher is None and self.flush_interval_s > 0:
+                self._flusher = threading.Thread(target=self._flush_when_due, name=f"flush {self.path.name}",
+                                                 daemon=True)
+                self._flusher.start()
 
     def write_records(self, records: Iterable[GpuRecord]) -> None:
         self.write_lines(record_to_line(r) for r in records)
@@ -248,9 +262,17 @@ class LineWriter:
             return self._flush_locked()
 
     def close(self) -> bool:
+        self._stop.set()
         with self._lock:
             self._closed = True
             return self._flush_locked()
+
+    def _flush_when_due(self) -> None:
+        """The background flusher: lines that waited a whole interval are written even if no new line comes."""
+        while not self._stop.wait(self.flush_interval_s / 2):
+            with self._lock:
+                if self._buffer and self._monotonic() - self._last_flush >= self.flush_interval_s:
+                    self._flush_locked()
 
     def _close_file_locked(self) -> bool:
         if self._file is None:
@@ -271,23 +293,29 @@ class LineWriter:
 
     def _write_buffer_locked(self) -> bool:
         self._last_flush = self._monotonic()
-        if not self._buffer:
-            return True
-        chunk = b"".join(self._buffer)
-        start: int | None = None
-        try:
-            if self._file is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._file = self._opener(self.path)
-            start = _position(self._file)
-            _write_all(self._file, chunk)
-            self._file.flush()
-        except OSError as exc:
-            if start is not None and self._file is not None:
-                self._rollback(self._file, start)
-            return self._fail(exc)
-        self.lines_written += len(self._buffer)
-        self._buffer.clear()
+        while self._buffer:
+            count, size = 0, 0
+            for line in self._buffer:  # whole lines, about CHUNK_BYTES at a time
+                if count and size + len(line) > self.CHUNK_BYTES:
+                    break
+                count, size = count + 1, size + len(line)
+            chunk = b"".join(islice(self._buffer, count))
+            start: int | None = None
+            try:
+                if self._file is None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._file = self._opener(self.path)
+                start = _position(self._file)
+                _write_all(self._file, chunk)
+                self._file.flush()
+            except OSError as exc:
+                if start is not None and self._file is not None:
+                    self._rollback(self._file, start)
+                return self._fail(exc)
+            for _ in range(count):
+                self._buffer.popleft()
+            self._buffered_bytes -= size
+            self.lines_written += count
         self.last_error = None
         return True
 

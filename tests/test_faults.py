@@ -248,11 +248,11 @@ def wait_until(check: Callable[[], bool], timeout_s: float = 15.0) -> None:
 
 
 def points_of(session: Session, exporter: SimulatedExporter) -> int:
-    """Points the run had to deliver: every sample of every scrape, and one staleness marker per series at
-    the end (the run is over: its series end)."""
+    """Points the run had to deliver: every sample of every scrape, one staleness marker per series at the end
+    (the run is over: its series end), and the bridge's own refresh gauges."""
     per_page = len([line for line in exporter.renderer.page(exporter.now_ns()).splitlines()
                     if line and not line.startswith(b"#")])
-    return per_page * (session.loops[exporter.url].stats.scrapes + 1)
+    return per_page * (session.loops[exporter.url].stats.scrapes + 1) + session.self_metric_points
 
 
 def otlp_session(tmp_path: Path, exporter: SimulatedExporter, endpoint: str, **otlp: Any) -> tuple[Session, Any]:

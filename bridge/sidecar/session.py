@@ -81,6 +81,7 @@ class Session:
         self.probes: list[Probe] = []
         self._refresh_noted: dict[str, float] = {}  # url -> the refresh period last written to the events
         self._refresh_sent_ns = 0  # when the refresh gauges last went to OTLP
+        self.self_metric_points = 0  # the bridge's own points handed to OTLP (the refresh gauges)
         self.loops: dict[str, ScrapeLoop] = {}
         self.marks: list[PhaseMark] = []
         self.phase: str | None = None
@@ -332,6 +333,7 @@ class Session:
             if watch.last_new_ns is not None:
                 samples.append(Sample(LAST_REFRESH, labels, watch.last_new_ns / 1e9))
         if samples:
+            self.self_metric_points += len(samples)
             page = ParsedPage(samples, {REFRESH_PERIOD: "gauge", LAST_REFRESH: "gauge"},
                               {REFRESH_PERIOD: REFRESH_PERIOD_HELP, LAST_REFRESH: LAST_REFRESH_HELP}, [])
             self.forwarder.submit("dcgm-bridge", page, run_id=self.run_id, phase=self.phase or "none", ts_ns=ts_ns)

@@ -1,0 +1,80 @@
+"""record_log.LineWriter under pressure: a bounded buffer in bytes, a flush that takes what fits, and lines
+written within the flush interval even when no new line comes (issue 16, items 4 and 6)."""
+
+from __future__ import annotations
+
+import errno
+import io
+import time
+from pathlib import Path
+
+from bridge.record_log import LineWriter
+
+
+class _SmallDisk(io.RawIOBase):
+    """A file on a disk with `room` bytes left: a write past it raises ENOSPC (after taking what fits, as a
+    real disk does), a truncate frees space again."""
+
+    def __init__(self, room: int) -> None:
+        self.data = bytearray()
+        self.room = room
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return len(self.data)
+
+    def truncate(self, size: int | None = None) -> int:
+        del self.data[size or 0:]
+        return len(self.data)
+
+    def write(self, data) -> int:  # type: ignore[override]
+        free = self.room - len(self.data)
+        if free <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        taken = bytes(data[:free])
+        self.data += taken
+        return len(taken)
+
+
+def _line(i: int, size: int = 1000) -> bytes:
+    return (f'{{"i":{i},"pad":"' + "x" * (size - 30)).encode()[: size - 3] + b'"}\n'
+
+
+def test_the_buffer_is_bounded_in_bytes_and_drops_the_oldest(tmp_path: Path) -> None:
+    def refuse(_path: Path):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    writer = LineWriter(tmp_path / "x.jsonl", flush_interval_s=0, max_buffered_bytes=100_000, opener=refuse)
+    writer.write_lines(_line(i) for i in range(1000))  # 1 MB against a 100 kB cap
+    pending = writer.pending()
+    assert sum(map(len, pending)) <= 100_000 and writer.lines_dropped == 1000 - len(pending)
+    assert pending[-1] == _line(999)  # the newest are kept
+    assert writer.last_error is not None and "Read-only" in writer.last_error
+
+
+def test_a_flush_takes_what_fits_in_whole_lines_and_the_rest_when_room_comes(tmp_path: Path) -> None:
+    disk = _SmallDisk(room=int(1.5 * LineWriter.CHUNK_BYTES))
+    writer = LineWriter(tmp_path / "x.jsonl", flush_interval_s=0, opener=lambda _p: disk)  # type: ignore[arg-type]
+    lines = [_line(i) for i in range(3000)]  # ~3 MB
+    writer.write_lines(lines)
+    assert 0 < writer.lines_written < 3000  # what fits went to disk, not nothing
+    assert bytes(disk.data) == b"".join(lines[: writer.lines_written])  # whole lines, in order
+    disk.room = 10 * LineWriter.CHUNK_BYTES
+    assert writer.flush() and writer.lines_written == 3000 and bytes(disk.data) == b"".join(lines)
+
+
+def test_lines_reach_the_file_within_the_interval_with_no_later_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    writer = LineWriter(path, flush_interval_s=0.2)
+    writer.write_lines([_line(0)])
+    writer.write_lines([_line(1)])  # buffered: the interval has not passed
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and (not path.exists() or path.read_bytes().count(b"\n") < 2):
+        time.sleep(0.05)
+    assert path.read_bytes() == _line(0) + _line(1)  # no third write was needed: the flusher wrote them
+    writer.close()
