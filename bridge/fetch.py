@@ -319,7 +319,10 @@ class _Transfer:
             return FetchError("too_large", f"{where} sent more than the {limit:,}-byte limit "
                               "(DCGM_BRIDGE_MAX_BODY_BYTES)")
         if code == _TIMEOUT:
-            if not self.curl.getinfo(self._pycurl.CONNECT_TIME):
+            # No connect time is a connect that did not finish, unless no connect was needed: a kept-alive
+            # connection was reused (NUM_CONNECTS 0), and then it is the exporter that did not answer.
+            reused = self.curl.getinfo(self._pycurl.NUM_CONNECTS) == 0
+            if not reused and not self.curl.getinfo(self._pycurl.CONNECT_TIME):
                 return FetchError("timeout", f"connect to {where} timed out")
             if self.size:
                 return FetchError("timeout", f"{where} stalled mid-body: the scrape took more than "

@@ -85,7 +85,7 @@ class EndpointStats:
     last_success_ns: int | None = None
     last_error: str | None = None
     last_error_ns: int | None = None
-    state: str = "pending"  # pending | up | down | stopped
+    state: str = "pending"  # pending | up | down | unreadable (answered, no sample in it) | stopped
     last_duration_s: float | None = None
     lateness_s: list[float] = field(default_factory=list)  # recent tick lateness (bounded ring)
     refresh: RefreshWatch = field(default_factory=RefreshWatch)

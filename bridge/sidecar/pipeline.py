@@ -53,6 +53,12 @@ class Page:
     start_ns: int
     end_ns: int
 
+    @property
+    def readable(self) -> bool:
+        """At least one sample could be read (an HTML page or garbage answered 200 has none)."""
+        parsed = self.parsed
+        return bool(parsed.values if isinstance(parsed, TemplatedPage) else parsed.samples)
+
 
 class PageSink(Protocol):
     """One destination of scraped pages. `take` receives the pages of one tick (one or more)."""
@@ -170,9 +176,11 @@ class Pipeline:
         self._keys: dict[str, tuple[str, str]] = {}  # url -> (redacted, display key)
         self._dropped_noted: dict[str, tuple[str, int]] = {}  # url -> (message, time) of the last parse event
 
-    def on_page(self, url: str, fetched: FetchedPage) -> None:
+    def on_page(self, url: str, fetched: FetchedPage) -> Page:
         """The scrape loop's page callback: one page through the whole pipeline."""
-        self.take([self.read(url, fetched)])
+        page = self.read(url, fetched)
+        self.take([page])
+        return page
 
     def read(self, url: str, fetched: FetchedPage) -> Page:
         """Parse and normalise one fetched page (the template check, the values, the records)."""

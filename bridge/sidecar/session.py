@@ -315,7 +315,10 @@ class Session:
                 logger.warning("%s: the exporter's values change every %.1f s, not at every scrape: an energy window "
                                "shorter than %.0f s rests on too few refreshes; %s", display_key(url), period,
                                2 * period, REFRESH_FIX)
-        self.pipeline.on_page(url, fetched)
+        page = self.pipeline.on_page(url, fetched)
+        if loop is not None and not page.readable:  # answered, but nothing in it is a sample: not up
+            loop.stats.state = "unreadable"
+            loop.stats.last_error, loop.stats.last_error_ns = "no sample could be read from the page", page.start_ns
 
     def _send_refresh_metrics(self, ts_ns: int) -> None:
         """The exporters' refresh as OTLP gauges, from the resource `dcgm-bridge` (a page of its own: the

@@ -99,6 +99,8 @@ def test_a_slow_endpoint_times_out_without_holding_up_the_others(tmp_path):
         session.complete()
     errors = [e for e in read_dicts(session.events.path) if e["type"] == "scrape_error"]
     assert {e["kind"] for e in errors} == {"timeout"} and all(e["endpoint"] == slow.url for e in errors)
+    # The kept-alive connection from configure time was reused: no connect happened, so none timed out.
+    assert all("did not answer within" in e["message"] and "connect" not in e["message"] for e in errors)
 
 
 def test_a_body_over_the_limit_is_refused_with_a_clear_error(tmp_path):
@@ -217,3 +219,19 @@ def test_a_bearer_token_from_a_file_is_sent(header_recorder, tmp_path):
     session.configure()
     session.complete()
     assert seen and set(seen) == {"Bearer t0ken"}
+
+
+def test_a_page_with_no_sample_in_it_is_not_up(tmp_path):
+    """An HTML page answered 200 (the wrong port, a proxy's error page): /status must not say `up`."""
+    from tests.loopback import LoopbackServer, send
+
+    with LoopbackServer(lambda h: send(h, b"<html><body>Bad gateway</body></html>", content_type="text/html")) \
+            as server, SimulatedExporter(SimulatorConfig(gpus=1)) as good:
+        session = session_for([server.url, good.url], tmp_path)
+        session.configure()
+        scrape_synchronously(session, 2)
+        status = {e["display"]: e for e in session.status()["endpoints"]}
+        session.complete()
+    bad = status[f"127.0.0.1:{server.port}"]
+    assert bad["state"] == "unreadable" and "no sample could be read" in bad["last_error"]
+    assert next(e for k, e in status.items() if k != f"127.0.0.1:{server.port}")["state"] == "up"
