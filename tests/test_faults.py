@@ -9,8 +9,10 @@ session to its report. The SIGTERM case is tests/test_run.py (a subprocess).
 from __future__ import annotations
 
 import errno
+import json
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -370,3 +372,40 @@ def test_an_unwritable_artifacts_dir_is_a_clear_error_and_the_report_still_has_e
     # The report came from the live series, which did not need the record log.
     assert outputs.report.records == session.records_written == 2 * session.loops[exporter.url].stats.scrapes
     assert (tmp_path / "profile_export_aiperf.json").exists()
+
+
+def test_sigterm_while_every_endpoint_hangs_at_start_up_ends_within_one_probe_timeout(tmp_path: Path) -> None:
+    """Issue 16 item 6: probes run at once, and a hanging endpoint gets no final scrape: not 2 × 5 s + 5 s."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from tests.conftest import free_port
+    from tests.loopback import LoopbackServer
+
+    release = threading.Event()
+    with LoopbackServer(lambda _h: release.wait(60)) as a, LoopbackServer(lambda _h: release.wait(60)) as b, \
+            LoopbackServer(lambda _h: release.wait(60)) as c:
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", a.url, b.url, c.url,
+             "--artifact-dir", str(tmp_path), "--health-port", str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(1.5)  # inside the probes' 5 s timeout
+            asked = time.monotonic()  # /status answers while the probes hang (it takes no lock they hold)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=3) as response:
+                assert json.loads(response.read())["state"] == "created"
+            assert time.monotonic() - asked < 1.0
+            sent = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            release.set()
+            if process.poll() is None:
+                process.kill()
+    assert process.returncode == 0, err
+    assert took < 5.5, f"SIGTERM took {took:.1f} s"  # the probes' remaining 3.5 s, then the files
+    assert (tmp_path / "gpu_telemetry_events.jsonl").exists()

@@ -145,7 +145,7 @@ class Session:
             self.started_ns = self._now_ns()
             urls = candidate_endpoints(self.config.telemetry.urls, self.config.default_endpoints)
             defaults = set(candidate_endpoints([], self.config.default_endpoints))
-            self.probes = [self._probe(url) for url in urls]
+            self.probes = self._probe_all(urls)
             group = ScrapeGroup(self.fetcher, self.config.collection_interval, monotonic=self._monotonic,
                                 now_ns=self._now_ns)  # one thread scrapes every endpoint
             for probe in self.probes:
@@ -170,6 +170,16 @@ class Session:
             self.events.flush()
             self.state = "configured"
             return self.probes
+
+    def _probe_all(self, urls: Sequence[str]) -> list[Probe]:
+        """Every endpoint probed at once (`fetch` is thread-safe): start-up takes one probe's time, not the
+        sum of every hanging endpoint's timeout (and so does a SIGTERM that arrives meanwhile)."""
+        if len(urls) <= 1:
+            return [self._probe(url) for url in urls]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(16, len(urls)), thread_name_prefix="probe") as pool:
+            return list(pool.map(self._probe, urls))
 
     def _probe(self, url: str) -> Probe:
         try:
@@ -239,9 +249,14 @@ class Session:
             now = self._now_ns()
             self.requests_end_ns = requests_end_ns
             deadline = self._monotonic() + self.config.shutdown_delay
-            finals = [loop.request_boundary(now) for loop in self.loops.values()]
-            for boundary in finals:
-                boundary.done.wait(max(0.0, deadline - self._monotonic()))
+            # A final scrape of every endpoint brackets the window's end; only those of endpoints that are up are
+            # waited for (a hanging one would only delay the end by its timeout; a down one that answers in
+            # time still gives its sample).
+            up = {url for url, loop in self.loops.items() if loop.stats.state == "up"}
+            finals = [(url, loop.request_boundary(now)) for url, loop in self.loops.items()]
+            for url, boundary in finals:
+                if url in up:
+                    boundary.done.wait(max(0.0, deadline - self._monotonic()))
             if await_refresh:
                 self._await_refresh(now)
                 deadline = self._monotonic() + self.config.shutdown_delay
@@ -384,22 +399,24 @@ class Session:
 
     # -- status ------------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "state": self.state,
-                "run_id": self.run_id,
-                "phase": self.phase,
-                "artifact_dir": str(self.artifact_dir),
-                "records_written": self.records_written,
-                "record_log": self._record_log_status(),
-                "endpoints": [
-                    {**loop.stats.as_json(), "display": display_key(url),
-                     "reachable_at_configure": any(p.url == url and p.reachable for p in self.probes)}
-                    for url, loop in self.loops.items()
-                ],
-                "marks": [m._asdict() for m in self.marks],
-                "otlp": self.forwarder.stats().as_dict() if self.forwarder is not None else None,
-            }
+        """A snapshot, taken without the session's lock: configure (probing hanging endpoints) and complete
+        (waiting for a final refresh) hold it for seconds, and /status must answer meanwhile."""
+        probes, loops, marks = list(self.probes), list(self.loops.items()), list(self.marks)
+        return {
+            "state": self.state,
+            "run_id": self.run_id,
+            "phase": self.phase,
+            "artifact_dir": str(self.artifact_dir),
+            "records_written": self.records_written,
+            "record_log": self._record_log_status(),
+            "endpoints": [
+                {**loop.stats.as_json(), "display": display_key(url),
+                 "reachable_at_configure": any(p.url == url and p.reachable for p in probes)}
+                for url, loop in loops
+            ],
+            "marks": [m._asdict() for m in marks],
+            "otlp": self.forwarder.stats().as_dict() if self.forwarder is not None else None,
+        }
 
     def latest_records(self) -> dict[tuple[str, tuple[str, str | None]], tuple[GpuRecord, GpuRecord]]:
         """(display key, identity) → (first, latest) record: what the live view shows."""
