@@ -100,6 +100,8 @@ SETTINGS: tuple[Setting, ...] = (
             "connect timeout of one scrape (seconds)"),
     Setting("max_body_bytes", ("DCGM_BRIDGE_MAX_BODY_BYTES",), int, 16 * 1024 * 1024, 1024, 2**31,
             "largest /metrics body accepted"),
+    Setting("max_series", ("DCGM_BRIDGE_MAX_SERIES",), int, 20_000, 1, 1_000_000,
+            "samples read from one page; the rest are dropped and counted"),
     Setting("ca_file", ("DCGM_BRIDGE_CA_FILE",), str, None, help="CA bundle for https exporters"),
     Setting("insecure_skip_verify", ("DCGM_BRIDGE_INSECURE_SKIP_VERIFY",), _bool, False),
     Setting("bearer_token", ("DCGM_BRIDGE_BEARER_TOKEN",), str, None, help="sent as Authorization: Bearer"),
@@ -143,6 +145,7 @@ class Config:
     scrape_timeout: float = 5.0
     connect_timeout: float = 2.0
     max_body_bytes: int = 16 * 1024 * 1024
+    max_series: int = 20_000
     ca_file: str | None = None
     insecure_skip_verify: bool = False
     bearer_token: str | None = None

@@ -19,6 +19,7 @@ import math
 import os
 import threading
 import time
+import zlib
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ LAST_REFRESH = "dcgm_bridge_exporter_last_refresh_timestamp_seconds"
 LAST_REFRESH_HELP = "When a scrape first saw the DCGM endpoint's current values (Unix seconds): stale when old."
 
 
+_KEEP_BODY = 1 << 20
+
+
 class RefreshWatch:
     """Which scrapes brought a new DCGM refresh, and the period between refreshes, as the scrapes see it.
 
@@ -48,21 +52,23 @@ class RefreshWatch:
     __slots__ = ("_body", "_start_ns", "_mids", "refreshes", "last_new_ns")
 
     def __init__(self) -> None:
-        self._body: bytes | None = None
+        self._body: bytes | tuple[int, int] | None = None
         self._start_ns: int | None = None
         self._mids: deque[float] = deque(maxlen=33)
         self.refreshes = 0
         self.last_new_ns: int | None = None  # start of the scrape that first saw the latest refresh
 
     def observe(self, body: bytes, start_ns: int) -> bool:
-        """One successful scrape; True when it brought a new refresh."""
-        new = body != self._body
+        """One successful scrape; True when it brought a new refresh. A page over 1 MiB is remembered by its
+        length and CRC, not kept (the parser keeps a normal page anyway: the same object, no extra memory)."""
+        seen: bytes | tuple[int, int] = body if len(body) <= _KEEP_BODY else (len(body), zlib.crc32(body))
+        new = seen != self._body
         if new:
             self.refreshes += 1
             if self._start_ns is not None:
                 self._mids.append((self._start_ns + start_ns) / 2)
             self.last_new_ns = start_ns
-            self._body = body
+            self._body = seen
         self._start_ns = start_ns
         return new
 

@@ -27,6 +27,11 @@ _ESCAPES = {"\\\\": "\\", "\\n": "\n", '\\"': '"'}
 _HELP_ESCAPE = re.compile(r"\\[\\n]")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _MAX_TEXT = 200  # characters of a dropped line kept for the report
+# A series' `name{labels}` longer than this is dropped, never cached: dcgm-exporter's are ~300 characters
+# (pod and container names are at most 253), and a hostile page of 40 kB label values would otherwise keep
+# every one of them in the caches.
+MAX_SERIES_KEY = 4096
+MAX_SERIES = 20_000  # samples read from one page; the rest are dropped and counted (DCGM_BRIDGE_MAX_SERIES)
 
 
 class LabelError(ValueError):
@@ -41,7 +46,7 @@ class PageParser:
     exporter whose labels never repeat (pod churn); past it they start over.
     """
 
-    def __init__(self, max_cached: int = 50_000) -> None:
+    def __init__(self, max_cached: int = 50_000, max_series: int = MAX_SERIES) -> None:
         self._labels: dict[str, Mapping[str, str] | str] = {}
         self._heads: dict[str, tuple[str, Mapping[str, str]] | str] = {}
         self._comments: dict[str, tuple[str, str, str] | str | None] = {}
@@ -50,6 +55,7 @@ class PageParser:
         self._last_values: tuple[float, ...] = ()
         self._misses = 0  # pages in a row that did not follow the template
         self.max_cached = max_cached
+        self.max_series = max_series
         self.use_templates = True  # False: every page through the line loop (tests compare the two)
 
     def parse(self, body: bytes | str, *, openmetrics: bool | None = None) -> ParsedPage:
@@ -111,6 +117,7 @@ class PageParser:
         sample_at: list[int] = []
         prefixes: list[str] = []
         repeatable = self.use_templates and build
+        over, first_over = 0, 0  # samples past `max_series`
         for number, line in enumerate(all_lines, 1):
             if not line:
                 continue
@@ -132,6 +139,13 @@ class PageParser:
                 if "\t" in key:
                     key, _, tail = key.partition("\t")
                     rest = f"{tail} {rest}"
+            if len(key) > MAX_SERIES_KEY:
+                dropped.append(_drop(number, line, f"name and labels longer than {MAX_SERIES_KEY} characters"))
+                repeatable = False  # (a template would keep the whole page's text)
+                continue
+            if len(samples) >= self.max_series:
+                over, first_over = over + 1, first_over or number
+                continue
             head = heads.get(key)
             if head is None:
                 head = heads[key] = self._head(key)
@@ -164,6 +178,10 @@ class PageParser:
                 continue
             repeatable = False  # timestamps and exemplars: this page has no template
             append(Sample(name, labels, value, timestamp))
+        if over:
+            dropped.append(Dropped(first_over, "", f"{over} samples past the limit of {self.max_series} per page "
+                                                   "(DCGM_BRIDGE_MAX_SERIES) were not read"))
+            repeatable = False  # a page cut short is no template for the next
         if not repeatable:
             self._template = None
             return ParsedPage(samples, types, helps, dropped)

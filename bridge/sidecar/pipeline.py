@@ -26,6 +26,7 @@ from bridge.fetch import FetchedPage, FetchError
 from bridge.normalize import Normalizer
 from bridge.otlp.export import ExportStats
 from bridge.parse import PageParser, TemplatedPage
+from bridge.parse.lines import MAX_SERIES
 from bridge.record_log import LineWriter
 from bridge.redact import redact_url
 from bridge.report.spool import LiveSeries
@@ -164,8 +165,10 @@ class Pipeline:
     Runs on the scrape thread. `phase` is read once per page (the session's current phase)."""
 
     def __init__(self, normalizer: Normalizer, sinks: Sequence[PageSink], events: LineWriter, *, run_id: str,
-                 phase: Callable[[], str | None], otlp: OtlpSink | None = None) -> None:
+                 phase: Callable[[], str | None], otlp: OtlpSink | None = None,
+                 max_series: int = MAX_SERIES) -> None:
         self.normalizer = normalizer
+        self.max_series = max_series
         self.sinks = list(sinks)
         self.events = events
         self.run_id = run_id
@@ -186,7 +189,7 @@ class Pipeline:
         """Parse and normalise one fetched page (the template check, the values, the records)."""
         parser = self._parsers.get(url)
         if parser is None:
-            parser = self._parsers[url] = PageParser()
+            parser = self._parsers[url] = PageParser(max_series=self.max_series)
         parsed = parser.parse(fetched.body, openmetrics="openmetrics" in fetched.content_type or None)
         keys = self._keys.get(url)
         if keys is None:

@@ -110,7 +110,7 @@ class Session:
         self.disposition: Disposition | None = None  # what the artifact directory held (prepare_artifacts)
         self.started_ns: int | None = None  # when configure began: a phase manifest older than this is not ours
         self.pipeline = Pipeline(Normalizer(table), sinks, self.events, run_id=self.run_id,
-                                 phase=lambda: self.phase, otlp=self._otlp)
+                                 phase=lambda: self.phase, otlp=self._otlp, max_series=config.max_series)
 
     @property
     def records_written(self) -> int:

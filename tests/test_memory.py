@@ -1,0 +1,70 @@
+"""Memory bounded for hostile input (issue 16, item 4), measured on the real sidecar process: a 12.8 MB page of
+40 kB label values, and a page of more samples than the series limit."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from tests.conftest import free_port
+from tests.loopback import LoopbackServer, send
+
+
+def _memory_mb(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of a process, in MiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return int(fields["VmRSS"].split()[0]) // 1024, int(fields["VmHWM"].split()[0]) // 1024
+
+
+def _sidecar_on(body: bytes, out: Path, seconds: float, *extra: str) -> tuple[tuple[int, int], list[dict]]:
+    with LoopbackServer(lambda h: send(h, body)) as server:
+        process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", server.url,
+                                    "--artifact-dir", str(out), "--health-port", str(free_port()), *extra],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            time.sleep(seconds)
+            memory = _memory_mb(process.pid)
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert process.returncode == 0, err.decode()
+    events = [orjson.loads(line) for line in (out / "gpu_telemetry_events.jsonl").read_bytes().splitlines()]
+    return memory, events
+
+
+def test_a_page_of_huge_label_values_is_dropped_and_its_memory_given_back(tmp_path: Path) -> None:
+    big = "x" * 40_000
+    lines = [f'DCGM_FI_DEV_GPU_TEMP{{gpu="{i}",UUID="GPU-{i}",pod="{big}{i}"}} 40' for i in range(320)]
+    good = 'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-0",modelName="NVIDIA H100 80GB HBM3"} 300.5'
+    body = ("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n" + "\n".join(lines) + "\n" + good + "\n").encode()
+    assert len(body) > 12_000_000
+    (rss, peak), events = _sidecar_on(body, tmp_path, 5.0)
+    # Before: 142 MB resident and kept (the page as a template, glibc's heap); a normal run is ~55 MB.
+    assert rss <= 100 and peak <= 128, (rss, peak)
+    parse = [e for e in events if e["type"] == "scrape_error" and e["kind"] == "parse"]
+    assert parse and "longer than 4096 characters" in parse[0]["message"]
+    records = (tmp_path / "gpu_telemetry_export.jsonl").read_bytes().splitlines()
+    assert records and all(orjson.loads(r)["telemetry_data"]["nvidia_power_usage"] == 300.5 for r in records)
+
+
+def test_samples_past_the_series_limit_are_dropped_and_counted(tmp_path: Path) -> None:
+    lines = [f'DCGM_FI_DEV_GPU_TEMP{{gpu="{i}",UUID="GPU-{i}"}} 40' for i in range(3000)]
+    body = ("\n".join(lines) + "\n").encode()
+    _, events = _sidecar_on(body, tmp_path, 1.5, "--config", str(_config(tmp_path, max_series=1000)))
+    parse = [e for e in events if e["type"] == "scrape_error" and e["kind"] == "parse"]
+    assert parse and "2000 samples past the limit of 1000 per page (DCGM_BRIDGE_MAX_SERIES)" in parse[0]["message"]
+    gpus = {orjson.loads(r)["gpu_uuid"] for r in (tmp_path / "gpu_telemetry_export.jsonl").read_bytes().splitlines()}
+    assert len(gpus) == 1000
+
+
+def _config(tmp_path: Path, **settings: object) -> Path:
+    path = tmp_path.parent / f"{tmp_path.name}-config.json"
+    path.write_bytes(orjson.dumps(settings))
+    return path
