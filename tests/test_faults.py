@@ -8,7 +8,10 @@ session to its report. The SIGTERM case is tests/test_run.py (a subprocess).
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import resource
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,17 +19,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
 import orjson
 import pytest
 
-from bridge.config import Config
+from bridge.config import Config, resolve
 from bridge.endpoints import TelemetryItems, display_key
+from bridge.errors import ConfigError
 from bridge.fields import default_table
 from bridge.otlp import OtlpConfig, OtlpForwarder
 from bridge.record_log import read_dicts, read_records
+from bridge.sidecar.control import ControlServer
+from bridge.sidecar.finish import ReportTarget, run_exit_code
 from bridge.sidecar.session import Session
 from bridge.simulator import Fault, ManualClock, SimulatedExporter, SimulatorConfig
+from tests.conftest import failing_ext4, tmpfs
 from tests.loopback import LoopbackServer, send
+from tests.sidecar.helpers import start_sidecar, stop, wait_records
 
 NS = 1_000_000_000
 SCRAPES = 3
@@ -358,15 +367,150 @@ def test_a_full_disk_never_leaves_half_a_line_and_every_record_lands_once_there_
     assert outputs.report.records == session.records_written
 
 
-def test_an_unwritable_artifacts_dir_is_a_clear_error_and_the_report_still_has_every_scrape(tmp_path, caplog):
-    with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
-        session = session_for([exporter.url], tmp_path, opener=refuse, flush_interval=0.0)
+def test_a_folder_made_read_only_mid_run_fails_the_run_with_the_reason_and_the_report_still_has_every_scrape(
+        tmp_path, caplog):
+    with failing_ext4(tmp_path / "vol") as (volume, fail), SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
+        session = session_for([exporter.url], volume, flush_interval=0.0)
         session.configure()
+        fail()  # the folder itself: the open files, the spool, any new or temporary file
         scrape(session)
-        assert "Permission denied" in session.status()["record_log"]["error"]
+        assert "Read-only file system" in session.status()["record_log"]["error"]
+        assert session.not_ready() == f"cannot write {volume}: Read-only file system"
         outputs = session.complete()
-    assert not session.records.path.exists()
-    assert any("Permission denied" in r.getMessage() for r in caplog.records if r.levelname == "ERROR")
-    # The report came from the live series, which did not need the record log.
+        assert not (volume / "profile_export_aiperf.json").exists()
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(m.startswith(f"the report was not written: cannot write {volume}/profile_export_aiperf.json: "
+                            "Read-only file system") for m in errors), errors
+    assert not any(r.exc_info for r in caplog.records)  # one line each, no traceback
+    assert run_exit_code(0, outputs) == 1
+    assert "gpu_telemetry_export.jsonl" in outputs.error and "Read-only file system" in outputs.error
+    # The report came from the live series held in memory, which needed neither the record log nor the spool.
     assert outputs.report.records == session.records_written == 2 * session.loops[exporter.url].stats.scrapes
-    assert (tmp_path / "profile_export_aiperf.json").exists()
+
+
+# -- the sidecar as a process, its volume read-only, full, out of descriptors ----------------------------------
+def wait_readyz(base: str, status: int) -> dict[str, Any]:
+    """/readyz's answer once it has `status` (it tries the folder at most once a second)."""
+    deadline = time.monotonic() + 10
+    while (answer := httpx.get(base + "/readyz", timeout=5)).status_code != status:
+        assert time.monotonic() < deadline, answer.json()
+        time.sleep(0.05)
+    return dict(answer.json())
+
+
+def assert_failed_run(process: Any, log: Path, reason: str, answer: httpx.Response | None = None) -> None:
+    """The run failed as README "Exit codes" says: exit 1, POST /complete 500 with `completed: false` and the
+    reason, the reason in the log on single lines, no traceback."""
+    if answer is not None:
+        assert answer.status_code == 500 and answer.json()["completed"] is False, answer.text
+        assert reason in answer.json()["error"]
+    assert process.wait(60) == 1
+    text = log.read_text()
+    assert "Traceback" not in text
+    assert "the report was not written: " in text and reason in text, text
+    assert any(line.startswith("Error: ") and reason in line for line in text.splitlines()), text
+
+
+def test_a_volume_that_turns_read_only_mid_run_is_not_ready_and_fails_the_run(tmp_path):
+    log = tmp_path / "sidecar.log"
+    with failing_ext4(tmp_path / "vol") as (volume, fail), SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
+        process, base = start_sidecar(log, exporter.url, volume / "out")
+        try:
+            wait_records(base, 4)
+            fail()
+            assert wait_readyz(base, 503) == {"ready": False, "state": "collecting",
+                                              "reason": f"cannot write {volume / 'out'}: Read-only file system"}
+            assert_failed_run(process, log, "Read-only file system", httpx.post(base + "/complete", timeout=60))
+        finally:
+            stop(process)
+    assert "gpu_telemetry_export.jsonl" in log.read_text()  # its lines lost: named
+
+
+def test_a_read_only_mount_over_the_folder_is_not_ready_until_it_goes_and_a_run_that_lost_nothing_exits_0(
+        tmp_path):
+    log = tmp_path / "sidecar.log"
+    out = tmp_path / "out"
+    with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
+        process, base = start_sidecar(log, exporter.url, out)
+        try:
+            wait_records(base, 4)
+            for _ in range(2):
+                with tmpfs(out, "ro,size=1m"):  # new files in the folder: EROFS (the open ones live on beneath)
+                    assert wait_readyz(base, 503)["reason"] == f"cannot write {out}: Read-only file system"
+                assert wait_readyz(base, 200) == {"ready": True, "state": "collecting"}  # writable again
+            answer = httpx.post(base + "/complete", timeout=60)
+            assert answer.status_code == 200 and answer.json()["completed"] is True and "error" not in answer.json()
+            assert process.wait(60) == 0
+        finally:
+            stop(process)
+    assert (out / "profile_export_aiperf.json").exists()
+
+
+def test_a_full_volume_is_not_ready_and_fails_the_run(tmp_path):
+    log = tmp_path / "sidecar.log"
+    with tmpfs(tmp_path / "vol", "size=64k") as volume, SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
+        process, base = start_sidecar(log, exporter.url, volume / "out", DCGM_BRIDGE_FLUSH_INTERVAL="0")
+        try:
+            wait_records(base, 2)
+            with contextlib.suppress(OSError), (volume / "filler").open("wb") as filler:  # until ENOSPC (the
+                while True:  # records themselves fill 64 KB in about a second)
+                    filler.write(b"\0" * 4096)
+                    filler.flush()
+            assert wait_readyz(base, 503)["reason"] == f"cannot write {volume / 'out'}: No space left on device"
+            assert_failed_run(process, log, "No space left on device", httpx.post(base + "/complete", timeout=60))
+        finally:
+            stop(process)
+
+
+def test_a_sidecar_out_of_file_descriptors_is_not_ready_and_exits_1(tmp_path):
+    log = tmp_path / "sidecar.log"
+    with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
+        process, base = start_sidecar(log, exporter.url, tmp_path / "out")
+        try:
+            wait_records(base, 4)
+            with httpx.Client() as client:  # one connection, opened before the limit: /readyz still answers
+                client.get(base + "/healthz", timeout=5)
+                # No new descriptor from now on (a new one takes the lowest free number, which must be below
+                # the limit: 0-2 are taken); those open stay usable, this connection's included.
+                resource.prlimit(process.pid, resource.RLIMIT_NOFILE, (3, 3))
+                deadline = time.monotonic() + 10
+                while (answer := client.get(base + "/readyz", timeout=5)).status_code != 503:
+                    assert time.monotonic() < deadline, answer.json()
+                    time.sleep(0.05)
+            assert answer.json()["reason"] == f"cannot write {tmp_path / 'out'}: Too many open files"
+            process.send_signal(signal.SIGTERM)
+            assert_failed_run(process, log, "Too many open files")
+        finally:
+            stop(process)
+
+
+def test_a_file_name_too_long_fails_the_run_and_post_complete_says_why(tmp_path):
+    # The report goes where the benchmark wrote its files (`profile -- aiperf`: found at the end of the run); a
+    # folder name over NAME_MAX (255 bytes) there is the kernel's ENAMETOOLONG at the last step.
+    with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
+        session = session_for([exporter.url], tmp_path)
+        session.configure()
+        session.report_target = ReportTarget(tmp_path / ("d" * 256))
+        server = ControlServer(session, "127.0.0.1", 0, ["127.0.0.1/8"])
+        server.start()
+        try:
+            scrape(session)
+            answer = httpx.post(f"http://127.0.0.1:{server.port}/complete", timeout=60)
+        finally:
+            server.stop()
+    assert answer.status_code == 500
+    assert answer.json() == {"completed": False, "files": answer.json()["files"],
+                             "error": f"the report was not written: {tmp_path / ('d' * 256)}/"
+                                      "profile_export_aiperf.json: File name too long"}
+    assert run_exit_code(0, session.outputs) == 1
+
+
+@pytest.mark.parametrize(("size", "refused"), [(200, False), (201, True), (250, True)])
+def test_an_export_prefix_that_would_make_names_too_long_is_refused_at_start_naming_the_flag(size, refused):
+    if not refused:
+        assert resolve({"profile_export_prefix": "p" * size}, env={}).profile_export_prefix == "p" * size
+        return
+    with pytest.raises(ConfigError) as caught:
+        resolve({"profile_export_prefix": "p" * size}, env={})
+    assert str(caught.value) == (f"invalid configuration:\n  --profile-export-prefix: a prefix of {size} bytes "
+                                 "makes file names over the 255 bytes a file system allows; use at most 200")

@@ -4,22 +4,17 @@ collecting 64 GPUs × 7 MIG instances (512 series: each GPU and its 7 instances;
 
 from __future__ import annotations
 
-import os
 import resource
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import orjson
 
 from bridge.fields import default_table
 from bridge.report import build_report_from_events
 from bridge.report.write import write_report
 from bridge.simulator import SimulatedExporter, SimulatorConfig
-from tests.conftest import free_port
+from tests.sidecar.helpers import start_sidecar, stop, wait_records
 
 OPEN_FILES = 256
 GPUS, MIG = 64, 7
@@ -32,33 +27,17 @@ def _lower_open_files() -> None:
 
 def test_a_sidecar_with_512_series_under_ulimit_256_writes_the_report_the_log_rebuilds(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "AIPERF_GPU_COLLECTION_INTERVAL": "0.5", "DCGM_BRIDGE_HEALTH_HOST": "127.0.0.1",
-           "DCGM_BRIDGE_RUN_ID": "many"}
-    with SimulatedExporter(SimulatorConfig(gpus=GPUS, mig=MIG, seed=3)) as exporter, \
-            (tmp_path / "sidecar.log").open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", exporter.url, "--artifact-dir",
-             str(out), "--health-port", str(port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=_lower_open_files)
+    log = tmp_path / "sidecar.log"
+    with SimulatedExporter(SimulatorConfig(gpus=GPUS, mig=MIG, seed=3)) as exporter:
+        process, base = start_sidecar(log, exporter.url, out, preexec_fn=_lower_open_files,
+                                      AIPERF_GPU_COLLECTION_INTERVAL="0.5", DCGM_BRIDGE_RUN_ID="many")
         try:
-            deadline = time.monotonic() + 120
-            while True:  # until every series has three records
-                assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "sidecar.log").read_text()
-                try:
-                    if httpx.get(base + "/status", timeout=5).json()["records_written"] >= 3 * SERIES:
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.2)
+            wait_records(base, 3 * SERIES, timeout_s=120)  # every series has three records
             process.send_signal(signal.SIGTERM)
             code = process.wait(120)
         finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    text = (tmp_path / "sidecar.log").read_text()
+            stop(process)
+    text = log.read_text()
     assert code == 0, text
     assert "Too many open files" not in text
     written = orjson.loads((out / "profile_export_aiperf.json").read_bytes())["telemetry_data"]
