@@ -22,6 +22,7 @@ from typing import IO, Any
 import httpx
 import orjson
 import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from bridge.config import Config, resolve
 from bridge.endpoints import TelemetryItems, display_key
@@ -203,18 +204,21 @@ def test_an_exporter_that_restarts_is_named_down_then_up_and_its_counter_reset_i
 class ScriptedReceiver:
     """An OTLP/HTTP receiver on loopback whose answer the test changes while the run goes on."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0) -> None:
         self.mode = "ok"  # ok | 400 | 429 | slow
         self.requests: list[str] = []
+        self.bodies: list[bytes] = []  # the requests answered 200
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:  # noqa: N802
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 mode = receiver.mode
                 receiver.requests.append(mode)
+                if mode == "ok":
+                    receiver.bodies.append(body)
                 if mode == "slow":
                     time.sleep(0.5)  # the receiver's slowness, not a synchronisation
                 status = {"ok": 200, "400": 400, "429": 429, "slow": 200}[mode]
@@ -232,7 +236,7 @@ class ScriptedReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/metrics"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -306,18 +310,45 @@ def test_a_receiver_that_rejects_points_has_them_counted_and_scraping_goes_on(re
     assert any("rejected" in r.getMessage() and "bad data point" in r.getMessage() for r in caplog.records)
 
 
+def point_times(bodies: list[bytes]) -> set[int]:
+    """The sample times of every data point in these OTLP/HTTP request bodies."""
+    request = ExportMetricsServiceRequest()
+    times: set[int] = set()
+    for body in bodies:
+        request.ParseFromString(body)
+        for resource_metrics in request.resource_metrics:
+            for scope in resource_metrics.scope_metrics:
+                for metric in scope.metrics:
+                    points = metric.sum.data_points if metric.HasField("sum") else metric.gauge.data_points
+                    times.update(point.time_unix_nano for point in points)
+    return times
+
+
 def test_a_receiver_down_past_the_queue_bound_drops_the_oldest_pages_counted(receiver, tmp_path):
+    port = receiver.server.server_address[1]
     with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
         receiver.close()  # nothing listens: connection refused
-        session, forwarder = otlp_session(tmp_path, exporter, receiver.url, max_queue_points=2 * 80)
+        # A page is 80 points (2 GPUs), a few more as encoded: a bound of 2.5 pages holds two, never three.
+        session, forwarder = otlp_session(tmp_path, exporter, receiver.url, max_queue_points=200)
         scrape(session, 6)
-        wait_until(lambda: forwarder.stats().retried_requests >= 1)
-        stats = forwarder.stats()
-        assert stats.dropped_points >= 2 * 80 and stats.queue_depth_points <= 2 * 80
+        # The batch in flight is given up at its next attempt (a retry backoff at most): then the bound holds.
+        wait_until(lambda: forwarder.stats().dropped_points >= 4 * 80 and forwarder.stats().queue_depth_points <= 200)
+        back = ScriptedReceiver(port)  # the receiver is back: what the bound kept is delivered
+        try:
+            wait_until(lambda: forwarder.stats().queue_depth_points == 0 and forwarder.stats().sent_points > 0)
+            delivered = point_times(back.bodies)
+        finally:
+            back.close()
         session.complete()
+    scrape_times = sorted({r.timestamp_ns for r in read_records(session.records.path)})
+    assert len(scrape_times) == 1 + 6 + 1  # the baseline, the six, the final scrape (delivered after `back`)
+    # The newest pages, the bound's worth (the batch in flight goes whole: one page fewer when it held two), and
+    # never an older page in place of a newer one.
+    kept = scrape_times[1:7]
+    assert 1 <= len(delivered) <= 2 and delivered == set(kept[-len(delivered):])
     assert records_by_endpoint(session)[exporter.url] == 2 * session.loops[exporter.url].stats.scrapes
     complete = [e for e in read_dicts(session.events.path) if e["type"] == "complete"][0]
-    assert complete["otlp"]["dropped_points"] >= 2 * 80  # the bound, not a timer, decided what was lost
+    assert complete["otlp"]["dropped_points"] >= (7 - len(delivered)) * 80  # the bound, not a timer, decided
 
 
 # -- the artifacts directory refuses writes ------------------------------------------------------------
