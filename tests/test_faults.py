@@ -24,8 +24,10 @@ from typing import IO, Any
 import httpx
 import orjson
 import pytest
+from click.testing import CliRunner
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
+from bridge.cli import main
 from bridge.config import Config, resolve
 from bridge.endpoints import TelemetryItems, display_key
 from bridge.errors import ConfigError
@@ -539,6 +541,18 @@ def test_a_sidecar_out_of_file_descriptors_is_not_ready_and_exits_1(tmp_path):
             assert_failed_run(process, log, "Too many open files")
         finally:
             stop(process)
+
+
+def test_a_demo_whose_volume_turns_read_only_exits_1_with_the_reason(tmp_path):
+    with failing_ext4(tmp_path / "vol") as (volume, fail):
+        timer = threading.Timer(1.0, fail)  # mid-run: the demo collects for 2 s
+        timer.start()
+        result = CliRunner().invoke(main, ["demo", "--out", str(volume / "demo"), "--duration", "2", "--gpus", "1"])
+        timer.join()
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert errors and all("Read-only file system" in line for line in errors), result.output
 
 
 def test_a_file_name_too_long_fails_the_run_and_post_complete_says_why(tmp_path):

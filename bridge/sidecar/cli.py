@@ -311,4 +311,4 @@ def demo(out: Path, duration: float, gpus: int, mig: int) -> None:
     """Run a warmup + profiling collection against the embedded simulated exporter and report it."""
     from bridge.sidecar.demo import run_demo
 
-    run_demo(out, duration, gpus=gpus, mig=mig)
+    _exit_on_problems(run_demo(out, duration, gpus=gpus, mig=mig))
