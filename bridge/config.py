@@ -52,6 +52,19 @@ def _run_id(text: str) -> str:
     return text
 
 
+_PREFIX_BYTES = 200  # + "_gpu_telemetry.jsonl.gz" (23) or mkstemp's ".<name>.XXXXXXXX.tmp" (19) ≤ NAME_MAX (255)
+
+
+def _export_prefix(text: str) -> str:
+    """The prefix names the outputs (`<prefix>.json`, `<prefix>_gpu_telemetry.jsonl`, …): a longer one would
+    make every name over the 255 bytes a file system allows, and the run would lose its files at the end."""
+    size = len(text.encode())
+    if size > _PREFIX_BYTES:
+        raise ValueError(f"a prefix of {size} bytes makes file names over the 255 bytes a file system allows; "
+                         f"use at most {_PREFIX_BYTES}")
+    return text
+
+
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -111,7 +124,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("run_id", ("DCGM_BRIDGE_RUN_ID",), lambda text: _run_id(text), None,
             help="run id on every record and OTLP point"),
     Setting("artifact_dir", ("DCGM_BRIDGE_ARTIFACT_DIR",), str, "artifacts"),
-    Setting("profile_export_prefix", ("DCGM_BRIDGE_PROFILE_EXPORT_PREFIX",), str, None),
+    Setting("profile_export_prefix", ("DCGM_BRIDGE_PROFILE_EXPORT_PREFIX",), _export_prefix, None),
     Setting("record_log_gzip", ("DCGM_BRIDGE_RECORD_LOG_GZIP",), _bool, False),
     Setting("flush_interval", ("DCGM_BRIDGE_FLUSH_INTERVAL",), float, 1.0, 0.0, 60,
             "seconds between record-log flushes (what a kill can lose at most)"),

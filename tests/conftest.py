@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,48 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextmanager
+def tmpfs(path: Path, options: str) -> Iterator[Path]:
+    """A tmpfs mounted at `path` with `options` (`ro,size=1m`: a read-only folder, which chmod cannot make for
+    root; `size=64k`: a disk that fills up), or the test skips with the reason when mounting is not permitted."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=False)
+
+
+@contextmanager
+def failing_ext4(path: Path) -> Iterator[tuple[Path, Callable[[], None]]]:
+    """An 8 MB ext4 volume mounted at `path` with `errors=remount-ro`, and what turns it read-only under the
+    files open in it: an ext4 error (/sys/fs/ext4/<dev>/trigger_fs_error, Linux's
+    Documentation/ABI/testing/sysfs-fs-ext4), as an I/O error does to a real volume. (`mount -o remount,ro`
+    is refused while a file is open for writing.) The test skips with the reason where loop devices or
+    mounting are not permitted."""
+    image = path.with_suffix(".img")
+    with image.open("wb") as f:
+        f.truncate(8 << 20)
+    path.mkdir(parents=True, exist_ok=True)
+    for argv in (["mkfs.ext4", "-q", "-F", str(image)],
+                 ["mount", "-o", "loop,errors=remount-ro", str(image), str(path)]):
+        done = subprocess.run(argv, capture_output=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot make an ext4 volume here ({argv[0]}): {done.stderr.decode().strip()}")
+    source = subprocess.run(["findmnt", "-no", "SOURCE", str(path)], capture_output=True, text=True).stdout
+    trigger = Path("/sys/fs/ext4") / Path(source.strip()).name / "trigger_fs_error"
+
+    def fail() -> None:
+        trigger.write_text("test: the volume fails\n")
+
+    try:
+        yield path, fail
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
 
 
 def require_binary(name: str) -> Path:

@@ -276,11 +276,16 @@ _TAR_SCRIPT = (
     f"    tar.add({ARTIFACTS!r}, arcname='.')\n"
     "sys.stdout.write(base64.b64encode(buf.getvalue()).decode())\n"
 )
+# Prints the status and the body: 500 `{"completed": false, "error": …}` when the sidecar lost a promised output.
 _COMPLETE_SCRIPT = (
-    "import urllib.request\n"
+    "import urllib.error, urllib.request\n"
     f"req = urllib.request.Request('http://127.0.0.1:{HEALTH_PORT}/complete', data=b'{{}}', method='POST',\n"
     "                             headers={'Content-Type': 'application/json'})\n"
-    "print(urllib.request.urlopen(req, timeout=600).status)\n"
+    "try:\n"
+    "    answer = urllib.request.urlopen(req, timeout=600)\n"
+    "except urllib.error.HTTPError as exc:\n"
+    "    answer = exc\n"
+    "print(answer.status, answer.read().decode())\n"
 )
 
 
@@ -339,7 +344,9 @@ def fetch_results(core: Any, namespace: str, job_id: str, out_dir: Path, *,
             "--results-hold SECONDS (the container then waits that long after the benchmark)")
     mode = (meta.get("annotations") or {}).get(MODE_ANNOTATION, "native")
     if mode == "native":
-        exec_fn(core, namespace, name, CONTROL_PLANE, ["python3", "-c", _COMPLETE_SCRIPT])
+        answer = exec_fn(core, namespace, name, CONTROL_PLANE, ["python3", "-c", _COMPLETE_SCRIPT]).strip()
+        if not answer.startswith("200"):
+            logger.warning("the sidecar in %s did not write all its telemetry: %s", name, answer[:500])
     encoded = exec_fn(core, namespace, name, CONTROL_PLANE, ["python3", "-c", _TAR_SCRIPT])
     try:
         data = base64.b64decode(encoded.strip(), validate=True)

@@ -337,15 +337,17 @@ class OtlpForwarder:
         return encoder
 
     def _enforce_bound(self) -> None:
-        """Drop the oldest pages while more than `max_queue_points` wait (lock held)."""
+        """Drop the oldest pages while more than `max_queue_points` wait (lock held). The batch in flight is the
+        oldest: it goes first (given up at its next failed attempt, counted then), then the queue's head."""
         bound = self.config.max_queue_points
-        while self._queued_points + self._inflight_points > bound and self._queue:
+        if self._queued_points + self._inflight_points > bound and self._inflight_pages:
+            self._drop_inflight = True
+        inflight = 0 if self._drop_inflight else self._inflight_points
+        while self._queued_points + inflight > bound and self._queue:
             oldest = self._queue.popleft()
             self._queued_points -= oldest.points
             self._counts["dropped_points"] += oldest.points
             self._counts["dropped_pages"] += 1
-        if self._queued_points + self._inflight_points > bound and self._inflight_pages:
-            self._drop_inflight = True  # the batch being retried is the oldest: give it up
 
     def _finish(
         self, *, sent: int = 0, rejected: int = 0, dropped: int = 0, dropped_pages: int = 0,

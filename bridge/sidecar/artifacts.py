@@ -42,16 +42,27 @@ class EarlierRun:
 
 
 def check_writable(artifact_dir: Path) -> None:
-    """Create the directory and a file in it, or stop with the reason (root ignores file modes, so only
-    trying tells: a read-only mount, a full disk, a path through a file)."""
+    """Create the directory and a file in it, or stop with the reason."""
+    problem = write_problem(artifact_dir)
+    if problem is not None:
+        raise ConfigError(f"--artifact-dir {artifact_dir}: cannot write there ({problem}); "
+                          "give a folder this user can write (or set DCGM_BRIDGE_ARTIFACT_DIR)")
+
+
+def write_problem(artifact_dir: Path) -> str | None:
+    """Why nothing can be written into the directory now (its strerror), or None: create it, write a byte into
+    a new file and remove it. Only trying tells — root ignores file modes; a read-only mount, a full disk (an
+    empty file needs no data block, hence the byte), a path through a file — and it costs ~50 µs."""
     probe = artifact_dir / f".dcgm-bridge-write-test-{os.getpid()}"
     try:
         artifact_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
+        try:
+            probe.write_bytes(b"\n")
+        finally:
+            probe.unlink(missing_ok=True)
     except OSError as exc:
-        raise ConfigError(f"--artifact-dir {artifact_dir}: cannot write there ({exc.strerror or exc}); "
-                          "give a folder this user can write (or set DCGM_BRIDGE_ARTIFACT_DIR)") from None
+        return str(exc.strerror or exc)
+    return None
 
 
 def earlier_run(events: Path, record_log: Path) -> EarlierRun | None:

@@ -333,4 +333,4 @@ def demo(out: Path, duration: float, gpus: int, mig: int, refresh_ms: int) -> No
     """Run a warmup + profiling collection against the embedded simulated exporter and report it."""
     from bridge.sidecar.demo import run_demo
 
-    run_demo(out, duration, gpus=gpus, mig=mig, refresh_ms=refresh_ms)
+    _exit_on_problems(run_demo(out, duration, gpus=gpus, mig=mig, refresh_ms=refresh_ms))

@@ -102,8 +102,11 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/healthz":
             self._send(200, {"status": "alive"})
         elif path == "/readyz":
-            ready = session.ready
-            self._send(200 if ready else 503, {"ready": ready, "state": session.state})
+            reason = session.not_ready()
+            payload: dict[str, Any] = {"ready": reason is None, "state": session.state}
+            if reason is not None:
+                payload["reason"] = reason
+            self._send(200 if reason is None else 503, payload)
         elif path == "/status":
             self._send(200, session.status())
         elif path == "/metrics" and self.control.metrics_text is not None:
@@ -138,7 +141,12 @@ class _Handler(BaseHTTPRequestHandler):
                 if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end <= 0):
                     raise LifecycleError("requests_end_ns must be a positive integer (wall-clock ns)")
                 outputs = self.control.session.complete(end, await_refresh=True)
-                self._send(200, {"completed": True, "files": [str(f) for f in outputs.files]})
+                # A promised output lost (full disk, read-only folder, EMFILE, a name too long) is a failed run:
+                # 500 and the reason, as the exit code (README "Exit codes") will say once the sidecar exits.
+                answer: dict[str, Any] = {"completed": outputs.error is None, "files": [str(f) for f in outputs.files]}
+                if outputs.error is not None:
+                    answer["error"] = outputs.error
+                self._send(200 if outputs.error is None else 500, answer)
                 if self.control.on_complete is not None:
                     self.control.on_complete()
         except LifecycleError as exc:

@@ -54,8 +54,11 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
     if outputs.report is not None:
         from bridge.report.html import write_html
 
-        outputs.files.append(write_html(outputs.report, None, out / "gpu_telemetry.html",
-                                        run_id=session.run_id, title=f"dcgm-bridge demo · {session.run_id}"))
+        try:
+            outputs.files.append(write_html(outputs.report, None, out / "gpu_telemetry.html",
+                                            run_id=session.run_id, title=f"dcgm-bridge demo · {session.run_id}"))
+        except OSError as exc:
+            outputs.problems.append(f"cannot write {out / 'gpu_telemetry.html'}: {exc.strerror or exc}")
         from bridge.report import render_console
 
         render_console(outputs.report, console)

@@ -30,7 +30,7 @@ from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries
 from bridge.samples import PHASE_EVENTS, PHASE_KINDS, GpuRecord, PhaseMark, SessionState
 from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, ScrapeGroup, ScrapeLoop
-from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir
+from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir, write_problem
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
 from bridge.sidecar.pipeline import (
@@ -50,6 +50,7 @@ __all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs
 
 logger = logging.getLogger(__name__)
 SELF_METRICS_EVERY_NS = 10_000_000_000  # the refresh gauges go to OTLP at least this often (and when they move)
+_WRITE_CHECK_S = 1.0  # /readyz tries the artifact folder at most once a second (the kubelet probes every few)
 
 
 @dataclass
@@ -111,6 +112,8 @@ class Session:
         self.started_ns: int | None = None  # when configure began: a phase manifest older than this is not ours
         self.pipeline = Pipeline(Normalizer(table), sinks, self.events, run_id=self.run_id,
                                  phase=lambda: self.phase, otlp=self._otlp, max_series=config.max_series)
+        self._write_check = threading.Lock()  # not self._lock: a probe must answer while completion runs
+        self._write_checked: tuple[float, str | None] | None = None  # (when, the problem)
 
     @property
     def records_written(self) -> int:
@@ -276,12 +279,11 @@ class Session:
             if self.live_series is not None:
                 self.live_series.remove()
             for writer in (self.records, self.events):
-                if writer.last_error:
-                    lost = writer.lines_dropped + len(writer.pending())
-                    logger.error("%s; %d lines could not be written: the run's files are incomplete",
-                                 writer.last_error, lost)
-                    self.outputs.problems.append(f"{writer.path}: {lost} lines could not be written "
-                                                 f"({writer.last_error})")
+                lost = writer.lines_dropped + len(writer.pending())
+                if lost or writer.last_error:  # still refused, or dropped from a full buffer before there was room
+                    reason = writer.last_error or f"cannot write {writer.path}: its buffer overflowed"
+                    logger.error("%s; %d lines could not be written: the run's files are incomplete", reason, lost)
+                    self.outputs.problems.append(f"{writer.path}: {lost} lines could not be written ({reason})")
             return self.outputs
 
     def _await_refresh(self, final_ns: int) -> None:
@@ -393,6 +395,10 @@ class Session:
         except BridgeError as exc:  # a file that cannot be written, a manifest that cannot be read: its message
             logger.error("the report was not written: %s; %s", exc, rebuild)
             outputs.problems.append(f"the report was not written: {exc}")
+        except OSError as exc:  # the spool or a file the builder reads (EMFILE, ENOSPC, EROFS): one line, no traceback
+            reason = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else str(exc.strerror or exc)
+            logger.error("the report was not written: %s; %s", reason, rebuild)
+            outputs.problems.append(f"the report was not written: {reason}")
         except Exception as exc:  # the record log is already safe; a report bug must not lose it
             logger.exception("building the report failed; %s", rebuild)
             outputs.problems.append(f"building the report failed: {exc!r}")
@@ -424,7 +430,23 @@ class Session:
 
     @property
     def ready(self) -> bool:
-        return self.state in ("configured", "collecting")
+        return self.not_ready() is None
+
+    def not_ready(self) -> str | None:
+        """Why /readyz says 503 (None: ready): not collecting yet (or any more), or the artifact folder cannot
+        be written now (a read-only or full volume loses everything). The exporters are not waited for."""
+        if self.state not in ("configured", "collecting"):
+            return f"the run is {self.state}"
+        problem = self.write_problem()
+        return f"cannot write {self.artifact_dir}: {problem}" if problem else None
+
+    def write_problem(self) -> str | None:
+        """Why the artifact folder cannot be written now (None: it can), tried at most once a second."""
+        with self._write_check:
+            now = self._monotonic()
+            if self._write_checked is None or now - self._write_checked[0] >= _WRITE_CHECK_S:
+                self._write_checked = (now, write_problem(self.artifact_dir))
+            return self._write_checked[1]
 
 
 _PLAUSIBLE_NS = 10**17  # 1973 in ns: a boundary in s, ms or µs is far below it

@@ -5,7 +5,11 @@ from __future__ import annotations
 import base64
 import io
 import json
+import subprocess
+import sys
 import tarfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +92,14 @@ class FakeExec:
     def __init__(self, tar_b64: str) -> None:
         self.tar_b64 = tar_b64
         self.commands: list[list[str]] = []
+        self.complete_answer = '200 {"completed": true, "files": []}'
 
     def __call__(self, core: Any, namespace: str, pod: str, container: str, command: list[str]) -> str:
         assert container == CONTROL_PLANE
         self.commands.append(command)
         if command[0] == "python3" and "tarfile" in command[2]:
             return self.tar_b64
-        return "200"
+        return self.complete_answer if command[0] == "python3" else ""
 
 
 def test_results_completes_the_native_sidecar_then_copies_then_releases_the_pod(tmp_path: Path) -> None:
@@ -107,6 +112,36 @@ def test_results_completes_the_native_sidecar_then_copies_then_releases_the_pod(
     assert core.selectors == ["aiperf.nvidia.com/job-id=bench-1"]
     assert "/complete" in exec_fn.commands[0][2]  # the merge comes before the copy
     assert exec_fn.commands[-1] == ["touch", FETCHED_FILE]
+
+
+def test_results_says_when_the_sidecar_answered_complete_with_a_failure(tmp_path: Path, caplog) -> None:
+    failed = '500 {"completed": false, "error": "the report was not written: cannot write /artifacts/x: No space"}'
+    exec_fn = FakeExec(archive({"gpu_telemetry_export.jsonl": b"{}\n"}))
+    exec_fn.complete_answer = failed
+    submit.fetch_results(FakeCore([running_pod()]), "bench", "bench-1", tmp_path, exec_fn=exec_fn)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"the sidecar in {running_pod()['metadata']['name']} did not write all its telemetry: {failed}"]
+
+
+def test_the_complete_script_prints_the_status_and_body_of_a_failed_complete() -> None:
+    class Failing(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            self.send_response(500)
+            self.send_header("Content-Length", "20")
+            self.end_headers()
+            self.wfile.write(b'{"completed": false}')
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Failing) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/complete"
+        script = submit._COMPLETE_SCRIPT.replace(f"http://127.0.0.1:{submit.HEALTH_PORT}/complete", url)
+        assert script != submit._COMPLETE_SCRIPT
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        server.shutdown()
+    assert out.returncode == 0 and out.stdout == '500 {"completed": false}\n', out.stderr
 
 
 def test_results_from_a_legacy_sidecar_pod_does_not_post_complete(tmp_path: Path) -> None:

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+import httpx
+import pytest
 
 from bridge.config import Config
 from bridge.endpoints import TelemetryItems
 from bridge.fields import default_table
 from bridge.sidecar.session import Session
+from tests.conftest import free_port
 
 NS = 1_000_000_000
 
@@ -25,3 +34,45 @@ def scrape_synchronously(session: Session, times: int) -> None:
         for _ in range(times):
             loop.scrape_now()
 
+
+
+def start_sidecar(log: Path, url: str, artifact_dir: Path, *extra: str, preexec_fn: Callable[[], None] | None = None,
+                  **env_extra: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`dcgm-bridge sidecar` as a process scraping `url` every 0.05 s (its stderr in `log`), once /readyz is 200:
+    the process and its control API's base URL."""
+    port = free_port()
+    env = {**os.environ, "AIPERF_GPU_COLLECTION_INTERVAL": "0.05", "DCGM_BRIDGE_HEALTH_HOST": "127.0.0.1",
+           **env_extra}
+    with log.open("wb") as err:  # the child holds its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", url, "--artifact-dir",
+             str(artifact_dir), "--health-port", str(port), *extra],
+            env=env, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=preexec_fn)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
+                return process, base
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None:
+            break
+        time.sleep(0.05)
+    stop(process)
+    pytest.fail(f"sidecar not ready: {log.read_text()}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Kill a process the test left running (after a failed assertion)."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def wait_records(base: str, count: int, timeout_s: float = 30) -> None:
+    """Until the sidecar behind `base` has written `count` records (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while httpx.get(base + "/status", timeout=5).json()["records_written"] < count:
+        assert time.monotonic() < deadline, "no records"
+        time.sleep(0.05)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from bridge.cli import main
 from bridge.errors import ConfigError
 from bridge.sidecar.finish import manifest_phases
 from bridge.simulator import SimulatedExporter, SimulatorConfig
+from tests.conftest import tmpfs
 from tests.sidecar.helpers import scrape_synchronously, session_for
 
 QUIET = {"AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "AIPERF_GPU_SHUTDOWN_DELAY": "1"}
@@ -116,16 +116,8 @@ def test_a_folder_that_cannot_be_written_stops_the_session_with_the_reason(tmp_p
 
 @pytest.fixture
 def read_only_dir(tmp_path: Path) -> Iterator[Path]:
-    """A read-only tmpfs (root ignores file modes, so chmod would not do)."""
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_profile_into_a_read_only_folder_stops_before_the_benchmark_runs(read_only_dir: Path,

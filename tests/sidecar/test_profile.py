@@ -20,7 +20,7 @@ from bridge.cli import main
 from bridge.record_log import read_dicts, read_records
 from bridge.sidecar.aiperf import is_aiperf, parse_command
 from bridge.simulator import SimulatedExporter, SimulatorConfig
-from tests.conftest import free_port
+from tests.sidecar.helpers import start_sidecar, wait_records
 
 BENCHMARK = """
 import json, os, sys, time, urllib.request
@@ -132,36 +132,7 @@ def test_the_exit_code_table(returncode, cancelled, received, error, code):
 # -- the sidecar as a process --------------------------------------------------------------------------
 def _start_sidecar(tmp_path: Path, exporter: SimulatedExporter, *extra: str,
                    **env_extra: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {**os.environ, "AIPERF_GPU_COLLECTION_INTERVAL": "0.05", "DCGM_BRIDGE_HEALTH_HOST": "127.0.0.1",
-           **env_extra}
-    log = (tmp_path / "sidecar.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", exporter.url, "--artifact-dir",
-         str(tmp_path / "out"), "--health-port", str(port), *extra],
-        env=env, stdout=subprocess.DEVNULL, stderr=log)
-    log.close()  # the child holds its own descriptor
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                return process, base
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None:
-            break
-        time.sleep(0.05)
-    process.kill()
-    process.wait()
-    pytest.fail(f"sidecar not ready: {(tmp_path / 'sidecar.log').read_text()}")
-
-
-def _wait_records(base: str, count: int) -> None:
-    deadline = time.monotonic() + 30
-    while httpx.get(base + "/status", timeout=2).json()["records_written"] < count:
-        assert time.monotonic() < deadline, "no records"
-        time.sleep(0.05)
+    return start_sidecar(tmp_path / "sidecar.log", exporter.url, tmp_path / "out", *extra, **env_extra)
 
 
 @pytest.mark.parametrize("how", ["sigterm", "post-complete", "done-file"])
@@ -172,7 +143,7 @@ def test_the_sidecar_process_completes_and_writes_its_report(tmp_path, how):
     with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
         process, base = _start_sidecar(tmp_path, exporter, *extra)
         try:
-            _wait_records(base, 6)
+            wait_records(base, 6)
             if how == "sigterm":
                 process.send_signal(signal.SIGTERM)
             elif how == "post-complete":
@@ -194,7 +165,7 @@ def test_a_native_sidecar_stays_up_after_complete_until_sigterm(tmp_path):
     with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
         process, base = _start_sidecar(tmp_path, exporter, DCGM_BRIDGE_EXIT_ON_COMPLETE="false")
         try:
-            _wait_records(base, 2)
+            wait_records(base, 2)
             assert httpx.post(base + "/complete", json={}, timeout=30).json()["completed"]
             # Still serving (the kubelet would restart an exited native sidecar): complete, not ready.
             assert httpx.get(base + "/healthz", timeout=5).status_code == 200

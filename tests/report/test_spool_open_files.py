@@ -1,0 +1,50 @@
+"""The live report needs a bounded number of open files, whatever the series count: a sidecar process
+collecting 64 GPUs × 7 MIG instances (512 series: each GPU and its 7 instances; 1024 spool files) under
+`ulimit -n 256` writes its report, and it equals the report rebuilt from the record log and the events."""
+
+from __future__ import annotations
+
+import resource
+import signal
+from pathlib import Path
+
+import orjson
+
+from bridge.fields import default_table
+from bridge.report import build_report_from_events
+from bridge.report.write import write_report
+from bridge.simulator import SimulatedExporter, SimulatorConfig
+from tests.sidecar.helpers import start_sidecar, stop, wait_records
+
+OPEN_FILES = 256
+GPUS, MIG = 64, 7
+SERIES = GPUS * (MIG + 1)  # the simulator's records: the GPU's own and one per instance
+
+
+def _lower_open_files() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
+
+
+def test_a_sidecar_with_512_series_under_ulimit_256_writes_the_report_the_log_rebuilds(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    log = tmp_path / "sidecar.log"
+    with SimulatedExporter(SimulatorConfig(gpus=GPUS, mig=MIG, seed=3)) as exporter:
+        process, base = start_sidecar(log, exporter.url, out, preexec_fn=_lower_open_files,
+                                      AIPERF_GPU_COLLECTION_INTERVAL="0.5", DCGM_BRIDGE_RUN_ID="many")
+        try:
+            wait_records(base, 3 * SERIES, timeout_s=120)  # every series has three records
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(120)
+        finally:
+            stop(process)
+    text = log.read_text()
+    assert code == 0, text
+    assert "Too many open files" not in text
+    written = orjson.loads((out / "profile_export_aiperf.json").read_bytes())["telemetry_data"]
+    gpus = written["endpoints"][exporter.url.removeprefix("http://").removesuffix("/metrics")]["gpus"]
+    assert len(gpus) == SERIES
+    rebuilt = build_report_from_events(out / "gpu_telemetry_export.jsonl", out / "gpu_telemetry_events.jsonl",
+                                       table=default_table())
+    again = tmp_path / "again"
+    write_report(rebuilt, again)
+    assert orjson.loads((again / "profile_export_aiperf.json").read_bytes())["telemetry_data"] == written
