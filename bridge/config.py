@@ -39,14 +39,18 @@ class Setting:
     help: str = ""
 
 
-_RUN_ID_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_NAME_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def is_path_component(text: str, max_length: int) -> bool:
+    """`text` can name a file or folder as it is: 1 to `max_length` letters, digits, '.', '_' and '-', starting
+    with a letter or digit, never `..` or a `/` that would reach outside the folder it is put in."""
+    return 0 < len(text) <= max_length and _NAME_CHARS.fullmatch(text) is not None and ".." not in text
 
 
 def _run_id(text: str) -> str:
-    """A run id names files and folders (the spool, the subfolder an earlier run's files move to): one path
-    component of letters, digits, '.', '_' and '-', never `..` or a `/` that would reach outside the
-    artifact directory."""
-    if not _RUN_ID_CHARS.fullmatch(text) or ".." in text:
+    """A run id names files and folders (the spool, the subfolder an earlier run's files move to)."""
+    if not is_path_component(text, 128):
         raise ValueError(f"{text!r} is not a usable run id: use 1-128 letters, digits, '.', '_' or '-', "
                          "starting with a letter or digit (it names files and folders)")
     return text
