@@ -115,8 +115,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("flush_interval", ("DCGM_BRIDGE_FLUSH_INTERVAL",), float, 1.0, 0.0, 60,
             "seconds between record-log flushes (what a kill can lose at most)"),
     Setting("counter_mode", ("DCGM_BRIDGE_COUNTER_MODE",), _counter_mode, DEFAULT_COUNTER_MODE),
+    # All addresses: the `sidecar` command runs in a pod, where the kubelet's probes and Prometheus reach the
+    # pod IP (the NetworkPolicy decides who may). `profile` (a workstation) listens on loopback instead.
     Setting("health_host", ("DCGM_BRIDGE_HEALTH_HOST",), str, "0.0.0.0",
-            help="address the control API listens on (GET probes must reach the pod IP)"),
+            help="address the `sidecar` command's control API listens on (all: probes reach the pod IP)"),
     Setting("health_port", ("DCGM_BRIDGE_HEALTH_PORT",), int, 8086, 0, 65535),
     Setting("control_allow", ("DCGM_BRIDGE_CONTROL_ALLOW",), _list, ["127.0.0.1/8", "::1/128"],
             help="client networks allowed to POST /phases and /complete"),
@@ -155,7 +157,7 @@ class Config:
     record_log_gzip: bool = False
     flush_interval: float = 1.0
     counter_mode: CounterMode = DEFAULT_COUNTER_MODE
-    health_host: str = "0.0.0.0"
+    health_host: str = "0.0.0.0"  # the `sidecar` command in a pod: all addresses (see its Setting above)
     health_port: int = 8086
     control_allow: list[str] = field(default_factory=lambda: ["127.0.0.1/8", "::1/128"])
     phase_manifest: str | None = None

@@ -342,6 +342,123 @@ def test_the_control_api_listens_only_on_the_configured_address(control):
         socket.create_connection(("127.0.0.2", port), timeout=2).close()
 
 
+def _listening(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp writes them) with a socket listening on `port`."""
+    from pathlib import Path
+
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return {row[1].split(":")[0] for row in rows if row[3] == "0A" and int(row[1].split(":")[1], 16) == port}
+
+
+def test_the_sidecar_command_listens_on_all_addresses_by_default(tmp_path):
+    """Inside a pod the kubelet's probes and Prometheus come to the pod IP: the `sidecar` command's default
+    (no DCGM_BRIDGE_HEALTH_HOST, no flag) is every address, in a real process."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "DCGM_BRIDGE_HEALTH_HOST"}
+    env["AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS"] = "[]"
+    log = tmp_path / "sidecar.log"
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter, log.open("w") as sink:
+        process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", exporter.url,
+                                    "--artifact-dir", str(tmp_path / "out"), "--health-port", str(port)],
+                                   env=env, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while "control API on port" not in log.read_text() and time.monotonic() < deadline:
+                assert process.poll() is None, log.read_text()
+                time.sleep(0.05)
+            assert re.search(rf"control API on port {port} \(address 0\.0\.0\.0\)", log.read_text())
+            assert _listening(port) == {"00000000"}  # INADDR_ANY, not one interface
+            # 127.0.0.2 reaches this machine but is no address the process was given: only "all" answers there.
+            assert httpx.get(f"http://127.0.0.2:{port}/healthz", timeout=5).json() == {"status": "alive"}
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+
+
+PROFILE_CHILD = """
+import os, socket, sys, urllib.parse, urllib.request
+url = urllib.parse.urlsplit(os.environ["DCGM_BRIDGE_CONTROL_URL"])
+assert url.hostname == "127.0.0.1", url
+urllib.request.urlopen(f"http://127.0.0.1:{url.port}/healthz", timeout=5).read()
+try:
+    socket.create_connection(("127.0.0.2", url.port), timeout=2).close()
+except OSError:
+    sys.exit(0)
+sys.exit(3)  # reachable on an address other than loopback's own
+"""
+
+
+def test_profile_listens_on_loopback_only(tmp_path, monkeypatch):
+    """`profile` runs on a workstation: its control API is for the benchmark it starts, never the LAN."""
+    import sys
+
+    from click.testing import CliRunner
+
+    from bridge.cli import main
+
+    script = tmp_path / "child.py"
+    script.write_text(PROFILE_CHILD)
+    monkeypatch.delenv("DCGM_BRIDGE_HEALTH_HOST", raising=False)
+    monkeypatch.setenv("DCGM_BRIDGE_HEALTH_HOST", "0.0.0.0")  # the sidecar's setting does not widen `profile`
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
+        monkeypatch.setenv("AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS", f"127.0.0.1:{exporter.port}")
+        result = CliRunner().invoke(main, ["profile", "--artifact-dir", str(tmp_path / "out"), "--",
+                                           sys.executable, str(script)])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_connection_that_sends_nothing_is_closed_after_the_client_timeout(tmp_path):
+    from bridge.sidecar.control import CLIENT_TIMEOUT_S, ControlServer
+
+    session = Session(Config(telemetry=TelemetryItems(urls=[]), default_endpoints=[], artifact_dir=str(tmp_path),
+                             run_id="t"), TABLE)
+    default = ControlServer(session, "127.0.0.1", 0, [])
+    default.httpd.server_close()
+    assert default.httpd.RequestHandlerClass.timeout == CLIENT_TIMEOUT_S == 10
+    server = ControlServer(session, "127.0.0.1", 0, ["127.0.0.1/8"], client_timeout_s=0.5)
+    server.start()
+    idle = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
+    try:
+        idle[1].sendall(b"GET /hea")  # half a request line
+        idle[2].sendall(b"POST /phases HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")  # half a body
+        started = time.monotonic()
+        for sock in idle:
+            assert sock.recv(65536) == b""  # the server closed it
+        assert time.monotonic() - started < 4
+        assert httpx.get(f"http://127.0.0.1:{server.port}/healthz", timeout=5).status_code == 200
+    finally:
+        for sock in idle:
+            sock.close()
+        server.stop()
+
+
+def test_sixty_clients_can_wait_to_be_accepted(tmp_path):
+    """The listen backlog is 64 (socketserver's default is 5: the 7th connection of a burst waits for a SYN
+    retransmit, a second or more, which a probe with a 1 s timeout reports as a failure)."""
+    from bridge.sidecar.control import BACKLOG, ControlServer
+
+    session = Session(Config(telemetry=TelemetryItems(urls=[]), default_endpoints=[], artifact_dir=str(tmp_path),
+                             run_id="b"), TABLE)
+    server = ControlServer(session, "127.0.0.1", 0, [])  # not serving: nothing is accepted
+    waiting = []
+    try:
+        for _ in range(BACKLOG - 4):
+            waiting.append(socket.create_connection(("127.0.0.1", server.port), timeout=0.5))
+    finally:
+        for sock in waiting:
+            sock.close()
+        server.httpd.server_close()
+    assert len(waiting) == BACKLOG - 4 == 60
+
+
 # -- credentials -------------------------------------------------------------------------------------------
 SECRETS = ["s3cret-pw-alice", "t0p-secret-query", "bearer-s3cret-tok", "otlp-pw-s3cret", "otlp-q-s3cret",
            "otlp-hdr-s3cret"]

@@ -2,6 +2,8 @@
 
 GET /healthz, /readyz, /status answer anyone (the kubelet probes the pod IP); POST /phases and
 /complete accept only clients in `control_allow` (loopback by default: the benchmark shares the pod).
+The `sidecar` command listens on all addresses (in a pod), `profile` on loopback (a workstation); a
+connection that sends nothing for `CLIENT_TIMEOUT_S` is closed, and up to `BACKLOG` wait to be accepted.
 Bad requests get a 4xx with a JSON body that says what is wrong (400 a bad value, 409 a phase mark out of
 sequence; sidecar/marks.py checks every value before anything is applied); nothing a client sends crashes it.
 """
@@ -22,6 +24,9 @@ from bridge.sidecar.session import LifecycleError, Session
 logger = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024
+LOOPBACK = "127.0.0.1"  # `profile` on a workstation; the `sidecar` command's default is all addresses (config.py)
+BACKLOG = 64  # connections waiting to be accepted (socketserver's default is 5)
+CLIENT_TIMEOUT_S = 10.0  # a client that connects and sends nothing (or half a request) is dropped after this
 _GET = ("/healthz", "/readyz", "/status", "/metrics")
 _POST = ("/phases", "/complete")
 
@@ -31,12 +36,15 @@ class ControlServer:
 
     def __init__(self, session: Session, host: str, port: int, allow: list[str],
                  on_complete: Callable[[], None] | None = None,
-                 metrics_text: Callable[[], bytes | str] | None = None) -> None:
+                 metrics_text: Callable[[], bytes | str] | None = None,
+                 client_timeout_s: float = CLIENT_TIMEOUT_S) -> None:
         self.session = session
         self.allow = [ipaddress.ip_network(net, strict=False) for net in allow]
         self.on_complete = on_complete
         self.metrics_text = metrics_text
-        handler = type("Handler", (_Handler,), {"control": self})
+        # StreamRequestHandler.timeout is the socket timeout of each connection: every read (request line,
+        # headers, body) that waits longer ends the connection and frees its thread.
+        handler = type("Handler", (_Handler,), {"control": self, "timeout": client_timeout_s})
         try:
             self.httpd = _Server((host, port), handler)
         except OSError as exc:
@@ -64,6 +72,8 @@ class ControlServer:
 
 
 class _Server(ThreadingHTTPServer):
+    request_queue_size = BACKLOG  # socketserver passes it to listen()
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that goes away mid-answer (a scraper that timed out, curl | head) is not an error."""
         import sys
