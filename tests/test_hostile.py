@@ -461,7 +461,7 @@ def test_sixty_clients_can_wait_to_be_accepted(tmp_path):
 
 # -- credentials -------------------------------------------------------------------------------------------
 SECRETS = ["s3cret-pw-alice", "t0p-secret-query", "bearer-s3cret-tok", "otlp-pw-s3cret", "otlp-q-s3cret",
-           "otlp-hdr-s3cret"]
+           "otlp-hdr-s3cret", "s3ssion-qv4l", "b4re-qv4l", "fr4g-qv4l"]  # the last three under no token-like name
 
 
 def echo_and_reject(handler: BaseHTTPRequestHandler) -> None:
@@ -476,7 +476,7 @@ def test_no_credential_reaches_any_file_or_log_line_of_a_run(tmp_path, caplog):
             SimulatedExporter(SimulatorConfig(gpus=2, seed=1)) as with_userinfo, \
             SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as with_token:
         urls = [with_userinfo.url.replace("http://", "http://alice:s3cret-pw-alice@") + "?token=t0p-secret-query",
-                with_token.url]
+                with_token.url + "?session=s3ssion-qv4l&b4re-qv4l#fr4g-qv4l"]
         otlp = OtlpConfig(endpoint=f"http://bob:otlp-pw-s3cret@127.0.0.1:{receiver.port}/v1/metrics"
                                    "?apikey=otlp-q-s3cret",
                           headers=(("authorization", "Bearer otlp-hdr-s3cret"),), export_interval_s=0.02,
@@ -496,6 +496,8 @@ def test_no_credential_reaches_any_file_or_log_line_of_a_run(tmp_path, caplog):
         status = json.dumps(session.status())
         session.complete()
     assert forwarder.stats().rejected_points > 0  # the receiver did echo the credentials back
+    assert "session=REDACTED&REDACTED#REDACTED" in status  # the parameter names are kept, every value replaced
+    assert (tmp_path / "profile_export_aiperf.json").is_file()  # the report was written, and is scanned
     texts = {"status": status}
     for path in tmp_path.rglob("*"):
         if path.is_file():
