@@ -39,14 +39,18 @@ class Setting:
     help: str = ""
 
 
-_RUN_ID_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_NAME_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def is_path_component(text: str, max_length: int) -> bool:
+    """`text` can name a file or folder as it is: 1 to `max_length` letters, digits, '.', '_' and '-', starting
+    with a letter or digit, never `..` or a `/` that would reach outside the folder it is put in."""
+    return 0 < len(text) <= max_length and _NAME_CHARS.fullmatch(text) is not None and ".." not in text
 
 
 def _run_id(text: str) -> str:
-    """A run id names files and folders (the spool, the subfolder an earlier run's files move to): one path
-    component of letters, digits, '.', '_' and '-', never `..` or a `/` that would reach outside the
-    artifact directory."""
-    if not _RUN_ID_CHARS.fullmatch(text) or ".." in text:
+    """A run id names files and folders (the spool, the subfolder an earlier run's files move to)."""
+    if not is_path_component(text, 128):
         raise ValueError(f"{text!r} is not a usable run id: use 1-128 letters, digits, '.', '_' or '-', "
                          "starting with a letter or digit (it names files and folders)")
     return text
@@ -129,8 +133,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("flush_interval", ("DCGM_BRIDGE_FLUSH_INTERVAL",), float, 1.0, 0.0, 60,
             "seconds between record-log flushes (what a kill can lose at most)"),
     Setting("counter_mode", ("DCGM_BRIDGE_COUNTER_MODE",), _counter_mode, DEFAULT_COUNTER_MODE),
+    # All addresses: the `sidecar` command runs in a pod, where the kubelet's probes and Prometheus reach the
+    # pod IP (the NetworkPolicy decides who may). `profile` (a workstation) listens on loopback instead.
     Setting("health_host", ("DCGM_BRIDGE_HEALTH_HOST",), str, "0.0.0.0",
-            help="address the control API listens on (GET probes must reach the pod IP)"),
+            help="address the `sidecar` command's control API listens on (all: probes reach the pod IP)"),
     Setting("health_port", ("DCGM_BRIDGE_HEALTH_PORT",), int, 8086, 0, 65535),
     Setting("control_allow", ("DCGM_BRIDGE_CONTROL_ALLOW",), _list, ["127.0.0.1/8", "::1/128"],
             help="client networks allowed to POST /phases and /complete"),
@@ -171,7 +177,7 @@ class Config:
     record_log_gzip: bool = False
     flush_interval: float = 1.0
     counter_mode: CounterMode = DEFAULT_COUNTER_MODE
-    health_host: str = "0.0.0.0"
+    health_host: str = "0.0.0.0"  # the `sidecar` command in a pod: all addresses (see its Setting above)
     health_port: int = 8086
     control_allow: list[str] = field(default_factory=lambda: ["127.0.0.1/8", "::1/128"])
     phase_manifest: str | None = None

@@ -12,7 +12,8 @@
     ├── ReportError            the report could not be built or written
     │   ├── WindowError            no usable window from the marks/manifest      report/window.py
     │   └── ReportWriteError       a report file could not be written            report/write.py
-    ├── LifecycleError         a control request that does not fit the run's state  sidecar/session.py
+    ├── LifecycleError         a control request with a bad value (a 400)         sidecar/marks.py
+    │   └── SequenceError          one that does not fit the run's state (a 409)  sidecar/marks.py
     └── KubeError              the Kubernetes API refused or failed               kube/submit.py
         ├── DiscoveryError         a k8s:// item that cannot be expanded          kube/discovery.py
         └── ValidationError        inputs that would make an invalid JobSet       kube/validate.py
@@ -58,7 +59,12 @@ class ReportError(BridgeError):
 
 
 class LifecycleError(BridgeError, ValueError):
-    """A control request that does not fit the run's state (a 400 for the control API)."""
+    """A control request with a bad value (a 400 for the control API)."""
+
+
+class SequenceError(LifecycleError):
+    """A control request that does not fit the run's state: a phase mark out of sequence, a mark after
+    completion (a 409 for the control API)."""
 
 
 class KubeError(BridgeError, RuntimeError):

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from bridge.config import ConfigError, resolve
-from bridge.sidecar.session import LifecycleError, check_mark_time, warn_otlp_losses
+from bridge.sidecar.marks import checked_mark, checked_time
+from bridge.sidecar.session import LifecycleError, warn_otlp_losses
 from tests.sidecar.helpers import session_for
 
 
@@ -35,14 +36,14 @@ def test_every_unknown_key_inside_and_beside_the_block_and_an_invalid_mode_are_r
                                             (1_796_234_392_000_000, "microseconds")])
 def test_a_phase_time_in_the_wrong_unit_is_refused(value: int, unit: str) -> None:
     with pytest.raises(LifecycleError, match=f"time_ns {value} looks like {unit}; send wall-clock nanoseconds"):
-        check_mark_time(value, time.time_ns(), None)
+        checked_time("time_ns", value, time.time_ns())
 
 
-def test_a_phase_time_a_day_away_from_the_run_is_accepted_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_phase_time_a_day_before_the_run_is_accepted_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     now = time.time_ns()
     with caplog.at_level(logging.WARNING):
-        check_mark_time(now - 2 * 86_400 * 10**9, now, now)
-    assert "more than a day from the run" in caplog.text
+        checked_mark("p", "warmup", "start", now - 2 * 86_400 * 10**9, now, now)
+    assert "more than a day before the run started" in caplog.text
 
 
 def test_no_reachable_exporter_is_said_at_start(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -28,7 +28,7 @@ from bridge.kube.jobset import (
     Telemetry,
     Toleration,
 )
-from bridge.redact import redact_url
+from bridge.redact import has_credentials, redact_url
 
 CPU_ENV = "AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU"
 MEMORY_ENV = "AIPERF_K8S_GPU_TELEMETRY_MANAGER_MEMORY"
@@ -163,10 +163,13 @@ def _telemetry(opts: ProfileOptions, env: Mapping[str, str], problems: list[str]
         problems.append(str(exc))
         return Telemetry(), ()
     for url in items.urls:
-        if redact_url(url) != url:
+        if has_credentials(url):
             problems.append(f"--gpu-telemetry {redact_url(url)}: the URL carries credentials, which would be "
                             "stored in the JobSet in clear text; remove them and pass "
                             "--exporter-token-secret NAME[:KEY] (a Secret holding a bearer token)")
+        elif redact_url(url) != url:
+            warnings.append(f"--gpu-telemetry {redact_url(url)}: its query values are stored in the JobSet in "
+                            "clear text (the sidecar shows them nowhere); keep secrets out of the URL")
     if items.dashboard:
         warnings.append("--gpu-telemetry dashboard: ignored on Kubernetes (the sidecar has no terminal)")
     cpu: str = env.get(CPU_ENV) or DEFAULT_CPU  # the floor until resolve() sizes it to the endpoints
@@ -197,7 +200,7 @@ def _telemetry(opts: ProfileOptions, env: Mapping[str, str], problems: list[str]
                             f"pass {flag} to give the sidecar its value from a Secret")
             continue
         value = env[name]
-        if "://" in value and redact_url(value) != value:
+        if "://" in value and has_credentials(value):
             problems.append(f"{name}: the URL carries credentials; remove them (use --otlp-headers-secret)")
             continue
         passed[name] = value

@@ -180,7 +180,8 @@ def sidecar(live: bool, **flags: Any) -> None:
                            on_complete=done.set if config.exit_on_complete else None,
                            metrics_text=session.exposition)
     server.start()
-    click.echo(f"dcgm-bridge sidecar: run {session.run_id}, control API on port {server.port}", err=True)
+    click.echo(f"dcgm-bridge sidecar: run {session.run_id}, control API on port {server.port} "
+               f"(address {config.health_host})", err=True)
 
     def _signal(signum: int, _frame: object) -> None:
         done.set()

@@ -2,7 +2,10 @@
 
 GET /healthz, /readyz, /status answer anyone (the kubelet probes the pod IP); POST /phases and
 /complete accept only clients in `control_allow` (loopback by default: the benchmark shares the pod).
-Bad requests get a 4xx with a JSON body that says what is wrong; nothing a client sends crashes it.
+The `sidecar` command listens on all addresses (in a pod), `profile` on loopback (a workstation); a
+connection that sends nothing for `CLIENT_TIMEOUT_S` is closed, and up to `BACKLOG` wait to be accepted.
+Bad requests get a 4xx with a JSON body that says what is wrong (400 a bad value, 409 a phase mark out of
+sequence; sidecar/marks.py checks every value before anything is applied); nothing a client sends crashes it.
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bridge.errors import ConfigError
+from bridge.errors import ConfigError, SequenceError
 from bridge.sidecar.session import LifecycleError, Session
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024
+LOOPBACK = "127.0.0.1"  # `profile` on a workstation; the `sidecar` command's default is all addresses (config.py)
+BACKLOG = 64  # connections waiting to be accepted (socketserver's default is 5)
+CLIENT_TIMEOUT_S = 10.0  # a client that connects and sends nothing (or half a request) is dropped after this
 _GET = ("/healthz", "/readyz", "/status", "/metrics")
 _POST = ("/phases", "/complete")
 
@@ -30,12 +36,15 @@ class ControlServer:
 
     def __init__(self, session: Session, host: str, port: int, allow: list[str],
                  on_complete: Callable[[], None] | None = None,
-                 metrics_text: Callable[[], bytes | str] | None = None) -> None:
+                 metrics_text: Callable[[], bytes | str] | None = None,
+                 client_timeout_s: float = CLIENT_TIMEOUT_S) -> None:
         self.session = session
         self.allow = [ipaddress.ip_network(net, strict=False) for net in allow]
         self.on_complete = on_complete
         self.metrics_text = metrics_text
-        handler = type("Handler", (_Handler,), {"control": self})
+        # StreamRequestHandler.timeout is the socket timeout of each connection: every read (request line,
+        # headers, body) that waits longer ends the connection and frees its thread.
+        handler = type("Handler", (_Handler,), {"control": self, "timeout": client_timeout_s})
         try:
             self.httpd = _Server((host, port), handler)
         except OSError as exc:
@@ -63,6 +72,8 @@ class ControlServer:
 
 
 class _Server(ThreadingHTTPServer):
+    request_queue_size = BACKLOG  # socketserver passes it to listen()
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that goes away mid-answer (a scraper that timed out, curl | head) is not an error."""
         import sys
@@ -95,6 +106,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, message: str) -> None:
         self._send(status, {"error": message})
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a bad request line, a header too long) as the API's one JSON line, not
+        its HTML page; the connection closes, as what follows on it cannot be trusted to be a request."""
+        self.close_connection = True
+        self._error(code, message or self.responses.get(code, ("refused",))[0])
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = self.path.split("?", 1)[0]
@@ -137,10 +154,7 @@ class _Handler(BaseHTTPRequestHandler):
                                                        body.get("time_ns"))
                 self._send(200, {"accepted": mark._asdict()})
             else:
-                end = body.get("requests_end_ns")
-                if end is not None and (not isinstance(end, int) or isinstance(end, bool) or end <= 0):
-                    raise LifecycleError("requests_end_ns must be a positive integer (wall-clock ns)")
-                outputs = self.control.session.complete(end, await_refresh=True)
+                outputs = self.control.session.complete(body.get("requests_end_ns"), await_refresh=True)
                 # A promised output lost (full disk, read-only folder, EMFILE, a name too long) is a failed run:
                 # 500 and the reason, as the exit code (README "Exit codes") will say once the sidecar exits.
                 answer: dict[str, Any] = {"completed": outputs.error is None, "files": [str(f) for f in outputs.files]}
@@ -149,14 +163,20 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200 if outputs.error is None else 500, answer)
                 if self.control.on_complete is not None:
                     self.control.on_complete()
+        except SequenceError as exc:  # RFC 9110 §15.5.10: conflicts with the target's current state
+            self._error(409, str(exc))
         except LifecycleError as exc:
             self._error(400, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug must still answer, in one line, and leave the API up
+            logger.exception("control API: %s failed", path)
+            self._error(500, f"{path} failed inside the sidecar: {exc!r}; see its log")
 
     def _json_body(self) -> dict[str, Any] | None:
         length_text = self.headers.get("Content-Length")
         if length_text is None and "chunked" not in self.headers.get("Transfer-Encoding", "").lower():
             return {}  # no body at all (curl -X POST …/complete): as `{}`
         if length_text is None or not length_text.isdigit():
+            self.close_connection = True  # the body is not read: the rest of the stream is not a request
             self._error(411, "a JSON body with a Content-Length is required")
             return None
         length = int(length_text)
@@ -172,6 +192,9 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         except RecursionError:
             self._error(400, "body is nested too deeply to be a phase mark")
+            return None
+        except ValueError as exc:  # a number of more than 4300 digits (Python's int_max_str_digits)
+            self._error(400, f"body is not usable JSON: {exc}")
             return None
         if not isinstance(body, dict):
             self._error(400, "body must be a JSON object")

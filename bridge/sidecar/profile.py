@@ -123,15 +123,16 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
         _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout)
         return run
 
-    from bridge.sidecar.control import ControlServer
+    from bridge.sidecar.control import LOOPBACK, ControlServer
 
     session.prepare_artifacts()  # a folder that cannot take the telemetry stops us before the benchmark runs
     if not session.config.phase_manifest:
         # A benchmark that writes phase_manifest.json below the artifact directory, when no marks came.
         session.config = replace(session.config, phase_manifest=str(Path(config.artifact_dir).resolve()))
-    server = ControlServer(session, "127.0.0.1", 0, config.control_allow, metrics_text=session.exposition)
+    # On a workstation only the benchmark (a child) talks to it: loopback, never the LAN.
+    server = ControlServer(session, LOOPBACK, 0, config.control_allow, metrics_text=session.exposition)
     server.start()
-    child_env.update({"DCGM_BRIDGE_CONTROL_URL": f"http://127.0.0.1:{server.port}",
+    child_env.update({"DCGM_BRIDGE_CONTROL_URL": f"http://{LOOPBACK}:{server.port}",
                       "DCGM_BRIDGE_RUN_ID": session.run_id})
     view: Any = None
     relay: Any = None

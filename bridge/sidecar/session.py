@@ -18,9 +18,9 @@ from typing import IO, Any
 
 from bridge.config import Config
 from bridge.endpoints import REFRESH_FIX, candidate_endpoints, display_key
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, SequenceError
 from bridge.errors import LifecycleError as LifecycleError
-from bridge.events import Complete, Configured, Refresh
+from bridge.events import Complete, Configured, Refresh, event_to_line
 from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
 from bridge.normalize import Normalizer
@@ -28,11 +28,12 @@ from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries
-from bridge.samples import PHASE_EVENTS, PHASE_KINDS, GpuRecord, PhaseMark, SessionState
+from bridge.samples import GpuRecord, PhaseMark, SessionState
 from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, ScrapeGroup, ScrapeLoop
 from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir, write_problem
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
+from bridge.sidecar.marks import check_sequence, checked_mark, checked_requests_end, phase_after
 from bridge.sidecar.pipeline import (
     Forwarder,
     LatestRecords,
@@ -134,9 +135,20 @@ class Session:
                 # Restarted inside the run: the spool lacks what came before, so the report reads the log.
                 self.live_series.remove()
                 self.live_series = None
+            if self.disposition == "resume":
+                self._resume_marks()
             if self.disposition == "finished":
                 self.state = "completed"
                 self.outputs = SessionOutputs(self.artifact_dir, [self.records.path, self.events.path])
+
+    def _resume_marks(self) -> None:
+        """Restarted inside the run: the marks in the events file are this run's, so the next mark follows
+        them (the end the benchmark sends closes the phase the earlier process saw start)."""
+        from bridge.report.events import load_events
+
+        self.marks = list(load_events(self.events.path).marks)
+        for mark in self.marks:
+            self.phase = phase_after(self.phase, mark)
 
     # -- configure ---------------------------------------------------------------------------------
     def configure(self) -> list[Probe]:
@@ -208,27 +220,21 @@ class Session:
 
     # -- phase marks -------------------------------------------------------------------------------
     def mark_phase(self, name: Any, kind: Any, event: Any, time_ns: Any) -> PhaseMark:
-        """Validates its arguments itself: they come straight from a POST body."""
-        if kind not in PHASE_KINDS:
-            raise LifecycleError(f"kind must be one of {', '.join(PHASE_KINDS)}, got {kind!r}")
-        if event not in PHASE_EVENTS:
-            raise LifecycleError(f"event must be 'start' or 'end', got {event!r}")
-        if not name or not isinstance(name, str):
-            raise LifecycleError("name must be a non-empty string")
-        if not isinstance(time_ns, int) or isinstance(time_ns, bool) or time_ns <= 0:
-            raise LifecycleError("time_ns must be a positive integer (wall-clock ns of the boundary)")
-        check_mark_time(time_ns, self._now_ns(), self.started_ns)
-        mark = PhaseMark(name, kind, event, time_ns)
+        """Validates its arguments itself (they come straight from a POST body), all of them before anything is
+        applied (sidecar/marks.py): a refused mark leaves no trace in the records, the events or the status."""
+        mark = checked_mark(name, kind, event, time_ns, self._now_ns(), self.started_ns)
+        line = event_to_line(mark)  # encoded before the state changes: it cannot fail half-way
         with self._lock:
             if self.state == "completed":
-                raise LifecycleError("the run is already complete")
+                raise SequenceError("the run is already complete")
+            check_sequence(self.marks, mark)
+            self.events.write_lines([line])
             self.marks.append(mark)
-            self.phase = name if event == "start" else (None if self.phase == name else self.phase)
-            self.events.write_event(mark)
+            self.phase = phase_after(self.phase, mark)
             self.events.flush()
             loops = list(self.loops.values())
         threading.Thread(target=self._boundary, args=(mark, loops), daemon=True,
-                         name=f"boundary {name} {event}").start()
+                         name=f"boundary {mark.name} {mark.event}").start()
         return mark
 
     def _boundary(self, mark: PhaseMark, loops: list[ScrapeLoop]) -> None:
@@ -241,12 +247,15 @@ class Session:
                                reason, loop.stats.url)
 
     # -- complete ----------------------------------------------------------------------------------
-    def complete(self, requests_end_ns: int | None = None, *, await_refresh: bool = False) -> SessionOutputs:
+    def complete(self, requests_end_ns: Any = None, *, await_refresh: bool = False) -> SessionOutputs:
         """End the run: a final scrape of every endpoint, then (`await_refresh`) the next refresh of a slow
-        exporter, then the files and the report. SIGTERM does not await: the kubelet's grace is short."""
+        exporter, then the files and the report. SIGTERM does not await: the kubelet's grace is short.
+        `requests_end_ns` is checked first (it may come straight from a POST body): a bad one completes nothing
+        (a LifecycleError)."""
         with self._lock:
             if self.outputs is not None:
                 return self.outputs
+            requests_end_ns = checked_requests_end(requests_end_ns, self._now_ns(), self.marks)
             if self.state == "created":
                 self.configure()
             now = self._now_ns()
@@ -447,22 +456,6 @@ class Session:
             if self._write_checked is None or now - self._write_checked[0] >= _WRITE_CHECK_S:
                 self._write_checked = (now, write_problem(self.artifact_dir))
             return self._write_checked[1]
-
-
-_PLAUSIBLE_NS = 10**17  # 1973 in ns: a boundary in s, ms or µs is far below it
-_DAY_NS = 86_400 * 1_000_000_000
-
-
-def check_mark_time(time_ns: int, now_ns: int, started_ns: int | None) -> None:
-    """A boundary in the wrong unit is refused (it would put the window in 1970); one far from the run is
-    accepted with a warning (a benchmark's clock may be off, but rarely by a day)."""
-    if time_ns < _PLAUSIBLE_NS:
-        unit = "seconds" if time_ns < 10**11 else "milliseconds" if time_ns < 10**14 else "microseconds"
-        raise LifecycleError(f"time_ns {time_ns} looks like {unit}; send wall-clock nanoseconds "
-                             f"(time.time_ns(), now about {now_ns})")
-    if abs(time_ns - now_ns) > _DAY_NS or (started_ns is not None and time_ns < started_ns - _DAY_NS):
-        logger.warning("phase mark at %d is more than a day from the run (now %d): is the benchmark's clock right?",
-                       time_ns, now_ns)
 
 
 def warn_otlp_losses(stats: dict[str, Any]) -> None:

@@ -92,6 +92,69 @@ def test_network_policies_allow_dns_the_exporters_and_otlp(path: Path) -> None:
     assert policy["spec"]["podSelector"]["matchLabels"]
 
 
+NETWORK_POLICIES = [(p, d) for p, d in manifests() if d["kind"] == "NetworkPolicy"]
+
+
+@pytest.mark.parametrize(("path", "policy"), NETWORK_POLICIES, ids=[p.name for p, _ in NETWORK_POLICIES])
+def test_every_network_policy_is_valid_against_the_kubernetes_schema(path: Path, policy: dict[str, Any]) -> None:
+    from tests.kube.networkpolicy_schema import networkpolicy_problems
+
+    assert networkpolicy_problems(policy) == []
+
+
+VALID_POLICY = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "p"},
+                "spec": {"podSelector": {"matchLabels": {"a": "b"}}, "policyTypes": ["Ingress"],
+                         "ingress": [{"from": [{"podSelector": {"matchLabels": {"c": "d"}}}],
+                                      "ports": [{"protocol": "TCP", "port": 8086}]}]}}
+
+
+def _with(change: Any) -> dict[str, Any]:
+    import copy
+
+    policy = copy.deepcopy(VALID_POLICY)
+    change(policy["spec"])
+    return policy
+
+
+@pytest.mark.parametrize(("policy", "fragment"), [
+    (_with(lambda s: None), None),
+    (_with(lambda s: s["ingress"][0]["from"][0].update(podSelecter={})), "Extra inputs are not permitted"),
+    (_with(lambda s: s["ingress"][0]["from"][0]["podSelector"].update(
+        match_labels=s["ingress"][0]["from"][0]["podSelector"].pop("matchLabels"))), "spelt as the API spells it"),
+    (_with(lambda s: s["ingress"][0]["ports"][0].update(port=[8086])), "ingress.0.ports.0.port"),
+    (_with(lambda s: s["ingress"][0]["ports"][0].update(port=80860)), "not in 1-65535"),
+    (_with(lambda s: s["ingress"][0]["ports"][0].update(port="Health")), "neither a number nor a port name"),
+    (_with(lambda s: s["ingress"][0]["ports"][0].update(protocol="HTTP")), "protocol 'HTTP'"),
+    (_with(lambda s: s["ingress"][0]["from"].append({"ipBlock": {}})), "cidr"),
+    (_with(lambda s: s["ingress"][0]["from"].append({"ipBlock": {"cidr": "10.0.0.0/33"}})), "ipBlock"),
+    (_with(lambda s: s["ingress"][0]["from"][0].update(ipBlock={"cidr": "10.0.0.0/16"})), "both ipBlock"),
+    (_with(lambda s: s.update(policyTypes=["Ingress", "Inbound"])), "spec.policyTypes"),
+    (_with(lambda s: s.pop("podSelector")), "spec.podSelector: required"),
+])
+def test_the_schema_check_refuses_what_the_api_server_would(policy: dict[str, Any], fragment: str) -> None:
+    from tests.kube.networkpolicy_schema import networkpolicy_problems
+
+    problems = networkpolicy_problems(policy)
+    assert any(fragment in p for p in problems) if fragment else problems == [], problems
+
+
+def test_the_control_port_admits_only_this_namespaces_prometheus() -> None:
+    """Issue 16 item 6: the policy admitted any source to 8086. Now one rule, for Prometheus pods of this
+    namespace (a peer without namespaceSelector means the policy's own namespace). The kubelet's probes come
+    from the node, which a NetworkPolicy cannot block (the comment in the manifest), so no rule names it."""
+    (policy,) = load(BASE / "networkpolicy.yaml")
+    spec = policy["spec"]
+    assert "Ingress" in spec["policyTypes"]  # without it the ingress rules would not restrict anything
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 8086}]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+    (deployment,) = load(BASE / "deployment.yaml")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    probes = {container[p]["httpGet"]["port"] for p in ("startupProbe", "livenessProbe", "readinessProbe")}
+    assert probes == {"health"} and container["ports"] == [{"name": "health", "containerPort": 8086}]
+    assert "block access from their resident node" in (BASE / "networkpolicy.yaml").read_text()
+
+
 def test_the_benchmark_pod_policy_selects_the_pods_kube_profile_creates() -> None:
     from bridge.kube.jobset import build_jobset
     from tests.kube.test_jobset import make_spec

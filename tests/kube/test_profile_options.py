@@ -48,6 +48,16 @@ def test_a_url_with_credentials_is_refused_and_its_secret_is_not_repeated() -> N
     assert "--exporter-token-secret" in problem and "hunter2" not in problem
 
 
+def test_a_token_named_query_is_refused_and_any_other_query_value_is_a_warning_that_does_not_repeat_it() -> None:
+    opts = ProfileOptions(**{**OPTS.__dict__, "gpu_telemetry": ("http://node1:9400/metrics?sig=hunter2",)})
+    (problem,) = problems_of(opts)
+    assert "carries credentials" in problem and "hunter2" not in problem
+    opts = ProfileOptions(**{**OPTS.__dict__, "gpu_telemetry": ("http://node1:9400/metrics?session=hunter3",)})
+    resolved = resolve(opts, {})
+    (warning,) = [w for w in resolved.warnings if "--gpu-telemetry" in w]
+    assert "session=REDACTED" in warning and "clear text" in warning and "hunter3" not in warning
+
+
 def test_gpu_telemetry_with_no_gpu_telemetry_is_an_error() -> None:
     opts = ProfileOptions(**{**OPTS.__dict__, "gpu_telemetry": ("node1:9400",), "no_gpu_telemetry": True})
     assert problems_of(opts) == ["--gpu-telemetry and --no-gpu-telemetry: give one or the other"]
