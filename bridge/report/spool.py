@@ -152,6 +152,26 @@ class LiveSeries:
         shutil.rmtree(self.spool_dir, ignore_errors=True)
 
 
+SPOOL_PREFIX = ".dcgm-bridge-spool-"
+
+
+def spool_dir(artifact_dir: Path, run_id: str) -> Path:
+    return artifact_dir / f"{SPOOL_PREFIX}{run_id}"
+
+
+def remove_stale_spools(artifact_dir: Path) -> list[Path]:
+    """Spool folders a process left when it died (kill -9, OOM): nothing reads them again, since a restarted
+    run reads its record log. Removed before a new process spools anything; one log line each."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for path in artifact_dir.glob(f"{SPOOL_PREFIX}*"):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+                logger.warning("removed %s, the live report's spool of a process that did not finish", path)
+    return removed
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64)

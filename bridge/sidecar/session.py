@@ -27,7 +27,7 @@ from bridge.normalize import Normalizer
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig
-from bridge.report.spool import LiveSeries
+from bridge.report.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.samples import GpuRecord, PhaseMark, SessionState
 from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, ScrapeGroup, ScrapeLoop
 from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir, write_problem
@@ -99,7 +99,7 @@ class Session:
                                   monotonic=monotonic, opener=opener)
         self.events = LineWriter(self.artifact_dir / EVENTS_FILE, flush_interval_s=0.0, monotonic=monotonic,
                                  opener=opener)
-        self.live_series: LiveSeries | None = LiveSeries(self.artifact_dir / f".dcgm-bridge-spool-{self.run_id}")
+        self.live_series: LiveSeries | None = LiveSeries(spool_dir(self.artifact_dir, self.run_id))
         self._record_log = RecordLogSink(self.records)
         self._latest = LatestRecords()
         self._pull = PullPageSink()
@@ -131,9 +131,10 @@ class Session:
 
             self.disposition = prepare_artifact_dir(self.artifact_dir, self.run_id, self.records.path,
                                                     output_names(self.config.profile_export_prefix))
-            if self.disposition != "fresh" and self.live_series is not None:
-                # Restarted inside the run: the spool lacks what came before, so the report reads the log.
-                self.live_series.remove()
+            remove_stale_spools(self.artifact_dir)  # before this run spools anything: every one there is dead
+            # Restarted inside the run: the spool (a dead process's, just removed) lacks what came before, so the
+            # report reads the log; with no log yet, nothing came before and a new spool has it all.
+            if self.disposition == "finished" or (self.disposition == "resume" and self.records.path.exists()):
                 self.live_series = None
             if self.disposition == "resume":
                 self._resume_marks()

@@ -131,3 +131,20 @@ def test_profile_into_a_read_only_folder_stops_before_the_benchmark_runs(read_on
         in result.output
     assert "Traceback" not in result.output
     assert not marker.exists()
+
+
+def test_the_same_run_restarted_before_it_recorded_anything_reports_what_the_new_process_collects(
+        exporter: SimulatedExporter, tmp_path: Path) -> None:
+    """Killed before its first record (no record log yet): nothing came before, so the new process's spool has
+    the whole run (it used to look for the missing log: FileNotFoundError, no report)."""
+    first = session_for(["http://127.0.0.1:9/metrics"], tmp_path, run_id="run-a")  # nothing answers there
+    first.configure()
+    first.events.close()  # killed: no complete event, no record log
+    assert not (tmp_path / "gpu_telemetry_export.jsonl").exists()
+    second = session_for([exporter.url], tmp_path, run_id="run-a")
+    second.configure()
+    scrape_synchronously(second, 2)
+    outputs = second.complete()
+    assert second.disposition == "resume" and outputs.error is None
+    report = json.loads((tmp_path / "profile_export_aiperf.json").read_text())
+    assert len(next(iter(report["telemetry_data"]["endpoints"].values()))["gpus"]) == 2
