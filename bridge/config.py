@@ -119,6 +119,8 @@ SETTINGS: tuple[Setting, ...] = (
             "largest /metrics body accepted"),
     Setting("max_series", ("DCGM_BRIDGE_MAX_SERIES",), int, 20_000, 1, 1_000_000,
             "samples read from one page; the rest are dropped and counted"),
+    Setting("max_gpus", ("DCGM_BRIDGE_MAX_GPUS",), int, 1024, 1, 1_000_000,
+            "GPU identities (UUID x MIG instance) per endpoint and run; records of more are dropped and counted"),
     Setting("ca_file", ("DCGM_BRIDGE_CA_FILE",), str, None, help="CA bundle for https exporters"),
     Setting("insecure_skip_verify", ("DCGM_BRIDGE_INSECURE_SKIP_VERIFY",), _bool, False),
     Setting("bearer_token", ("DCGM_BRIDGE_BEARER_TOKEN",), str, None, help="sent as Authorization: Bearer"),
@@ -165,6 +167,7 @@ class Config:
     connect_timeout: float = 2.0
     max_body_bytes: int = 16 * 1024 * 1024
     max_series: int = 20_000
+    max_gpus: int = 1024
     ca_file: str | None = None
     insecure_skip_verify: bool = False
     bearer_token: str | None = None

@@ -68,3 +68,38 @@ def _config(tmp_path: Path, **settings: object) -> Path:
     path = tmp_path.parent / f"{tmp_path.name}-config.json"
     path.write_bytes(orjson.dumps(settings))
     return path
+
+
+def test_an_exporter_whose_uuids_change_at_every_scrape_is_held_to_the_gpu_limit(tmp_path: Path) -> None:
+    """Cardinality churn: every scrape brings 16 new GPU identities; past `max_gpus` their records are dropped
+    from every sink, counted and said, so nothing per GPU grows without bound (and the log, the live report and
+    a rebuilt report agree)."""
+    import itertools
+
+    scrapes = itertools.count()
+
+    def page(handler) -> None:  # type: ignore[no-untyped-def]
+        n = next(scrapes)
+        lines = [f'DCGM_FI_DEV_POWER_USAGE{{gpu="{g}",UUID="GPU-{n}-{g}",modelName="H100",Hostname="h"}} {300 + g}'
+                 for g in range(16)]
+        send(handler, ("\n".join(lines) + "\n").encode())
+
+    with LoopbackServer(page) as server:
+        process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", server.url,
+                                    "--artifact-dir", str(tmp_path), "--health-port", str(free_port()),
+                                    "--config", str(_config(tmp_path, max_gpus=64))],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            time.sleep(3.0)  # ~9 scrapes: 144 identities offered
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert process.returncode == 0, err.decode()
+    uuids = {orjson.loads(r)["gpu_uuid"] for r in (tmp_path / "gpu_telemetry_export.jsonl").read_bytes().splitlines()}
+    assert len(uuids) == 64
+    report = orjson.loads((tmp_path / "profile_export_aiperf.json").read_bytes())
+    assert len(next(iter(report["telemetry_data"]["endpoints"].values()))["gpus"]) == 64
+    messages = [e["error_details"]["message"] for e in report["telemetry_data"]["error_summary"]]
+    assert any("past the limit of 64 GPU identities per endpoint (DCGM_BRIDGE_MAX_GPUS)" in m for m in messages)

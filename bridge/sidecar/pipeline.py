@@ -39,6 +39,7 @@ PageListener = Callable[[str, ParsedPage, int, str | None], None]
 
 Identity = tuple[str, str | None]
 DROPPED_NOTE_INTERVAL_NS = 60 * 1_000_000_000
+MAX_GPUS = 1024  # GPU identities per endpoint and run (DCGM_BRIDGE_MAX_GPUS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +167,7 @@ class Pipeline:
 
     def __init__(self, normalizer: Normalizer, sinks: Sequence[PageSink], events: LineWriter, *, run_id: str,
                  phase: Callable[[], str | None], otlp: OtlpSink | None = None,
-                 max_series: int = MAX_SERIES) -> None:
+                 max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS) -> None:
         self.normalizer = normalizer
         self.max_series = max_series
         self.sinks = list(sinks)
@@ -178,6 +179,10 @@ class Pipeline:
         self._parsers: dict[str, PageParser] = {}
         self._keys: dict[str, tuple[str, str]] = {}  # url -> (redacted, display key)
         self._dropped_noted: dict[str, tuple[str, int]] = {}  # url -> (message, time) of the last parse event
+        self.max_gpus = max_gpus
+        self._identities: dict[str, set[tuple[str, str | None]]] = {}  # url -> GPU identities seen (≤ max_gpus)
+        self.over_gpu_limit: dict[str, int] = {}  # url -> records dropped past max_gpus
+        self._gpu_limit_noted: dict[str, int] = {}  # url -> when that was last said
 
     def on_page(self, url: str, fetched: FetchedPage) -> Page:
         """The scrape loop's page callback: one page through the whole pipeline."""
@@ -199,7 +204,35 @@ class Pipeline:
         phase = self.phase()
         records = self.normalizer.records(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
                                           run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
-        return Page(url, redacted, display, parsed, records, phase, fetched.start_ns, fetched.end_ns)
+        return Page(url, redacted, display, parsed, self._within_gpu_limit(url, redacted, records, fetched.start_ns),
+                    phase, fetched.start_ns, fetched.end_ns)
+
+    def _within_gpu_limit(self, url: str, endpoint: str, records: Sequence[GpuRecord],
+                          time_ns: int) -> Sequence[GpuRecord]:
+        """At most `max_gpus` GPU identities (UUID × MIG instance) per endpoint and run: a node has up to 16
+        GPUs of 8 series each, while an exporter whose UUIDs change at every scrape would grow every
+        per-GPU structure (the live series, the report) without bound. Records of identities past the limit
+        are dropped from every sink, counted, and said in a `parse` error at most once a minute."""
+        seen = self._identities.setdefault(url, set())
+        if len(seen) < self.max_gpus:
+            for record in records:
+                if len(seen) >= self.max_gpus:
+                    break
+                seen.add((record.gpu_uuid, record.gpu_instance_id))
+            if len(seen) < self.max_gpus:
+                return records
+        kept = [r for r in records if (r.gpu_uuid, r.gpu_instance_id) in seen]
+        if len(kept) < len(records):
+            self.over_gpu_limit[url] = self.over_gpu_limit.get(url, 0) + len(records) - len(kept)
+            last = self._gpu_limit_noted.get(url)
+            if last is None or time_ns - last >= DROPPED_NOTE_INTERVAL_NS:
+                self._gpu_limit_noted[url] = time_ns
+                message = (f"{self.over_gpu_limit[url]} records of GPUs past the limit of {self.max_gpus} GPU "
+                           "identities per endpoint (DCGM_BRIDGE_MAX_GPUS) dropped so far: does the exporter "
+                           "change its UUIDs at every scrape?")
+                logger.warning("%s: %s", endpoint, message)
+                self.events.write_event(ScrapeFailure(endpoint, time_ns, "parse", message))
+        return kept
 
     def take(self, pages: Sequence[Page]) -> None:
         """A tick's pages: their endpoints' health to the events file, then every sink in turn."""

@@ -112,7 +112,8 @@ class Session:
         self.disposition: Disposition | None = None  # what the artifact directory held (prepare_artifacts)
         self.started_ns: int | None = None  # when configure began: a phase manifest older than this is not ours
         self.pipeline = Pipeline(Normalizer(table), sinks, self.events, run_id=self.run_id,
-                                 phase=lambda: self.phase, otlp=self._otlp, max_series=config.max_series)
+                                 phase=lambda: self.phase, otlp=self._otlp, max_series=config.max_series,
+                                 max_gpus=config.max_gpus)
         self._write_check = threading.Lock()  # not self._lock: a probe must answer while completion runs
         self._write_checked: tuple[float, str | None] | None = None  # (when, the problem)
 
