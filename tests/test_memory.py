@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -21,8 +23,12 @@ def _memory_mb(pid: int) -> tuple[int, int]:
     return int(fields["VmRSS"].split()[0]) // 1024, int(fields["VmHWM"].split()[0]) // 1024
 
 
-def _sidecar_on(body: bytes, out: Path, seconds: float, *extra: str) -> tuple[tuple[int, int], list[dict]]:
-    with LoopbackServer(lambda h: send(h, body)) as server:
+def _sidecar_on(body: bytes | Callable[[Any], None], out: Path, seconds: float,
+                *extra: str) -> tuple[tuple[int, int], list[dict]]:
+    """A real sidecar scraping a loopback exporter that answers `body` (or calls it) for `seconds`, then
+    SIGTERM: its (RSS, peak) at the end of the collection, and its events."""
+    respond = body if callable(body) else lambda h: send(h, body)
+    with LoopbackServer(respond) as server:
         process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", server.url,
                                     "--artifact-dir", str(out), "--health-port", str(free_port()), *extra],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -84,19 +90,7 @@ def test_an_exporter_whose_uuids_change_at_every_scrape_is_held_to_the_gpu_limit
                  for g in range(16)]
         send(handler, ("\n".join(lines) + "\n").encode())
 
-    with LoopbackServer(page) as server:
-        process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", server.url,
-                                    "--artifact-dir", str(tmp_path), "--health-port", str(free_port()),
-                                    "--config", str(_config(tmp_path, max_gpus=64))],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            time.sleep(3.0)  # ~9 scrapes: 144 identities offered
-            process.send_signal(signal.SIGTERM)
-            _, err = process.communicate(timeout=60)
-        finally:
-            if process.poll() is None:
-                process.kill()
-    assert process.returncode == 0, err.decode()
+    _sidecar_on(page, tmp_path, 3.0, "--config", str(_config(tmp_path, max_gpus=64)))  # ~9 scrapes: 144 GPUs
     uuids = {orjson.loads(r)["gpu_uuid"] for r in (tmp_path / "gpu_telemetry_export.jsonl").read_bytes().splitlines()}
     assert len(uuids) == 64
     report = orjson.loads((tmp_path / "profile_export_aiperf.json").read_bytes())
