@@ -6,6 +6,7 @@ processes' records, right against the simulator's ground truth; dead processes' 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -19,12 +20,12 @@ from bridge.simulator import SimulatedExporter, SimulatorConfig
 from tests.conftest import free_port
 
 
-def _sidecar(url: str, out: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+def _sidecar(url: str, out: Path, log: Path, **env: str) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     with log.open("ab") as stderr:  # (the child has its own descriptor)
         process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", url,
                                     "--artifact-dir", str(out), "--health-port", str(port), "--run-id", "job-1"],
-                                   stdout=subprocess.DEVNULL, stderr=stderr)
+                                   stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, **env})
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -78,3 +79,35 @@ def test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_whole_run(tmp
     assert energy == pytest.approx(truth, rel=0.005)  # across the 1 s without a scrape, too
     assert report["nvidia_total_gpu_energy"]["avg"] == pytest.approx(energy)
     assert not list(out.glob(".dcgm-bridge-spool-*"))
+
+
+def _status(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as answer:
+        return dict(json.loads(answer.read()))
+
+
+def test_records_reach_the_log_within_the_flush_interval_while_every_endpoint_is_down(tmp_path: Path) -> None:
+    """Issue 16 item 6: no new record comes while every endpoint is down, yet what was buffered reaches the file
+    within `flush_interval` (here 4 s), so a kill -9 then loses nothing (it waited for the next record)."""
+    out, log = tmp_path / "out", tmp_path / "sidecar.log"
+    exporter = SimulatedExporter(SimulatorConfig(gpus=2, seed=6))
+    exporter.start()
+    try:
+        process, port = _sidecar(exporter.url, out, log, DCGM_BRIDGE_FLUSH_INTERVAL="4")
+        time.sleep(1.2)
+    finally:
+        exporter.stop()  # every endpoint down from now on
+    try:
+        deadline = time.monotonic() + 10
+        while _status(port)["endpoints"][0]["state"] != "down":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        written = _status(port)["records_written"]
+        time.sleep(4.5)  # the flush interval, and some
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    lines = (out / "gpu_telemetry_export.jsonl").read_bytes().splitlines()
+    assert written > 0 and len(lines) == written
