@@ -319,11 +319,11 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
                        + [cadence.instant(a, b) for a, b in zip(lo[1:].tolist(), hi[1:].tolist(), strict=True)])
         tau = np.maximum.accumulate(tau - base)  # relative: float64 exact to the ns
         lo, hi = lo - base, hi - base
-    cum, resets = cumulative_increase(tau, v[obs])
     rate = None
     if slope is not None:
         s = slope[valid][obs] * 1e-9  # per ns
         rate = np.where(np.isnan(s) | (s < 0), np.nan, s)
+    cum, resets = cumulative_increase(tau, v[obs], rate)
     e0, e1 = float(start) - base, float(end) - base
     at0, bound0 = _edge(tau, cum, rate, lo, hi, e0)
     at1, bound1 = _edge(tau, cum, rate, lo, hi, e1)

@@ -311,8 +311,10 @@ def _clean_counter_deltas(t: NDArray[np.int64], used: NDArray[np.float64], indic
         out[i] = CounterDelta(max(at_end - at_start, 0.0), resets)
 
 
-def cumulative_increase(t: Times, v: NDArray[np.float64]) -> tuple[NDArray[np.float64], int]:
-    """Running increase since the first sample: monotone, reset-aware, dip-tolerant."""
+def cumulative_increase(t: Times, v: NDArray[np.float64],
+                        rates: NDArray[np.float64] | None = None) -> tuple[NDArray[np.float64], int]:
+    """Running increase since the first sample: monotone, reset-aware, dip-tolerant. `rates` (aligned with `v`,
+    per unit of `t`; NaN where unknown): the counter's rate at each sample, for a reset interval's lost part."""
     import numpy as np
 
     n = v.size
@@ -349,23 +351,30 @@ def cumulative_increase(t: Times, v: NDArray[np.float64]) -> tuple[NDArray[np.fl
         high = value
         i, span = reset + 1, _FIRST_SPAN
     if reset_at:
-        _estimate_reset_intervals(t, increments, reset_at)
+        _estimate_reset_intervals(t, increments, reset_at, rates)
     np.cumsum(increments, out=cum[1:])
     return cum, len(reset_at)
 
 
-def _estimate_reset_intervals(t: Times, increments: NDArray[np.float64], reset_at: list[int]) -> None:
+def _estimate_reset_intervals(t: Times, increments: NDArray[np.float64], reset_at: list[int],
+                              at: NDArray[np.float64] | None = None) -> None:
     """Add the part of a reset interval that happened before the reset, from the neighbouring rate.
 
     PromQL counts only the post-reset value; at 3 Hz that loses up to one interval of energy (~1.7 % of a
     20 s window). The interval's increase is at least the post-reset value and, at the neighbours' rate,
-    rate × its duration: the larger of the two is kept.
+    rate × its duration: the larger of the two is kept. With the rate at both ends known (`at`: the power
+    gauge of a slow refresh, whose interval is long enough for the neighbours' rate to have moved), the
+    interval's is their mean instead (a trapezoid).
     """
     resets = set(reset_at)
     dt = (t[1:] - t[:-1]).astype("float64")
     for j in reset_at:
-        rates = [increments[k] / dt[k] for k in (j - 1, j + 1)
-                 if 0 <= k < increments.size and k not in resets and dt[k] > 0]
+        ends = [] if at is None else [float(at[j]), float(at[j + 1])]
+        if ends and all(r == r for r in ends):  # neither NaN
+            rates = ends
+        else:
+            rates = [increments[k] / dt[k] for k in (j - 1, j + 1)
+                     if 0 <= k < increments.size and k not in resets and dt[k] > 0]
         if rates:
             increments[j] = max(float(increments[j]), sum(rates) / len(rates) * float(dt[j]))
 

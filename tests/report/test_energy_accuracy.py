@@ -104,8 +104,8 @@ REFRESHES_S = (0, 0.1, 1, 10, 30)
 WINDOWS_S = (20, 60, 300)
 
 
-def _refreshed_run(refresh_s: float, window_s: int, seed: int, *, truth_of: str = "model", aligned: bool = False
-                   ) -> tuple[list[GpuRecord], int, int, float]:
+def _refreshed_run(refresh_s: float, window_s: int, seed: int, *, truth_of: str = "model", aligned: bool = False,
+                   reset_at_s: float | None = None) -> tuple[list[GpuRecord], int, int, float]:
     """A run scraped at 3 Hz ± 20 ms from a warmup (two refreshes) to the first scrape after the final one that
     sees a newer refresh (what the sidecar's final_refresh_wait does), the window at a random phase of DCGM's
     refresh grid (`aligned`: at START, on a refresh instant, as this file's first harness has it). Values
@@ -119,6 +119,8 @@ def _refreshed_run(refresh_s: float, window_s: int, seed: int, *, truth_of: str 
     end = start + window_s * S
     model = NodeModel(SimulatorConfig(gpus=1, seed=seed, refresh_ms=round(refresh_s * 1000),
                                       boot_ns=START - 86_400 * S))
+    if reset_at_s is not None:  # a driver reload: the counter restarts from 0 (ground truth does not)
+        model.reset_counters(start + round(reset_at_s * S))
 
     def at(t: int) -> tuple[float, float]:  # (counter in MJ, power in W) as the exporter shows them at t
         if truth_of == "model":
@@ -234,3 +236,16 @@ def test_at_two_30_s_refreshes_even_the_exact_refresh_instants_leave_more_than_1
         assert delta is not None
         worst = max(worst, abs(delta.delta * 1e6 / truth - 1))
     assert worst > 0.01
+
+
+@pytest.mark.parametrize("refresh_s", [1, 10, 30])
+def test_a_reset_inside_a_slow_refresh_is_still_a_reset(refresh_s: int) -> None:
+    """The counter restarts from 0 between two refreshes: one reset, and the energy still close and in its bound."""
+    for seed in range(4):
+        records, start, end, truth = _refreshed_run(refresh_s, 120, seed, reset_at_s=47.3)
+        energy, bound, gpu = _with_bound(records, start, end)
+        assert gpu["resets"] == 1
+        assert abs(energy - truth) <= bound
+        # As close as without a reset at this many refreshes a window (the tests above): the interval the reset
+        # fell in is a trapezoid of the powers at its two refreshes.
+        assert energy == pytest.approx(truth, rel={1: 0.01, 10: 0.02, 30: 0.03}[refresh_s])
