@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.grafana.conftest import NODE_A, NODE_B, RUN_ID, XID_CODE, XID_GPU, XID_NODE, Store, StoredRun
 
@@ -354,3 +355,23 @@ def test_counters_reach_a_prometheus_naming_store_with_the_total_suffix(stored_r
     plain = stored_run.stores["victoria-metrics"]
     assert plain.instant(f'count({energy}{{run_id="{RUN_ID}"}})', at)
     assert not plain.instant(f'count({energy}_total{{run_id="{RUN_ID}"}})', at)
+
+
+@pytest.mark.parametrize("store_name", STORES)
+def test_each_endpoints_refresh_is_recorded_and_the_stale_alert_stays_quiet(stored_run, store_name):
+    """The sidecar's refresh self-metrics (OTLP, pull page) become one series per endpoint, across phases; the
+    exporters refresh at every scrape, so DcgmBridgeExporterStale's expression returns nothing."""
+    from bridge.endpoints import display_key
+
+    store, run = stored_run.stores[store_name], stored_run.run
+    at = store.eval_s[len(run.steps) - 2]
+    endpoints = sorted(display_key(node.url) for node in stored_run.nodes)
+    last = store.instant("dcgm_bridge:exporter_last_refresh_timestamp_seconds", at)
+    assert sorted(r["metric"]["endpoint"] for r in last) == endpoints, last
+    for row in last:
+        assert run.steps[0].t_ns / 1e9 - 1 <= float(row["value"][1]) <= at, row
+    period = store.instant("dcgm_bridge:exporter_refresh_period_seconds", at)
+    assert sorted(r["metric"]["endpoint"] for r in period) == endpoints, period
+    rules = yaml.safe_load((DASHBOARDS.parent / "rules" / "dcgm-bridge.rules.yml").read_text())
+    stale = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "DcgmBridgeExporterStale")
+    assert store.instant(stale["expr"], at) == []

@@ -247,3 +247,11 @@ def test_every_dialect_records_the_same_series_in_promtool(tmp_path):
 def test_every_dialect_records_the_same_series_in_vmalert_tool(tmp_path):
     tool = require_binary("vmalert-tool")
     _run([str(tool), "unittest", f"--files={_test_file(tmp_path, 'metricsql_expr_test')}"], tmp_path)
+
+
+def test_the_readme_explains_every_recorded_series_and_alert():
+    readme = (ROOT / "grafana" / "README.md").read_text(encoding="utf-8")
+    doc = yaml.safe_load(RULES.read_text())
+    names = [r.get("record") or r["alert"] for group in doc["groups"] for r in group["rules"]]
+    missing = [name for name in names if f"`{name}`" not in readme]
+    assert not missing, f"grafana/README.md does not name {missing}"
