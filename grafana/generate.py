@@ -19,33 +19,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import rules  # noqa: E402 - the sibling module, found through the path set above
-from promql import (  # noqa: E402 - the sibling module, found through the path set above
-    DEVICE_KEY,
-    FB_USED,
-    GPU_KEY,
-    GPU_TEMP,
-    INSTANCE_KEY,
-    MEMORY_TEMP,
-    NVLINK,
-    PCIE_RX,
-    PCIE_TX,
-    POWER,
-    PRESENCE,
-    SM_CLOCK,
-    TENSOR,
-    VIOLATIONS,
-    XID,
-    Scope,
-    presence_or,
-    with_host,
-    with_slot,
-)
+from promql import GPU, Scope  # noqa: E402 - the sibling module, found through the path set above
 
 DASHBOARDS = Path(__file__).resolve().parent / "dashboards"
 RULES = Path(__file__).resolve().parent / "rules" / "dcgm-bridge.rules.yml"
 SCHEMA_VERSION = 41
 DS = {"type": "prometheus", "uid": "${datasource}"}
-PRESENCE_RE = "|".join(PRESENCE)
 GPU_LEGEND = "{{host}} gpu {{gpu}}"
 INSTANCE_LEGEND = "{{host}} gpu {{slot}}"
 
@@ -196,17 +175,13 @@ def query_variable(name: str, label: str, query: str, *, regex: str = "", multi:
 
 
 def host_variable(scope: Scope) -> dict[str, Any]:
-    """Node names from either host label; query_result + a regex because label_values takes one label."""
-    parts = [f"count_over_time({name}{{{scope.matchers}}}[$__range])" for name in PRESENCE]
-    query = f"query_result(group by (Hostname, hostname) ({' or '.join(parts)}))"
-    return query_variable("host", "Host", query, regex='/[Hh]ostname="([^"]+)"/',
-                          description="dcgm-exporter's Hostname (<= 4.5) or hostname (4.6+) label: the node, "
-                                      "not Prometheus' instance")
+    return query_variable("host", "Host", scope.variable("host"),
+                          description="The node: dcgm-exporter's Hostname (<= 4.5) or hostname (4.6+) label, as the "
+                                      "recording rules name it; not Prometheus' instance")
 
 
 def gpu_variable(scope: Scope) -> dict[str, Any]:
-    query = f"query_result(group by (UUID) {presence_or(scope, 'count_over_time', '$__range')})"
-    return query_variable("gpu", "GPU", query, regex='/UUID="([^"]+)"/',
+    return query_variable("gpu", "GPU", scope.variable("UUID"),
                           description="GPU UUID (MIG instances are shown under their parent GPU's UUID)")
 
 
@@ -251,75 +226,70 @@ def gpu_panels(s: Scope) -> Iterator[tuple[dict[str, Any], int, int]]:
     """The per-GPU panels both dashboards show, in layout order."""
     yield row("Utilisation and power"), 24, 1
     yield timeseries(
-        "Utilisation", "DCGM_FI_DEV_GPU_UTIL per GPU; where it is absent (MIG instances, some GPU Operator "
-        "stacks) DCGM_FI_PROF_GR_ENGINE_ACTIVE × 100.",
-        [target(with_slot(with_host(f"max by ({INSTANCE_KEY}) ({s.utilisation()})")), legend=INSTANCE_LEGEND)],
-        "percent", min_=0, max_=100), 12, 8
+        "Utilisation", "dcgm_bridge:gpu_busy_ratio per GPU or MIG instance: DCGM_FI_DEV_GPU_UTIL, or "
+        "GR_ENGINE_ACTIVE where it is absent (MIG instances, some GPU Operator stacks).",
+        [target(s.per_slot("busy_ratio"), legend=INSTANCE_LEGEND)], "percentunit", min_=0, max_=1), 12, 8
     yield timeseries(
-        "Power per GPU", "DCGM_FI_DEV_POWER_USAGE per physical GPU (MIG instances repeat their GPU's "
-        "value: counted once).",
-        [target(with_host(s.power_per_gpu()), legend=GPU_LEGEND)], "watt", min_=0), 12, 8
+        "Power per GPU", "dcgm_bridge:gpu_power_watts per physical GPU (MIG instances counted once).",
+        [target(s.per_gpu("power_watts"), legend=GPU_LEGEND)], "watt", min_=0), 12, 8
     yield timeseries(
         "Total power", "Sum over GPUs of each GPU's power (no MIG double counting), and per host.",
-        [target(s.total_power(), "A", "total"),
-         target(with_host(s.total_power("Hostname, hostname")), "B", "{{host}}")], "watt", min_=0), 12, 8
+        [target(s.total_power(), "A", "total"), target(s.total_power("host"), "B", "{{host}}")],
+        "watt", min_=0), 12, 8
     yield bargauge(
         "Energy per GPU in the selected range",
-        "Increase of DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION (mJ, reset-aware) over the dashboard's time "
-        "range, per GPU (MIG instances counted once).",
-        [target(with_host(s.energy_joules_per_gpu()),
-                legend=GPU_LEGEND, instant=True)], "joule"), 12, 8
+        "Increase of dcgm_bridge:gpu_energy_joules_total (reset-aware) over the dashboard's time range, per GPU, "
+        "across phases (MIG instances counted once).",
+        [target(s.energy_joules_per_gpu(), legend=GPU_LEGEND, instant=True)], "joule"), 12, 8
     yield row("Thermals, memory, clocks"), 24, 1
     yield timeseries(
-        "Temperature", "GPU (DCGM_FI_DEV_GPU_TEMP) and memory (DCGM_FI_DEV_MEMORY_TEMP) temperature.",
-        [target(with_host(f"max by ({DEVICE_KEY}) ({s.fresh(GPU_TEMP)})"), "A", GPU_LEGEND + " GPU"),
-         target(with_host(f"max by ({DEVICE_KEY}) ({s.fresh(MEMORY_TEMP)})"), "B", GPU_LEGEND + " memory")],
-        "celsius"), 12, 8
+        "Temperature", "GPU and memory temperature (dcgm_bridge:gpu_temperature_celsius, "
+        "…memory_temperature_celsius).",
+        [target(s.per_gpu("temperature_celsius"), "A", GPU_LEGEND + " GPU"),
+         target(s.per_gpu("memory_temperature_celsius"), "B", GPU_LEGEND + " memory")], "celsius"), 12, 8
     yield timeseries(
-        "Memory used", "Framebuffer used / (used + free + reserved), per GPU or MIG instance.",
-        [target(with_slot(with_host(f"max by ({INSTANCE_KEY}) ({s.memory_used_percent()})")), legend=INSTANCE_LEGEND)],
-        "percent", min_=0, max_=100), 12, 8
+        "Memory used", "Framebuffer used / (used + free + reserved), per GPU or MIG instance "
+        "(dcgm_bridge:gpu_fb_used_ratio).",
+        [target(s.per_slot("fb_used_ratio"), legend=INSTANCE_LEGEND)], "percentunit", min_=0, max_=1), 12, 8
     yield timeseries(
-        "SM clock", "DCGM_FI_DEV_SM_CLOCK (MHz, shown in Hz).",
-        [target(with_host(f"max by ({DEVICE_KEY}) ({s.fresh(SM_CLOCK)}) * 1000000"), legend=GPU_LEGEND)],
-        "hertz"), 12, 8
+        "SM clock", "dcgm_bridge:gpu_sm_clock_hertz.",
+        [target(s.per_gpu("sm_clock_hertz"), legend=GPU_LEGEND)], "hertz"), 12, 8
     yield timeseries(
-        "Tensor pipe active", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: share of cycles the tensor (HMMA) pipe is "
-        "busy, per GPU or MIG instance.",
-        [target(with_slot(with_host(f"max by ({INSTANCE_KEY}) ({s.fresh(TENSOR)})")), legend=INSTANCE_LEGEND)],
-        "percentunit", min_=0, max_=1), 12, 8
+        "Tensor pipe active", "Share of cycles the tensor (HMMA) pipe is busy, per GPU or MIG instance "
+        "(dcgm_bridge:gpu_pipe_tensor_active_ratio).",
+        [target(s.per_slot("pipe_tensor_active_ratio"), legend=INSTANCE_LEGEND)], "percentunit", min_=0, max_=1), 12, 8
     yield row("Interconnect, throttling, errors"), 24, 1
     yield timeseries(
-        "PCIe throughput", "DCGM_FI_PROF_PCIE_TX_BYTES / RX_BYTES (bytes per second, protocol headers "
-        "included).",
-        [target(with_host(f"max by ({DEVICE_KEY}) ({s.fresh(PCIE_TX)})"), "A", GPU_LEGEND + " tx"),
-         target(with_host(f"max by ({DEVICE_KEY}) ({s.fresh(PCIE_RX)})"), "B", GPU_LEGEND + " rx")],
-        "Bps", min_=0), 12, 8
+        "PCIe throughput", "dcgm_bridge:gpu_pcie_tx/rx_bytes_per_second (protocol headers included).",
+        [target(s.per_gpu("pcie_tx_bytes_per_second"), "A", GPU_LEGEND + " tx"),
+         target(s.per_gpu("pcie_rx_bytes_per_second"), "B", GPU_LEGEND + " rx")], "Bps", min_=0), 12, 8
     yield timeseries(
-        "NVLink traffic", "Rate of DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, all links. DCGM does not document "
+        "NVLink traffic", "Rate of dcgm_bridge:gpu_nvlink_bandwidth_total, all links. DCGM does not document "
         "the counter's unit (DCGM#221): compare runs with it, do not read it as bytes.",
-        [target(with_host(f"max by ({DEVICE_KEY}) ({s.fresh_rate(NVLINK)})"), legend=GPU_LEGEND)],
-        "short", min_=0), 12, 8
+        [target(s.rate_per_gpu("nvlink_bandwidth_total"), legend=GPU_LEGEND)], "short", min_=0), 12, 8
     yield timeseries(
-        "Throttling", "Share of time each GPU was held back, by reason: rate of the DCGM_FI_DEV_*_VIOLATION "
-        "counters (ns of throttling per second). These fields are optional rows of default-counters.csv.",
-        [target(with_host(f"max by ({DEVICE_KEY}) ({s.fresh_rate(metric)}) / 1e9"), chr(65 + i),
-                f"{GPU_LEGEND} {reason}") for i, (reason, metric) in enumerate(VIOLATIONS.items())],
-        "percentunit", min_=0), 12, 8
+        "Throttling", "Share of time each GPU was held back, by reason: rate of the "
+        "dcgm_bridge:gpu_*_violation_seconds_total counters. These fields are optional rows of "
+        "default-counters.csv.",
+        [target(s.rate_per_gpu(f"{reason}_violation_seconds_total"), chr(65 + i), f"{GPU_LEGEND} {title}")
+         for i, (reason, title) in enumerate(VIOLATIONS.items())], "percentunit", min_=0), 12, 8
     yield xid_table(s), 12, 8
 
 
+VIOLATIONS = {"power": "power", "thermal": "thermal", "sync_boost": "sync boost", "board_limit": "board limit",
+              "low_util": "low utilisation", "reliability": "reliability"}
+
+
 def xid_table(s: Scope) -> dict[str, Any]:
-    """Last XID per GPU: the series with the GPU's newest sample in the range (codes never reset, #500)."""
-    ts = s.subquery("max_over_time", "timestamp({})", XID)
-    newest = f"({ts} == on({GPU_KEY}) group_left() max by ({GPU_KEY}) ({ts}))"
-    keep = f"{GPU_KEY}, gpu, err_code, err_msg"
-    code = with_host(f"max by ({keep}) ({s.over_time('last_over_time', XID, '$__range')} and {newest})")
-    seen = with_host(f"max by ({keep}) ({newest}) * 1000")
+    """Each XID a GPU reported in the range, with when it was last reported (codes never reset, #500)."""
+    keep = f"{GPU}, err_code, err_msg"
+    code = f"max by ({keep}) ({s.over_range('last_over_time', 'xid_code')} > 0)"
+    last = f"max_over_time(timestamp({s.sel('xid_code')})[$__range:$__interval])"
+    seen = f"max by ({keep}) ({last} and {s.over_range('last_over_time', 'xid_code')} > 0) * 1000"
     return table(
-        "XID errors", "DCGM_FI_DEV_XID_ERRORS is the last XID code a GPU reported, with err_code/err_msg "
-        "(dcgm-exporter 3.3.6+); it stays until the exporter restarts. One row per GPU with an XID in the "
-        "range: its latest code and when it was last reported.",
+        "XID errors", "dcgm_bridge:gpu_xid_code is the last XID code a GPU reported, with err_code/err_msg "
+        "(dcgm-exporter 3.3.6+); it stays until the exporter restarts. One row per GPU and XID in the range: "
+        "the code and when it was last reported.",
         [target(code, "A", instant=True, table=True), target(seen, "B", instant=True, table=True)],
         columns={"host": "Host", "gpu": "GPU", "UUID": "UUID", "err_code": "XID", "err_msg": "Message",
                  "Value #A": "Code", "Value #B": "Last reported"},
@@ -327,115 +297,105 @@ def xid_table(s: Scope) -> dict[str, Any]:
 
 
 # -- benchmark-run.json ------------------------------------------------------------------------------
-RUN = Scope('run_id="$run_id", phase=~"$phase", UUID=~"$gpu"')
-RUN_PHASES = Scope('run_id="$run_id", phase=~"$phase", phase!="none", UUID=~"$gpu"')
+RUN = Scope('run_id="$run_id", phase=~"$phase", host=~"$host", UUID=~"$gpu"')
+RUN_PHASES = Scope('run_id="$run_id", phase=~"$phase", phase!="none", host=~"$host", UUID=~"$gpu"')
 
 
 def benchmark_run() -> dict[str, Any]:
     s = RUN
-    run_scope = Scope('run_id="$run_id", phase=~"$phase"')
     variables = [
         datasource_variable(),
-        query_variable("run_id", "Run", f'label_values({{__name__=~"{PRESENCE_RE}", run_id!=""}}, run_id)',
-                       multi=False, include_all=False,
+        query_variable("run_id", "Run", Scope('run_id!=""').variable("run_id"), multi=False, include_all=False,
                        description="The sidecar's run_id (DCGM_BRIDGE_RUN_ID) on every sample"),
-        query_variable("phase", "Phase", f'label_values({{__name__=~"{PRESENCE_RE}", run_id="$run_id"}}, phase)',
+        query_variable("phase", "Phase", Scope('run_id="$run_id"').variable("phase"),
                        description="warmup, profiling, … as the benchmark posted them; none = between phases"),
         host_variable(Scope('run_id="$run_id", phase=~"$phase"')),
-        gpu_variable(run_scope),
+        gpu_variable(Scope('run_id="$run_id", phase=~"$phase", host=~"$host"')),
     ]
-    energy_total = f"sum ({s.energy_joules_per_gpu()})"
-    util_num = s.utilisation_sums("sum_over_time", "$__range")
-    util_den = s.utilisation_sums("count_over_time", "$__range")
+    energy_total = f"sum({s.energy_joules_per_gpu()})"
     items: list[tuple[dict[str, Any], int, int]] = [
         (stat("Mean total power", "Sum over the selected GPUs of each one's mean power draw in the range (MIG "
               "instances counted once).",
               [target(s.mean_total_power(), instant=True, legend="mean")], "watt", decimals=0), 6, 4),
         (stat("Energy in the selected range", "Increase of the energy counters over the time range, all "
               "selected GPUs and phases.",
-              [target(energy_total, "A", "J", instant=True), target(f"{energy_total} / 3600000", "B", "kWh",
-                                                                    instant=True)],
+              [target(energy_total, "A", "J", instant=True),
+               target(f"{energy_total} / 3600000", "B", "kWh", instant=True)],
               "joule", overrides=[by_ref("B", "kwatth")]), 6, 4),
         (stat("Mean utilisation", "Sample mean over the range and the selected GPUs (MIG: per instance).",
-              [target(f"sum ({util_num}) / sum ({util_den})", instant=True, legend="mean")], "percent",
-              decimals=1), 6, 4),
-        (stat("Peak GPU temperature", "Highest DCGM_FI_DEV_GPU_TEMP in the range.",
-              [target(f"max ({s.over_time('max_over_time', GPU_TEMP, '$__range')})", instant=True,
+              [target(s.mean("busy_ratio"), instant=True, legend="mean")], "percentunit", decimals=1), 6, 4),
+        (stat("Peak GPU temperature", "Highest GPU temperature in the range.",
+              [target(f"max({s.over_range('max_over_time', 'temperature_celsius')})", instant=True,
                       legend="peak")], "celsius", thresholds=[("green", None), ("orange", 83), ("red", 87)]), 6, 4),
         *gpu_panels(s),
         (row("Warmup vs profiling"), 24, 1),
         (phase_table(), 24, 7),
     ]
-    # Each phase while it is the GPUs' current one (fresh: a phase's series linger in the store after it
-    # ends), except the gaps between phases (phase="none").
-    named = 'count by (phase) (DCGM_FI_DEV_FB_USED{run_id="$run_id", phase=~"$phase", phase!="none"})'
+    # Each phase while it is the GPUs' current one (the rules record a GPU's current phase only), except the
+    # gaps between phases (phase="none").
     annotation = {
         "name": "Phases", "datasource": DS, "enable": True, "hide": False, "iconColor": "rgba(255, 152, 48, 0.4)",
-        "expr": f"count by (phase) ({s.fresh(FB_USED)}) and on(phase) {named}", "step": "10s",
+        "expr": f"count by (phase) ({RUN_PHASES.sel('fb_used_bytes')})", "step": "10s",
         "titleFormat": "{{phase}}", "tagKeys": "phase", "textFormat": "", "useValueForTime": False,
     }
     return dashboard(
         "dcgm-bridge-run", "dcgm-bridge · benchmark run",
         "One benchmark run recorded by the dcgm-bridge sidecar: GPU telemetry with run_id and phase, from "
-        "VictoriaMetrics/Mimir/Prometheus via OTLP or Prometheus scraping the sidecar. Phases are shaded.",
+        "VictoriaMetrics/Mimir/Prometheus via OTLP or Prometheus scraping the sidecar, through the recording "
+        "rules (grafana/rules). Phases are shaded.",
         variables, layout(items), [annotation], time_from="now-1h", refresh="")
 
 
 def phase_table() -> dict[str, Any]:
     s = RUN_PHASES
-    energy = f"sum by (phase) ({s.energy_joules_per_gpu_phase()})"
-    power = f"sum by (phase) (max by ({GPU_KEY}, phase) ({s.over_time('avg_over_time', POWER, '$__range')}))"
-    util = (f"sum by (phase) ({s.utilisation_sums('sum_over_time', '$__range')}) / "
-            f"sum by (phase) ({s.utilisation_sums('count_over_time', '$__range')})")
-    temp = f"max by (phase) ({s.over_time('max_over_time', GPU_TEMP, '$__range')})"
+    power = f"sum by (phase) (avg by (UUID, phase) ({s.over_range('avg_over_time', 'power_watts')}))"
+    temp = f"max by (phase) ({s.over_range('max_over_time', 'temperature_celsius')})"
     return table(
         "Per phase", "Each phase of the run side by side, over the selected GPUs: energy (counter increase), "
         "mean total power, mean utilisation, peak GPU temperature. Between-phase samples (phase=none) are left "
         "out.",
-        [target(energy, "A", instant=True, table=True), target(power, "B", instant=True, table=True),
-         target(util, "C", instant=True, table=True), target(temp, "D", instant=True, table=True)],
+        [target(s.energy_joules_per_phase(), "A", instant=True, table=True),
+         target(power, "B", instant=True, table=True),
+         target(s.mean("busy_ratio", "phase"), "C", instant=True, table=True),
+         target(temp, "D", instant=True, table=True)],
         columns={"phase": "Phase", "Value #A": "Energy", "Value #B": "Mean total power",
                  "Value #C": "Mean utilisation", "Value #D": "Peak GPU temperature"},
-        units={"Energy": "joule", "Mean total power": "watt", "Mean utilisation": "percent",
+        units={"Energy": "joule", "Mean total power": "watt", "Mean utilisation": "percentunit",
                "Peak GPU temperature": "celsius"})
 
 
 # -- gpu-fleet.json ----------------------------------------------------------------------------------
-FLEET = Scope('UUID=~"$gpu"')
+FLEET = Scope('host=~"$host", UUID=~"$gpu"')
 
 
 def gpu_fleet() -> dict[str, Any]:
     s = FLEET
-    variables = [
-        datasource_variable(),
-        host_variable(Scope('UUID=~".*"')),
-        gpu_variable(Scope('UUID=~".*"')),
-    ]
-    presence = presence_or(s, "count_over_time", "$__range")
+    variables = [datasource_variable(), host_variable(Scope("")), gpu_variable(Scope('host=~"$host"'))]
     items: list[tuple[dict[str, Any], int, int]] = [
         (stat("GPUs", "Distinct GPU UUIDs reporting in the range.",
-              [target(f"count (group by (UUID) {presence})", instant=True, legend="GPUs")], "none"), 4, 4),
+              [target(f"count(group by (UUID) ({s.over_range('last_over_time', 'fb_used_bytes')}))", instant=True,
+                      legend="GPUs")], "none"), 4, 4),
         (stat("Total power now", "Sum of every selected GPU's latest power draw (MIG instances counted once).",
               [target(s.total_power(), instant=True, legend="total")], "watt", decimals=0), 5, 4),
         (stat("Mean utilisation now", "Mean over the selected GPUs (MIG: per instance).",
-              [target(f"avg ({s.utilisation()})", instant=True, legend="mean")], "percent", decimals=1), 5, 4),
-        (stat("Hottest GPU now", "Highest current DCGM_FI_DEV_GPU_TEMP.",
-              [target(f"max ({s.fresh(GPU_TEMP)})", instant=True, legend="max")], "celsius",
+              [target(f"avg({s.per_slot('busy_ratio')})", instant=True, legend="mean")], "percentunit",
+              decimals=1), 5, 4),
+        (stat("Hottest GPU now", "Highest current GPU temperature.",
+              [target(f"max({s.sel('temperature_celsius')})", instant=True, legend="max")], "celsius",
               thresholds=[("green", None), ("orange", 83), ("red", 87)]), 5, 4),
-        (stat("GPUs with an XID", "GPUs whose DCGM_FI_DEV_XID_ERRORS reported a code in the range.",
-              [target(f"count (group by (UUID) ({s.over_time('last_over_time', XID, '$__range')}))",
+        (stat("GPUs with an XID", "GPUs that reported an XID code in the range.",
+              [target(f"count(group by (UUID) ({s.over_range('last_over_time', 'xid_code')} > 0))",
                       instant=True, legend="GPUs")], "none",
               thresholds=[("green", None), ("red", 1)], no_value="0"), 5, 4),
         *gpu_panels(s),
         (row("Nodes"), 24, 1),
         (timeseries("Power per host", "Each node's GPU power draw (MIG instances counted once).",
-                    [target(with_host(s.total_power("Hostname, hostname")), legend="{{host}}")], "watt",
-                    min_=0, stack=True), 24, 8),
+                    [target(s.total_power("host"), legend="{{host}}")], "watt", min_=0, stack=True), 24, 8),
     ]
     return dashboard(
         "dcgm-bridge-fleet", "dcgm-bridge · GPU fleet",
-        "Live GPUs as dcgm-exporter reports them (scraped directly, or forwarded by dcgm-bridge): "
-        "MIG-aware, by node name, with GR_ENGINE_ACTIVE where GPU_UTIL is missing.",
+        "Live GPUs as dcgm-exporter reports them (scraped directly, or forwarded by dcgm-bridge), through the "
+        "recording rules (grafana/rules): MIG-aware, by node name, any exporter dialect.",
         variables, layout(items), [], time_from="now-30m", refresh="30s")
 
 

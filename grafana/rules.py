@@ -172,7 +172,28 @@ def recording_rules(rows: list[Row]) -> list[dict[str, Any]]:
     stamps = "\n  or\n".join(f"({_newest_sample(r)})" for r in groups[f"{PREFIX}fb_used_bytes"])
     rules.append({"record": f"{PREFIX}last_sample_timestamp_seconds", "expr": stamps})
     rules.append({"record": "dcgm_bridge:exporter_dialect_info", "expr": _dialect_info(rows)})
-    return rules
+    return rules + refresh_rules()
+
+
+# The sidecar's self-metrics about each DCGM endpoint's refresh (bridge/scrape.py RefreshWatch), on its pull
+# /metrics page and over OTLP: labelled by `endpoint` (host:port of the exporter), plus the sidecar's identity
+# (instance/job, resource attributes) and run_id/phase.
+REFRESH_PERIOD = "dcgm_bridge_exporter_refresh_period_seconds"
+LAST_REFRESH = "dcgm_bridge_exporter_last_refresh_timestamp_seconds"
+STALE_PERIODS, STALE_FLOOR_S = 3, 30
+
+
+def refresh_rules() -> list[dict[str, Any]]:
+    """Per endpoint, across the run's phases: its refresh cadence and when its values last changed."""
+    newest = f"(timestamp({REFRESH_PERIOD}) == ignoring(run_id, phase) group_left() " \
+             f"max without (run_id, phase) (timestamp({REFRESH_PERIOD})))"
+    return [
+        # The current phase's series only: a finished phase's lingers in OTLP-fed stores with an older median.
+        {"record": "dcgm_bridge:exporter_refresh_period_seconds",
+         "expr": f"max without (run_id, phase) ({REFRESH_PERIOD} and {newest})"},
+        {"record": "dcgm_bridge:exporter_last_refresh_timestamp_seconds",
+         "expr": f"max without (run_id, phase) ({LAST_REFRESH})"},
+    ]
 
 
 # A family only one dialect writes, per dialect (the power field: present on whole GPUs, MIG and vGPU).
@@ -208,6 +229,7 @@ def _throttling(title: str, reason: str, severity: str, summary: str, by_what: s
 def alerting_rules() -> list[dict[str, Any]]:
     p = PREFIX
     gpu = "{{ $labels.host }} GPU {{ $labels.gpu }} ({{ $labels.UUID }})"
+    age, period = "dcgm_bridge:exporter_last_refresh_timestamp_seconds", "dcgm_bridge:exporter_refresh_period_seconds"
     return [
         {"alert": "DcgmBridgeXidSeen",
          "expr": f"max by (host, UUID, gpu, err_code, err_msg) ({p}xid_code) > 0",
@@ -218,8 +240,21 @@ def alerting_rules() -> list[dict[str, Any]]:
         _throttling("Thermal", "thermal", "warning", f"{gpu} is thermally throttled", "thermal limits"),
         _throttling("Power", "power", "info", f"{gpu} is held at its power limit", "the power cap"),
         {"alert": "DcgmBridgeExporterStale",
-         # The energy counter moves at every DCGM refresh while a GPU is powered: unchanged for several
-         # refresh periods means the exporter (or DCGM under it) serves old values.
+         # No new DCGM refresh for STALE_PERIODS periods (at least STALE_FLOOR_S each: dcgm-exporter's default
+         # collect interval, and a floor for a period measured short); an endpoint whose period is not known
+         # yet (fewer than two refreshes seen) gets the floor. The value is the age of the values in seconds.
+         "expr": f"(time() - {age}) > {STALE_PERIODS} * clamp_min({period}, {STALE_FLOOR_S})\n"
+                 f"or\n(time() - {age} > {STALE_PERIODS * STALE_FLOOR_S}) unless {period}",
+         "for": "1m", "labels": {"severity": "warning"},
+         "annotations": {"summary": "dcgm-exporter {{ $labels.endpoint }} serves old values",
+                         "description": f"No new DCGM refresh for over {STALE_PERIODS} refresh periods (at least "
+                                        f"{STALE_PERIODS * STALE_FLOOR_S} s): dcgm-exporter or DCGM under it is "
+                                        "stuck. The sidecar's own measure (dcgm_bridge_exporter_last_refresh_"
+                                        "timestamp_seconds)."}},
+        {"alert": "DcgmBridgeEnergyCounterFrozen",
+         # Without the sidecar (dcgm-exporter scraped directly) there is no refresh self-metric: the energy
+         # counter moves at every DCGM refresh while a GPU is powered, so unchanged for several refresh
+         # periods means the exporter (or DCGM under it) serves old values.
          "expr": f"max by (host, UUID, gpu) (changes({p}energy_joules_total[{STALE_WINDOW}])) == 0",
          "for": "1m", "labels": {"severity": "warning"},
          "annotations": {"summary": f"No new value from {gpu} for {STALE_WINDOW}",

@@ -31,6 +31,7 @@ from bridge.otlp.starttime import StartTimeMode
 Protocol = Literal["http/protobuf", "grpc"]
 Compression = Literal["none", "gzip"]
 Units = Literal["none", "ucum"]
+Names = Literal["exporter", "semconv"]
 _PREFIX = "OTEL_EXPORTER_OTLP_"
 
 
@@ -58,6 +59,7 @@ class OtlpConfig:
     retry_max_backoff_s: float = 10.0
     # Mapping.
     units: Units = "none"  # "ucum": units from the HELP text; changes names in Prometheus (adds _watts...)
+    names: Names = "exporter"  # "semconv": GPU metrics as OpenTelemetry's hw.* (bridge/otlp/semconv.py)
     start_time: StartTimeMode = "first_seen"
 
     @property
@@ -82,6 +84,7 @@ def resolve_config(
     max_batch_points: int | None = None,
     units: str | None = None,
     start_time: str | None = None,
+    names: str | None = None,
 ) -> OtlpConfig | None:
     """The export settings, or None when no endpoint is configured anywhere (export off).
 
@@ -136,6 +139,9 @@ def resolve_config(
     unit_mode = units or "none"
     if unit_mode not in ("none", "ucum"):
         problems.append(f"OTLP units {unit_mode!r}: use none or ucum")
+    name_mode = names or "exporter"
+    if name_mode not in ("exporter", "semconv"):
+        problems.append(f"OTLP names {name_mode!r}: use exporter or semconv")
     start_mode = start_time or "first_seen"
     if start_mode not in ("first_seen", "unset"):
         problems.append(f"OTLP start time {start_mode!r}: use first_seen or unset")
@@ -161,6 +167,7 @@ def resolve_config(
         max_queue_points=max_queue_points or defaults.max_queue_points,
         max_batch_points=max_batch_points or defaults.max_batch_points,
         units="ucum" if unit_mode == "ucum" else "none",
+        names="semconv" if name_mode == "semconv" else "exporter",
         start_time="unset" if start_mode == "unset" else "first_seen",
     )
 

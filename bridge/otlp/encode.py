@@ -34,6 +34,7 @@ from bridge.otlp.plan import PACK_START, PagePlan
 from bridge.otlp.points import ContextCache as ContextCache
 from bridge.otlp.points import EncodedPage as EncodedPage
 from bridge.otlp.points import PointContext as PointContext
+from bridge.otlp.semconv import UNITS as SEMCONV_UNITS
 from bridge.otlp.starttime import ROUTE_ALIAS, ROUTE_DROP, ROUTE_RENAMED, Series, SeriesTable, StartTimeMode
 from bridge.otlp.wire import (
     CUMULATIVE,
@@ -434,6 +435,8 @@ class EndpointEncoder:
         return head
 
     def _unit(self, family: str, help_text: str) -> str:
+        if family in SEMCONV_UNITS:  # `--otlp-names semconv`: the conventions' units, whatever `units` says
+            return SEMCONV_UNITS[family]
         if self.units != "ucum":
             return ""
         for suffix, unit in UCUM_BY_NAME_SUFFIX:  # a DCGM 4.7 name says its unit (dcgm_fields.h)

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 from bridge.otlp.config import OtlpConfig
 from bridge.otlp.encode import ContextCache, EndpointEncoder
 from bridge.otlp.resource import endpoint_attributes
+from bridge.otlp.semconv import page_to_semconv
 from bridge.otlp.transport import Sender, SendResult, make_sender, secrets_of
 from bridge.otlp.wire import request_bytes
 from bridge.parse import TemplatedPage
@@ -295,9 +296,8 @@ class OtlpForwarder:
                 self._queued_points -= item.points
                 self._inflight_points += item.points
                 self._inflight_pages += 1
-            encoded = self._encoder(item.endpoint).encode(
-                item.page, self._contexts.get(item.run_id, item.phase), item.ts_ns
-            )
+            page = page_to_semconv(item.page) if self.config.names == "semconv" else item.page
+            encoded = self._encoder(item.endpoint).encode(page, self._contexts.get(item.run_id, item.phase), item.ts_ns)
             with self._lock:
                 self._counts["stale_markers"] += encoded.stale
             if not encoded.chunk:

@@ -58,6 +58,9 @@ def telemetry_options(func: Any) -> Any:
         click.option("--otlp-insecure", is_flag=True, default=None, help="gRPC without TLS."),
         click.option("--otlp-units", type=click.Choice(["none", "ucum"]),
                      help="Set UCUM units on metrics (changes their Prometheus names; default none)."),
+        click.option("--otlp-names", type=click.Choice(["exporter", "semconv"]),
+                     help="exporter (default): the exporter's names; semconv: GPU metrics as OpenTelemetry's "
+                          "hardware conventions (hw.power, hw.energy, hw.gpu.utilization, …)."),
         click.option("--otlp-export-interval", type=float, help="Seconds between exports (default 1)."),
         click.option("--otlp-max-queue-points", type=int, help="Queue bound; the oldest pages are dropped past it."),
         click.option("--relabel-config", type=click.Path(exists=True, dir_okay=False),
@@ -72,8 +75,8 @@ def telemetry_options(func: Any) -> Any:
 
 
 _OTLP_FLAGS = ("otlp_endpoint", "otlp_protocol", "otlp_headers", "otlp_timeout", "otlp_compression",
-               "otlp_insecure", "otlp_units", "otlp_export_interval", "otlp_max_queue_points", "relabel_config",
-               "service_name", "resource_attribute", "attribute")
+               "otlp_insecure", "otlp_units", "otlp_names", "otlp_export_interval", "otlp_max_queue_points",
+               "relabel_config", "service_name", "resource_attribute", "attribute")
 
 
 def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
@@ -101,7 +104,8 @@ def build_forwarder(otlp: dict[str, Any]) -> tuple[OtlpForwarder | None, Relabel
         config = resolve_config(os.environ, endpoint=otlp.get("otlp_endpoint"), protocol=otlp.get("otlp_protocol"),
                                 headers=otlp.get("otlp_headers"), timeout_s=otlp.get("otlp_timeout"),
                                 compression=otlp.get("otlp_compression"), insecure=otlp.get("otlp_insecure"),
-                                units=otlp.get("otlp_units"), export_interval_s=otlp.get("otlp_export_interval"),
+                                units=otlp.get("otlp_units"), names=otlp.get("otlp_names"),
+                                export_interval_s=otlp.get("otlp_export_interval"),
                                 max_queue_points=otlp.get("otlp_max_queue_points"))
     except OtlpConfigError as exc:
         raise ConfigError(f"OTLP configuration: {exc}") from None

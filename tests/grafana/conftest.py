@@ -1,16 +1,22 @@
-"""Real stores on loopback holding one recorded benchmark run, for the dashboards' per-query tests.
+"""Real stores on loopback holding one recorded benchmark run and the mixin's recorded series, for the
+dashboards' per-query tests.
 
-`stored_run` (module scope) starts three stores and feeds them the same run, step by step:
+`stored_run` (module scope, once per exporter dialect) starts three stores and feeds them the same run,
+step by step:
 - VictoriaMetrics (default OTLP naming) and VictoriaMetrics with `-opentelemetry.usePrometheusNaming`
   (counters get `_total`, as in Prometheus/Mimir via OTLP), both through the session's OTLP forwarder
-  (bridge.otlp.OtlpForwarder, HTTP/protobuf; `Session(forwarder=...)` submits every page);
+  (bridge.otlp.OtlpForwarder, HTTP/protobuf; `Session(forwarder=...)` submits every page), each with a
+  `vmalert` evaluating grafana/rules/dcgm-bridge.rules.yml against it and writing the recorded series back
+  (remote write);
 - Prometheus 2.53 scraping the session's pull endpoint (`Session.exposition()`, served over loopback
-  HTTP) with the shipped collector/prometheus/prometheus.yml job.
-The run: two simulated nodes, `gpu-node-a` (2 GPUs × 3 MIG instances, dcgm-exporter <= 4.5 `Hostname`)
-and `gpu-node-b` (2 whole GPUs, 4.6+ `hostname`); baseline, warmup, a gap, profiling with an XID on
-node A's GPU 1, completion. The simulators' clock follows the wall clock (Prometheus stamps its own
-scrape times) and each step waits until Prometheus has scraped that step's page: bounded polling, no
-sleeps. Store helpers (Server, VictoriaMetrics, wait_until) are the OTLP tier's, imported.
+  HTTP) with the shipped collector/prometheus/prometheus.yml job and the rules file loaded.
+The run: two simulated nodes, `gpu-node-a` (2 GPUs × 3 MIG instances) and `gpu-node-b` (2 whole GPUs), in
+one of two dialects: `legacy` (node A dcgm-exporter <= 4.5 `Hostname`, node B 4.6+ `hostname`) or `dcgm47`
+(DCGM 4.7 names and units: node A dcgm-exporter 4.9, node B 4.10); baseline, warmup, a gap, profiling with
+an XID on node A's GPU 1, completion. The simulators' clock follows the wall clock (Prometheus stamps its
+own scrape times) and each step waits until every store has the step's page and the rules have been
+evaluated over it (a recorded sample newer than the page): bounded polling, no sleeps. Store helpers
+(Server, VictoriaMetrics, wait_until) are the OTLP tier's, imported.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import math
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -37,13 +43,22 @@ from bridge.sidecar.session import Session
 from bridge.simulator import ManualClock, SimulatedExporter, SimulatorConfig
 from tests.conftest import free_port, require_binary
 from tests.grafana.simrun import RecordedRun, Step, drive_run
-from tests.otlp.conftest import COLLECTOR, Server, VictoriaMetrics, wait_until
+from tests.otlp.conftest import COLLECTOR, ROOT, Server, VictoriaMetrics, wait_until
 
 RUN_ID = "bench-7f3a"
 XID_NODE, XID_GPU, XID_CODE = 0, 1, 79  # node A (MIG), GPU 1
 NODE_A, NODE_B = "gpu-node-a", "gpu-node-b"
 SCRAPE_INTERVAL_S = 0.05
+EVAL_INTERVAL_MS = 100  # the rules' evaluation interval in Prometheus
+# vmalert's: it stamps and queries whole seconds, so two evaluations within one second write the same timestamp
+VMALERT_INTERVAL = "1s"
 AFTER_RUN_S = 0.2
+RULES = ROOT / "grafana" / "rules" / "dcgm-bridge.rules.yml"
+# dialect -> (node A's, node B's simulator dialect); node A has MIG
+DIALECTS = {"legacy": ("legacy", "current"), "dcgm47": ("dcgm49", "dcgm410")}
+ENERGY = {"legacy": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "dcgm47": "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL"}
+# Recorded at every evaluation: the time of the newest sample of the run's GPUs the rules saw.
+RECORDED = f'dcgm_bridge:gpu_last_sample_timestamp_seconds{{run_id="{RUN_ID}"}}'
 _HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=10.0))
 
 
@@ -58,6 +73,23 @@ class Store:
     name: str
     base: str
     eval_s: dict[int, float] = field(default_factory=dict)  # step index -> a time showing that step
+    flush: Callable[[], None] = lambda: None  # makes what was written searchable (VictoriaMetrics)
+    vmalert: bool = False
+
+    def recorded(self, step_s: float, since_s: float) -> float | None:
+        """The time of a rule evaluation that saw the step's page (at `step_s`, in the store by `since_s`).
+
+        Prometheus evaluates at the time it stamps: any evaluation at or after `since_s` saw it. vmalert
+        stamps (and queries at) whole seconds, up to a second from when it runs, so its evaluation is
+        known by what it recorded: the newest sample it saw, the step's own (`step_s`)."""
+        self.flush()
+        now = time.time()
+        stamp = self.instant(f"max(timestamp({RECORDED}))", now)
+        newest = self.instant(f"max({RECORDED})", now)
+        if not stamp or not newest:
+            return None
+        at, seen = float(stamp[0]["value"][1]), float(newest[0]["value"][1])
+        return at if (seen >= step_s if self.vmalert else at >= since_s) else None
 
     def _get(self, path: str, params: list[tuple[str, str]]) -> Any:
         response = _HTTP.request("GET", f"{self.base}{path}?{urllib.parse.urlencode(params)}")
@@ -87,6 +119,11 @@ class StoredRun:
     run: RecordedRun
     stores: dict[str, Store]
     nodes: list[SimulatedExporter]
+    dialect: str  # a key of DIALECTS
+
+    @property
+    def energy_family(self) -> str:
+        return ENERGY[self.dialect]
 
     @property
     def start_s(self) -> float:
@@ -138,11 +175,14 @@ class PullEndpoint:
 
 
 def start_prometheus(tmp: Path, target_port: int) -> tuple[Server, str]:
-    """Prometheus 2.53 with the shipped dcgm-bridge scrape job pointed at the loopback pull endpoint."""
+    """Prometheus 2.53 with the shipped dcgm-bridge scrape job pointed at the loopback pull endpoint, and the
+    mixin's rules."""
     binary = require_binary("prometheus")
     config = yaml.safe_load((COLLECTOR / "prometheus" / "prometheus.yml").read_text())
     config["global"] = {"scrape_interval": f"{int(SCRAPE_INTERVAL_S * 1000)}ms",
-                        "scrape_timeout": f"{int(SCRAPE_INTERVAL_S * 800)}ms"}
+                        "scrape_timeout": f"{int(SCRAPE_INTERVAL_S * 800)}ms",
+                        "evaluation_interval": f"{EVAL_INTERVAL_MS}ms"}
+    config["rule_files"] = [str(RULES)]
     job = next(j for j in config["scrape_configs"] if j["job_name"] == "dcgm-bridge")
     del job["kubernetes_sd_configs"]
     job["relabel_configs"] = []
@@ -158,6 +198,24 @@ def start_prometheus(tmp: Path, target_port: int) -> tuple[Server, str]:
     )
     server.start()
     return server, f"http://127.0.0.1:{port}"
+
+
+def start_vmalert(tmp: Path, store: VictoriaMetrics) -> Server:
+    """vmalert evaluating the mixin's rules against `store` and writing the recorded series back into it.
+
+    -rule.evalDelay=0s: the store shows points at once (-search.latencyOffset=0s); the default 30 s would
+    evaluate the rules over the run's past."""
+    port = free_port()
+    server = Server(
+        "vmalert",
+        [str(require_binary("vmalert")), f"-rule={RULES}", f"-datasource.url={store.base}",
+         f"-remoteWrite.url={store.base}", f"-evaluationInterval={VMALERT_INTERVAL}", "-rule.evalDelay=0s",
+         "-remoteWrite.flushInterval=20ms", "-remoteWrite.concurrency=1", "-notifier.blackhole",
+         f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=WARN"],
+        f"http://127.0.0.1:{port}/health", tmp / f"vmalert-{port}.log",
+    )
+    server.start()
+    return server
 
 
 class Tee:
@@ -188,11 +246,13 @@ def _records_written(base: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-@pytest.fixture(scope="module")
-def stored_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoredRun]:
-    tmp = tmp_path_factory.mktemp("grafana-run")
+@pytest.fixture(scope="module", params=list(DIALECTS))
+def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoredRun]:
+    dialect: str = request.param
+    tmp = tmp_path_factory.mktemp(f"grafana-run-{dialect}")
     vm_binary = require_binary("victoria-metrics")
     require_binary("prometheus")
+    require_binary("vmalert")
     for sub in ("vm", "vmp"):
         (tmp / sub).mkdir()
     vm = VictoriaMetrics(vm_binary, tmp / "vm" / "data")
@@ -209,10 +269,12 @@ def stored_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoredRun]:
         for server in (vm, vm_prom):
             server.start()
             servers.append(server)
+            servers.append(start_vmalert(tmp, server))
         wait_until(lambda: _records_written(prom_base) == -1, 30.0, "Prometheus' first scrape of the endpoint")
         stores = {
-            "victoria-metrics": Store("victoria-metrics", vm.base),
-            "victoria-metrics-prometheus-naming": Store("victoria-metrics-prometheus-naming", vm_prom.base),
+            "victoria-metrics": Store("victoria-metrics", vm.base, flush=vm.flush, vmalert=True),
+            "victoria-metrics-prometheus-naming": Store("victoria-metrics-prometheus-naming", vm_prom.base,
+                                                        flush=vm_prom.flush, vmalert=True),
             "prometheus-scrape": Store("prometheus-scrape", prom_base),
         }
         resource = base_attributes({}, service_name="dcgm-exporter", hostname=lambda: "bench-pod-0")
@@ -220,9 +282,10 @@ def stored_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoredRun]:
             forwarders.append(OtlpForwarder(OtlpConfig(endpoint=server.otlp_url), base_resource=resource,
                                             start=False))
         clock = ManualClock(time.time_ns())
-        node_a = SimulatedExporter(SimulatorConfig(gpus=2, mig=3, hostname=NODE_A, dialect="legacy", seed=21),
+        dialect_a, dialect_b = DIALECTS[dialect]
+        node_a = SimulatedExporter(SimulatorConfig(gpus=2, mig=3, hostname=NODE_A, dialect=dialect_a, seed=21),
                                    now_ns=clock)
-        node_b = SimulatedExporter(SimulatorConfig(gpus=2, hostname=NODE_B, dialect="current", seed=22),
+        node_b = SimulatedExporter(SimulatorConfig(gpus=2, hostname=NODE_B, dialect=dialect_b, seed=22),
                                    now_ns=clock)
         nodes = [node_a, node_b]
 
@@ -230,30 +293,35 @@ def stored_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoredRun]:
             clock.set(max(time.time_ns(), clock() + 1_000_000))
 
         def before_step(index: int) -> None:
-            if index == 12:  # mid-profiling
+            if index == 9:  # mid-profiling
                 nodes[XID_NODE].model.inject_xid(XID_GPU, XID_CODE, clock() + 1)
 
         def on_step(step: Step, session: Session) -> None:
             for fwd in forwarders:  # what the sidecar's export thread does every export_interval
                 assert fwd.flush(10.0)
-            for name in ("victoria-metrics", "victoria-metrics-prometheus-naming"):
-                stores[name].eval_s[step.index] = (step.t_ns // 1_000_000 + 1) / 1000
+            for server in (vm, vm_prom):
+                server.flush()
             pull.body = session.exposition()
             written = session.records_written
             wait_until(lambda: _records_written(prom_base) == written, 10.0,
                        f"Prometheus to scrape step {step.index}")
-            stores["prometheus-scrape"].eval_s[step.index] = time.time()
+            # Every store now holds the step's page: the rules' next evaluation records it.
+            since, step_s = time.time(), step.t_ns // 1_000_000 / 1000  # VictoriaMetrics keeps ms
+            for store in stores.values():
+                wait_until(lambda store=store: store.recorded(step_s, since) is not None, 10.0,
+                           f"{store.name}'s rules to record step {step.index}")
+                store.eval_s[step.index] = store.recorded(step_s, since) or since
 
         with node_a, node_b:
             run = drive_run(tmp / "artifacts", nodes, clock, tick=tick, on_step=on_step, run_id=RUN_ID,
-                            warmup_steps=6, profiling_steps=12, before_step=before_step,
+                            warmup_steps=3, profiling_steps=6, before_step=before_step,
                             forwarder=Tee(forwarders))
         for fwd in forwarders:  # closed by the session's completion
             stats = fwd.stats()
             assert stats.sent_points > 0 and stats.rejected_points == 0 and stats.dropped_points == 0, stats
         for server in (vm, vm_prom):
             server.flush()
-        yield StoredRun(run, stores, nodes)
+        yield StoredRun(run, stores, nodes, dialect)
     finally:
         for fwd in forwarders:
             fwd.close()

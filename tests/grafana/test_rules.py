@@ -156,9 +156,47 @@ def _mig_group(records: list[str], expr_key: str) -> dict[str, Any]:
                                     "description": "The benchmark is profiling but this GPU does no work."}}]}]}
 
 
+# The sidecar's refresh self-metrics, one endpoint per case (at 5m = 300 s; stale past 3 × max(period, 30 s)):
+# node-1 refreshed just now; node-2 stuck since 10 s; node-3 refreshes every 60 s and is 100 s old (< 180 s);
+# node-4 has no period yet and is 300 s old (> 90 s). node-1's finished warmup phase lingers with another
+# period: the recorded period is the current phase's.
+REFRESH = {  # endpoint: (last refresh series, period series or None)
+    "node-1:9400": ("0+60x10", "30x10"), "node-2:9400": ("10x10", "30x10"), "node-3:9400": ("200x10", "60x10"),
+    "node-4:9400": ("0x10", None),
+}
+SIDECAR = {"instance": "sidecar-0:8086", "job": "dcgm-bridge"}
+
+
+def _refresh_group(expr_key: str) -> dict[str, Any]:
+    inputs = []
+    for endpoint, (last, period) in REFRESH.items():
+        labels = {"endpoint": endpoint, **SIDECAR, **RUN}
+        inputs.append({"series": "dcgm_bridge_exporter_last_refresh_timestamp_seconds" + _labels(labels),
+                       "values": last})
+        if period:
+            inputs.append({"series": "dcgm_bridge_exporter_refresh_period_seconds" + _labels(labels),
+                           "values": period})
+    warmup = {"endpoint": "node-1:9400", **SIDECAR, **RUN, "phase": "warmup"}
+    inputs.append({"series": "dcgm_bridge_exporter_refresh_period_seconds" + _labels(warmup), "values": "999 _x9"})
+    record = "dcgm_bridge:exporter_refresh_period_seconds"
+    tests = [{"expr": record, "eval_time": "5m", "exp_samples": [
+        {"labels": record + _labels({"endpoint": e, **SIDECAR}), "value": float(p.split("x")[0])}
+        for e, (_, p) in REFRESH.items() if p]}]
+    annotations = {"summary": "dcgm-exporter {endpoint} serves old values",
+                   "description": "No new DCGM refresh for over 3 refresh periods (at least 90 s): dcgm-exporter "
+                                  "or DCGM under it is stuck. The sidecar's own measure "
+                                  "(dcgm_bridge_exporter_last_refresh_timestamp_seconds)."}
+    alerts = [{"exp_labels": {"severity": "warning", "endpoint": e, **SIDECAR},
+               "exp_annotations": {k: v.format(endpoint=e) for k, v in annotations.items()}}
+              for e in ("node-2:9400", "node-4:9400")]
+    return {"name": "exporter refresh", "interval": "1m", "input_series": inputs, expr_key: tests,
+            "alert_rule_test": [{"eval_time": "5m", "alertname": "DcgmBridgeExporterStale", "exp_alerts": alerts}]}
+
+
 def _test_file(tmp_path: Path, expr_key: str) -> Path:
     records = [r["record"] for r in yaml.safe_load(RULES.read_text())["groups"][0]["rules"]]
-    groups = [_test_group(d, records, expr_key) for d in DIALECTS] + [_mig_group(records, expr_key)]
+    groups = [_test_group(d, records, expr_key) for d in DIALECTS] + [_mig_group(records, expr_key),
+                                                                       _refresh_group(expr_key)]
     doc: dict[str, Any] = {"rule_files": [str(RULES)], "evaluation_interval": "1m"}
     if expr_key == "metricsql_expr_test":  # vmalert-tool names the alert's group, and labels alerts with it
         for group in groups:
@@ -209,3 +247,11 @@ def test_every_dialect_records_the_same_series_in_promtool(tmp_path):
 def test_every_dialect_records_the_same_series_in_vmalert_tool(tmp_path):
     tool = require_binary("vmalert-tool")
     _run([str(tool), "unittest", f"--files={_test_file(tmp_path, 'metricsql_expr_test')}"], tmp_path)
+
+
+def test_the_readme_explains_every_recorded_series_and_alert():
+    readme = (ROOT / "grafana" / "README.md").read_text(encoding="utf-8")
+    doc = yaml.safe_load(RULES.read_text())
+    names = [r.get("record") or r["alert"] for group in doc["groups"] for r in group["rules"]]
+    missing = [name for name in names if f"`{name}`" not in readme]
+    assert not missing, f"grafana/README.md does not name {missing}"
