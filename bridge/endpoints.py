@@ -19,7 +19,8 @@ from bridge.redact import netloc_without_userinfo
 DEFAULT_ENDPOINTS = ("http://localhost:9400/metrics", "http://localhost:9401/metrics")
 LOCAL_COLLECTORS = frozenset(["pynvml", "amdsmi"])
 # What to tell a user whose exporter refreshes slower than we scrape (dcgm-exporter's `-c` / collect-interval,
-# env DCGM_EXPORTER_INTERVAL, 30000 ms by default: NVIDIA/dcgm-exporter `pkg/cmd/app.go`).
+# env DCGM_EXPORTER_INTERVAL, 30000 ms by default: NVIDIA/dcgm-exporter `pkg/cmd/app.go`; DCGM samples the
+# watched fields at that interval).
 REFRESH_FIX = ("lower dcgm-exporter's collect interval: `-c 100` (or DCGM_EXPORTER_INTERVAL=100), so that DCGM "
                "refreshes faster than the sidecar scrapes")
 

@@ -42,11 +42,12 @@ _KEEP_BODY = 1 << 20
 class RefreshWatch:
     """Which scrapes brought a new DCGM refresh, and the period between refreshes, as the scrapes see it.
 
-    dcgm-exporter serves the page its collector built at its last collection (every `-c` ms, 30 000 by
-    default: NVIDIA/dcgm-exporter `pkg/cmd/app.go`, `collect-interval`), so between collections the body is
-    the same bytes: a body unlike the previous one is a new refresh, sampled after the previous scrape
-    started and before this one did. The period is the median spacing of the recent brackets' midpoints
-    (the report fits the whole run's: bridge/report/refresh.py).
+    dcgm-exporter serves DCGM's latest samples of fields DCGM watches every collect interval (`-c` ms,
+    30 000 by default: NVIDIA/dcgm-exporter `pkg/cmd/app.go`, `collect-interval`, the collectors'
+    `WatchDeviceFields(..., CollectInterval*1000)`), so between two samples the body is the same bytes: a body
+    unlike the previous one is a new refresh, sampled after the previous scrape started and before this one
+    did. The period is the median spacing of the recent brackets' midpoints (the report fits the whole run's:
+    bridge/report/refresh.py).
     """
 
     __slots__ = ("_body", "_start_ns", "_mids", "refreshes", "last_new_ns")

@@ -1,16 +1,16 @@
 """DCGM's refresh cadence, read from the recording, and counters timed at their refresh, not at our scrape.
 
-dcgm-exporter does not read the GPU when it is scraped: it serves what its collector last gathered, and the
-collector runs on a ticker every `-c` / `DCGM_EXPORTER_INTERVAL` ms, 30 000 by default (NVIDIA/dcgm-exporter
-`pkg/cmd/app.go` flag `collect-interval`; the collector loop in `pkg/exporter/server.go` /
-`pkg/exporter/metrics_pipeline.go` runs `time.NewTicker(collectInterval)`), with DCGM watching the fields at
-that same interval. Between two collections every scrape repeats the same values, and the page carries no
-sample time.
+dcgm-exporter does not read the GPU when it is scraped: its collectors have DCGM watch their fields with an
+update frequency of the collect interval, `-c` / `DCGM_EXPORTER_INTERVAL` ms, 30 000 by default
+(NVIDIA/dcgm-exporter `pkg/cmd/app.go`, flag `collect-interval`; the collectors call
+`WatchDeviceFields(..., int64(config.CollectInterval)*1000)`, in µs), and a scrape returns DCGM's latest
+samples. Between two DCGM samples every scrape repeats the same values, and the page carries no sample time.
 
 So a value that first appears at scrape k was sampled after scrape k−1 (which still had the old one) and no
-later than scrape k: its sample instant lies in the bracket (t[k−1], t[k]]. The brackets of a run's new
-values line up on a grid `phase + j·period` (the collector's ticker), which a least-squares fit recovers far
-more precisely than any one bracket; each new value is timed at the grid instant inside its bracket.
+later than scrape k: its sample instant lies in the bracket (t[k−1], t[k]]. DCGM samples a watched field
+periodically, so the brackets of a run's new values line up on a grid `phase + j·period`, which the fit below
+recovers far more precisely than any one bracket; each new value is timed at the grid instant inside its
+bracket.
 
 - `Cadence`: per series, how many scrapes brought a new value and the period between them. When (nearly)
   every scrape brings one, the values are fresh and the scrape time is the sample time (`fresh`).
