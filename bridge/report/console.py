@@ -52,8 +52,9 @@ def render_console(report: Report, console: Console | None = None) -> None:
     endpoints_data: dict[str, Any] = report.telemetry_data.get("endpoints", {})
     for status in statuses:
         refresh = endpoints_data.get(status.display, {}).get("refresh") or {}
+        every = "at most once in" if refresh.get("period_at_least") else "every"
         slow = "" if refresh.get("fresh", True) or not refresh.get("period_s") else \
-            f" (DCGM refresh every {refresh['period_s']:,.1f} s)"
+            f" (DCGM refresh {every} {refresh['period_s']:,.1f} s)"
         if status.up_at_end:
             console.print(f"  [green]✔[/green] {status.display}{slow}")
         else:
@@ -151,7 +152,8 @@ def _print_energy(report: Report, console: Console) -> None:
         scale = energy.total_energy_j / value if value else 1.0
         parts.append(f"bound ± {format_number(energy.bound_j / scale)} {unit}")
     if energy.refresh_period_s is not None:
-        parts.append(f"DCGM refresh every {energy.refresh_period_s:,.1f} s")
+        every = "at most once in" if energy.refresh_at_least else "every"
+        parts.append(f"DCGM refresh {every} {energy.refresh_period_s:,.1f} s")
     console.print(f"Energy, all {gpus} GPU{'s' if gpus != 1 else ''}:" + (" " if separator == ", " else separator)
                   + separator.join(parts))
     warning = report.telemetry_data.get("summary", {}).get("refresh_warning")

@@ -47,6 +47,7 @@ class EnergyTotals:
     bound_j: float | None = None  # ± Σ of the GPUs' bounds (interpolated counters; bridge/report/refresh.py)
     refresh_period_s: float | None = None  # the slowest DCGM refresh behind the energy (None: fresh values)
     refreshes_per_window: float | None = None  # the window's length in those refresh periods
+    refresh_at_least: bool = False  # that period is a lower bound (fewer than two new values were seen)
 
     @property
     def too_few_refreshes(self) -> bool:
@@ -63,6 +64,7 @@ def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -
     energy_j = bound_j = 0.0
     counted = integrated = 0
     slowest: float | None = None
+    at_least = False
     for s in series:
         power = s.values.get(POWER_KEY)
         if power is not None:
@@ -83,8 +85,9 @@ def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -
                     delta = timed
                 if timed is not None:
                     bound_j += timed.bound * _MJ_TO_J
-                if not cadence.fresh and cadence.period_s is not None:
-                    slowest = max(slowest or 0.0, cadence.period_s)
+                period = None if cadence.fresh else cadence.period_s
+                if period is not None and period >= (slowest or 0.0):
+                    slowest, at_least = period, cadence.at_least
             if delta is not None:
                 energy_j += delta.delta * _MJ_TO_J
                 counted += 1
@@ -108,7 +111,7 @@ def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -
     average = energy_j / duration_s if duration_s > 0 else None
     spans = duration_s / slowest if slowest else None
     return EnergyTotals(energy_j, average, total_power, duration_s, counted, integrated, source,
-                        bound_j if counted else None, slowest, spans)
+                        bound_j if counted else None, slowest, spans, at_least)
 
 
 def _avg(benchmark: Mapping[str, Any] | None, tag: str) -> float | None:

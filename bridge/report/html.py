@@ -115,7 +115,8 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
         refresh = body.get("refresh")
         if refresh and not refresh.get("fresh") and refresh.get("period_s"):
             seen = f"{refresh['refreshes']:,} of {refresh['scrapes']:,} scrapes new"
-            cards.append((f"DCGM refresh {endpoint}", f"every {refresh['period_s']:,.1f} s ({seen})"))
+            every = "at most once in" if refresh.get("period_at_least") else "every"
+            cards.append((f"DCGM refresh {endpoint}", f"{every} {refresh['period_s']:,.1f} s ({seen})"))
     warning = report.telemetry_data.get("summary", {}).get("refresh_warning")
     if warning:
         cards.append(("Warning", warning))
