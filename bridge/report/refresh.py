@@ -25,9 +25,10 @@ bracket.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bridge.endpoints import REFRESH_FIX
 
@@ -116,6 +117,8 @@ def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64], *, counting: bo
     if new.size < 2:
         longest = _longest_unchanged(ts[seen], new, seen) if counting else None
         return Cadence(scrapes, refreshes, longest, new=new, at_least=longest is not None)
+    if new.size >= FRESH_SHARE * (scrapes - 1):  # fresh: the mean spacing says enough (no sort of every gap)
+        return Cadence(scrapes, refreshes, float(ts[new[-1]] - ts[new[0]]) / (new.size - 1), new=new)
     lo = ts[previous].astype(np.float64)
     hi = ts[new].astype(np.float64)
     mids = (lo + hi) / 2
@@ -228,9 +231,26 @@ def _root(f: Callable[[float], float], inside: float, outside: float) -> float:
     return (inside + outside) / 2
 
 
+_CADENCES: dict[int, tuple[Any, Cadence]] = {}  # id(timestamps) -> (a weak reference to them, their cadence)
+
+
 def series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
     """A series' cadence from its energy counter (no refresh leaves it unchanged while the GPU draws power, and
-    DCGM may watch other fields at other rates), else its power gauge, else every field it has."""
+    DCGM may watch other fields at other rates), else its power gauge, else every field it has. Kept while the
+    series' timestamp array lives: the report asks for it per metric block, per endpoint, for the energy and
+    per phase."""
+    key = id(ts)
+    held = _CADENCES.get(key)
+    if held is not None and held[0]() is ts:
+        return held[1]
+    cadence = _series_cadence(ts, values)
+    if len(_CADENCES) > 4096:
+        _CADENCES.clear()
+    _CADENCES[key] = (weakref.ref(ts), cadence)
+    return cadence
+
+
+def _series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
     import numpy as np
 
     energy, power = values.get(ENERGY_KEY), values.get(POWER_KEY)
@@ -251,7 +271,7 @@ def field_periods(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64
     at irregular multiples of the period and is not listed.)"""
     import numpy as np
 
-    if cadence.period_ns is None or cadence.at_least:
+    if cadence.period_ns is None or cadence.at_least or cadence.fresh:
         return {}
     out: dict[str, float] = {}
     for key, column in values.items():
@@ -328,6 +348,38 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     at0, bound0 = _edge(tau, cum, rate, lo, hi, e0)
     at1, bound1 = _edge(tau, cum, rate, lo, hi, e1)
     return RefreshedDelta(float(max(at1 - at0, 0.0)), resets, bound0 + bound1)
+
+
+def fresh_bound(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, end: int) -> float | None:
+    """The bound `refreshed_delta` gives fresh values (each scrape its own sample), from the two samples around
+    each edge only (the report pays this for every GPU at shutdown): between them the counter can be anywhere
+    from one to the other, so an edge read by interpolation at fraction f of the interval can be off by
+    max(f, 1 − f) of its increase; past the data, by 1.5 × the nearest interval's rate × the gap."""
+    import numpy as np
+
+    from bridge.report.stats import RESET_FRACTION
+
+    valid = ~np.isnan(values)
+    t, v = ts[valid], values[valid]
+    n = int(t.size)
+    if n == 0:
+        return None
+    bound = 0.0
+    for edge in (start, end):
+        i = int(np.searchsorted(t, edge, side="right"))  # the first sample after the edge
+        if 0 < i < n:
+            t0, t1, v0, v1 = int(t[i - 1]), int(t[i]), float(v[i - 1]), float(v[i])
+            if t0 == edge or t1 <= t0:
+                continue  # read at a sample
+            step = v1 if v1 < v0 * RESET_FRACTION else max(v1 - v0, 0.0)  # a reset counts from zero
+            f = (edge - t0) / (t1 - t0)
+            bound += max(f, 1.0 - f) * step
+        elif n >= 2:
+            a, b = (0, 1) if i == 0 else (n - 2, n - 1)
+            span = int(t[b] - t[a])
+            rate = max(float(v[b] - v[a]), 0.0) / span if span > 0 else 0.0
+            bound += _RATE_MARGIN * rate * abs(edge - int(t[a if i == 0 else b]))
+    return bound
 
 
 def _edge(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,

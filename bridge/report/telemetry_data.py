@@ -24,6 +24,7 @@ from bridge.report.refresh import (
     RefreshedDelta,
     endpoint_cadence,
     field_periods,
+    fresh_bound,
     refreshed_delta,
     refreshes_in,
     series_cadence,
@@ -228,14 +229,15 @@ def refreshed_counters(s: Series, counters: Sequence[MetricLabel], cadence: Cade
         if fresh is None:  # no valid sample in [start, end + grace]: omitted, whatever the cadence
             out[label.key] = None
             continue
-        slope = s.values.get(POWER_KEY) if label.key == ENERGY_KEY else None
-        timed = None
-        if not cadence.fresh or label.key == ENERGY_KEY:
-            timed = refreshed_delta(s.timestamps, s.values[label.key], cadence, window.start_ns, window.end_ns,
-                                    None if slope is None else slope * 1e-6)  # W → MJ/s
-        delta = fresh if cadence.fresh else timed
-        bound = timed.bound if timed is not None and label.key == ENERGY_KEY else None
-        out[label.key] = _counter_result(label.unit, delta, bound=bound)
+        energy = label.key == ENERGY_KEY
+        if cadence.fresh:
+            bound = fresh_bound(s.timestamps, s.values[label.key], window.start_ns, window.end_ns) if energy else None
+            out[label.key] = _counter_result(label.unit, fresh, bound=bound)
+            continue
+        slope = s.values.get(POWER_KEY) if energy else None
+        timed = refreshed_delta(s.timestamps, s.values[label.key], cadence, window.start_ns, window.end_ns,
+                                None if slope is None else slope * 1e-6)  # W → MJ/s
+        out[label.key] = _counter_result(label.unit, timed, bound=timed.bound if timed and energy else None)
     return out
 
 
