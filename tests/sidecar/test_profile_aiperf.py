@@ -282,3 +282,31 @@ def test_sigterm_to_profile_becomes_one_sigint_to_aiperf(aiperf, tokenizer, serv
     assert output.count("BENCHMARK CANCELLED") == 1 and "FORCE QUIT" not in output
     _cancelled_report(out / "aiperf")
     assert not list(out.glob(".dcgm-bridge-spool-*"))  # finished, not killed: the spool is gone
+
+
+def test_a_slow_exporter_refresh_reaches_aiperfs_files_with_the_bound(aiperf, tokenizer, server, tmp_path):
+    """An exporter refreshing every second (ten scrapes a refresh): the report in AIPerf's own JSON times the
+    energy at DCGM's refresh, carries the bound beside AIPerf's keys, and the run waited for the refresh that
+    brackets the window's end (issue 15)."""
+    out = tmp_path / "out"
+    with SimulatedExporter(SimulatorConfig(gpus=2, seed=31, refresh_ms=1000)) as exporter:
+        argv = _profile("--artifact-dir", str(out), "--gpu-telemetry", exporter.url, "--",
+                        *_aiperf_args(aiperf, server, tokenizer, 600, "--artifact-dir", str(out), "--ui", "simple"))
+        result = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        doc = orjson.loads((out / "profile_export_aiperf.json").read_bytes())
+        start_ns = int(datetime.fromisoformat(doc["start_time"]).timestamp() * 1e6) * 1000
+        end_ns = int(datetime.fromisoformat(doc["end_time"]).timestamp() * 1e6) * 1000
+        truth = sum(exporter.model.energy_joules(g, start_ns, end_ns) for g in range(2))
+    (body,) = doc["telemetry_data"]["endpoints"].values()
+    assert body["refresh"]["fresh"] is False and body["refresh"]["period_s"] == pytest.approx(1.0, rel=0.05)
+    energy = doc["nvidia_total_gpu_energy"]
+    assert set(energy) == {"unit", "avg", "bound"} and energy["unit"] == "J"
+    assert abs(energy["avg"] - truth) <= energy["bound"]
+    assert energy["avg"] == pytest.approx(truth, rel=0.02)
+    gpu = next(iter(body["gpus"].values()))["metrics"]
+    assert gpu["nvidia_energy_consumption"]["bound"] > 0 and gpu["nvidia_power_usage"]["refreshes"] >= 2
+    records = [orjson.loads(line) for line in (out / "gpu_telemetry_export.jsonl").read_bytes().splitlines()]
+    after = {r["telemetry_data"]["nvidia_energy_consumption"] for r in records
+             if r["timestamp_ns"] > end_ns and r["gpu_index"] == 0}
+    assert len(after) >= 2  # a new refresh came after the window's end before the run was closed
