@@ -50,7 +50,7 @@ class RefreshWatch:
     bridge/report/refresh.py).
     """
 
-    __slots__ = ("_body", "_start_ns", "_mids", "refreshes", "last_new_ns")
+    __slots__ = ("_body", "_start_ns", "_mids", "refreshes", "last_new_ns", "period_s")
 
     def __init__(self) -> None:
         self._body: bytes | tuple[int, int] | None = None
@@ -58,6 +58,7 @@ class RefreshWatch:
         self._mids: deque[float] = deque(maxlen=33)
         self.refreshes = 0
         self.last_new_ns: int | None = None  # start of the scrape that first saw the latest refresh
+        self.period_s: float | None = None  # median spacing of the recent refreshes; None before three
 
     def observe(self, body: bytes, start_ns: int) -> bool:
         """One successful scrape; True when it brought a new refresh. A page over 1 MiB is remembered by its
@@ -68,19 +69,14 @@ class RefreshWatch:
             self.refreshes += 1
             if self._start_ns is not None:
                 self._mids.append((self._start_ns + start_ns) / 2)
+                if len(self._mids) >= 3:
+                    mids = list(self._mids)
+                    gaps = sorted(b - a for a, b in zip(mids, mids[1:], strict=False))
+                    self.period_s = gaps[len(gaps) // 2] / 1e9
             self.last_new_ns = start_ns
             self._body = seen
         self._start_ns = start_ns
         return new
-
-    @property
-    def period_s(self) -> float | None:
-        """Median spacing of the recent refreshes; None before three."""
-        if len(self._mids) < 3:
-            return None
-        mids = list(self._mids)
-        gaps = sorted(b - a for a, b in zip(mids, mids[1:], strict=False))
-        return gaps[len(gaps) // 2] / 1e9
 
 
 @dataclass

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.report.refresh import (
+    ENERGY_KEY,
     MIN_REFRESHES_PER_WINDOW,
+    POWER_KEY,
     RefreshedDelta,
     fresh_bound,
     refreshed_delta,
@@ -36,8 +38,6 @@ from bridge.report.stats import (
 from bridge.report.window import Window
 from bridge.samples import CounterMode
 
-ENERGY_KEY = "nvidia_energy_consumption"  # MJ
-POWER_KEY = "nvidia_power_usage"  # W
 _MJ_TO_J = 1e6
 
 

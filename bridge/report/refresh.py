@@ -30,8 +30,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from bridge.endpoints import REFRESH_FIX
-
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
@@ -45,8 +43,8 @@ _GRID_FIT = 0.8
 _RATE_MARGIN = 1.5
 # A window shorter than this many refresh periods rests on too few refreshes (the report says so).
 MIN_REFRESHES_PER_WINDOW = 2.0
-ENERGY_KEY, POWER_KEY = "nvidia_energy_consumption", "nvidia_power_usage"  # MJ, W
-FIX = REFRESH_FIX
+ENERGY_KEY = "nvidia_energy_consumption"  # MJ
+POWER_KEY = "nvidia_power_usage"  # W
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any
 
-from bridge.endpoints import display_key
+from bridge.endpoints import REFRESH_FIX, display_key
 from bridge.fields import FieldSpec, FieldTable
 from bridge.redact import redact_url
 from bridge.report.events import EndpointState
 from bridge.report.refresh import (
-    FIX,
+    ENERGY_KEY,
     MIN_REFRESHES_PER_WINDOW,
+    POWER_KEY,
     Cadence,
     RefreshedDelta,
     endpoint_cadence,
@@ -48,8 +49,6 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 XID_KEY = "nvidia_xid_errors"
-ENERGY_KEY = "nvidia_energy_consumption"  # MJ
-POWER_KEY = "nvidia_power_usage"  # W
 
 # AIPerf's own keys that our field table does not carry (pynvml/amdsmi collectors): read from AIPerf logs.
 _AIPERF_EXTRA: Mapping[str, tuple[str, str, MetricKind]] = {
@@ -386,7 +385,7 @@ def refresh_warning(endpoint: str, cadence: Cadence, window: Window) -> str | No
         return None
     every = f"{'at most once in' if cadence.at_least else 'every'} {cadence.period_s:.1f} s"
     return f"the energy rests on too few DCGM refreshes: {endpoint} refreshed {every} and the window is " \
-           f"{length:.1f} s; {FIX}"
+           f"{length:.1f} s; {REFRESH_FIX}"
 
 
 def _gpu_sort_key(s: Series) -> tuple[int, str, str]:

@@ -264,8 +264,7 @@ class Pipeline:
         (an exporter that writes one bad line per page would otherwise add an event per scrape)."""
         parsed = page.parsed
         first = parsed.dropped[0]
-        read = parsed.values if isinstance(parsed, TemplatedPage) else parsed.samples  # (no Sample tuples built)
-        what = f"{len(parsed.dropped)} lines dropped" if read else "no sample could be read"
+        what = f"{len(parsed.dropped)} lines dropped" if page.readable else "no sample could be read"
         message = f"{what} (first: line {first.line}: {first.reason})"
         last = self._dropped_noted.get(page.url)
         if last is not None and last[0] == message and page.start_ns - last[1] < DROPPED_NOTE_INTERVAL_NS:
