@@ -104,7 +104,8 @@ class Session:
         self._latest = LatestRecords()
         self._pull = PullPageSink()
         self._otlp = OtlpSink(forwarder, self.run_id) if forwarder is not None else None
-        sinks: list[PageSink] = [self._record_log, LiveSeriesSink(self.live_series), self._latest, self._pull]
+        self._live_sink = LiveSeriesSink(self.live_series)
+        sinks: list[PageSink] = [self._record_log, self._live_sink, self._latest, self._pull]
         if self._otlp is not None:
             sinks.append(self._otlp)
         if listeners:
@@ -137,6 +138,7 @@ class Session:
             # report reads the log; with no log yet, nothing came before and a new spool has it all.
             if self.disposition == "finished" or (self.disposition == "resume" and self.records.path.exists()):
                 self.live_series = None
+                self.pipeline.sinks.remove(self._live_sink)  # nothing spools a series the report will not read
             if self.disposition == "resume":
                 self._resume_marks()
             if self.disposition == "finished":
