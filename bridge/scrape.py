@@ -60,6 +60,10 @@ class RefreshWatch:
         self.last_new_ns: int | None = None  # start of the scrape that first saw the latest refresh
         self.period_s: float | None = None  # median spacing of the recent refreshes; None before three
 
+    def slower_than(self, interval_s: float) -> bool:
+        """The exporter's values change less often than every second scrape at `interval_s`: not fresh."""
+        return self.period_s is not None and self.period_s > 2 * interval_s
+
     def observe(self, body: bytes, start_ns: int) -> bool:
         """One successful scrape; True when it brought a new refresh. A page over 1 MiB is remembered by its
         length and CRC, not kept (the parser keeps a normal page anyway: the same object, no extra memory)."""

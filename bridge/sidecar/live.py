@@ -60,7 +60,7 @@ def values_age(watch: RefreshWatch, interval_s: float, now_ns: int) -> str:
     period = watch.period_s
     if watch.last_new_ns is None:
         return "-"
-    if period is None or period <= 2 * interval_s:
+    if period is None or not watch.slower_than(interval_s):
         return "fresh"
     age = max(now_ns - watch.last_new_ns, 0) / 1e9
     return f"{_seconds(age)} s old · every {_seconds(period)} s"

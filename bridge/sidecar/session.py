@@ -307,7 +307,7 @@ class Session:
         limit = self.config.final_refresh_wait
         interval = self.config.collection_interval
         waiting = {url: loop for url, loop in self.loops.items()
-                   if loop.stats.state == "up" and (loop.stats.refresh.period_s or 0) > 2 * interval}
+                   if loop.stats.state == "up" and loop.stats.refresh.slower_than(interval)}
         if not waiting or limit <= 0:
             return
         longest = max(loop.stats.refresh.period_s or 0 for loop in waiting.values())
@@ -338,10 +338,9 @@ class Session:
             self._send_refresh_metrics(fetched.start_ns)
         if loop is not None and period is not None and moved:
             self._refresh_noted[url] = period
-            watch = loop.stats.refresh
-            self.events.write_event(Refresh(redact_url(url), fetched.start_ns, period, watch.refreshes,
+            self.events.write_event(Refresh(redact_url(url), fetched.start_ns, period, loop.stats.refresh.refreshes,
                                             loop.stats.scrapes))
-            if period > 2 * self.config.collection_interval:
+            if loop.stats.refresh.slower_than(self.config.collection_interval):
                 logger.warning("%s: the exporter's values change every %.1f s, not at every scrape: an energy window "
                                "shorter than %.0f s rests on too few refreshes; %s", display_key(url), period,
                                2 * period, REFRESH_FIX)
