@@ -145,6 +145,7 @@ def in_situ_profile(urls: list[str], out: Path, rounds: int = 25) -> dict[str, f
     encoders = {url: EndpointEncoder({"service.name": "dcgm-exporter"}) for url in urls}
     parsers = {url: PageParser() for url in urls}
     ctx = ContextCache().get("profile", "none")
+    normalizer = session.pipeline.normalizer
     stages = dict.fromkeys(["fetch", "parse", "normalise", "record lines", "live series", "OTLP encode"], 0.0)
     clock = time.thread_time
     for n in range(rounds + 2):
@@ -155,12 +156,20 @@ def in_situ_profile(urls: list[str], out: Path, rounds: int = 25) -> dict[str, f
             b = clock()
             parsed = parsers[url].parse(page.body)
             c = clock()
-            records = session.pipeline.normalizer.records(parsed, source_url=url, timestamp_ns=page.start_ns,
-                                                          run_id="p", phase=None, scrape_end_ns=page.end_ns)
+            options = {"source_url": url, "timestamp_ns": page.start_ns, "run_id": "p", "phase": None,
+                       "scrape_end_ns": page.end_ns}
+            compiled = normalizer.compiled(parsed, **options)  # the kernel's lines and rows, as the pipeline
+            records = None if compiled is not None else normalizer.records(parsed, **options)
             d = clock()
-            session.records.write_records(records)
+            if compiled is not None:
+                session.records.write_lines(compiled.lines.splitlines(keepends=True))
+            else:
+                session.records.write_records(records)
             e = clock()
-            session.live_series.add(records, url)  # type: ignore[union-attr]
+            if compiled is not None:
+                session.live_series.add_compiled(compiled, url)  # type: ignore[union-attr]
+            else:
+                session.live_series.add(records, url)  # type: ignore[union-attr]
             f = clock()
             encoders[url].encode(parsed, ctx, page.start_ns)
             g = clock()

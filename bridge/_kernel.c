@@ -13,10 +13,41 @@
  * space allowed, "inf"/"nan" in any case, overflow to ±inf), except that an underscore makes the page
  * miss the template (float() reads "1_000"; the exposition format does not). Any miss returns None and
  * the caller reads the page line by line.
+ *
+ * records_of(program, values, start_ns, end_ns) -> tuple[bytes, bytes]
+ *
+ * A page's record lines (gpu_telemetry_export.jsonl) and the live report's rows, from its values and the
+ * record program the normaliser compiled for its template (bridge/normalize.py `RecordProgram`): per record,
+ * the JSON text around the values, the sample position and scale of each value. The lines are the bytes
+ * `orjson.dumps(record_to_dict(record)) + b"\n"` gives for each record (bridge/record_log.py, the reference;
+ * tests/test_kernel.py compares them byte for byte); the rows are each record's values as native float64,
+ * record after record. A float is written as orjson 3 writes it: the shortest digits that read back to the
+ * same double (Ryu, vendored in bridge/ryu/ from github.com/ulfjack/ryu), fixed notation for decimal
+ * exponents -5..15 ("0.00001", "1000000000000000.0"), otherwise "1e-6" / "1e+16"; not finite: null.
+ *
+ * points_of(pieces, value_at, values, ts_ns) -> bytes
+ *
+ * An OTLP page chunk from its plan (bridge/otlp/plan.py `PagePlan`): pieces[3k] is the constant before
+ * point k, each point then `0x19 ts_ns 0x21 value` (fixed64 little-endian, double little-endian), and the
+ * last piece closes the chunk: the bytes `b"".join` of the plan's pieces gives after filling them with
+ * struct.pack (the reference, kept in plan.py).
+ *
+ * blank_at(values, positions, blanks, not_finite) -> tuple[int, ...]
+ *
+ * The positions (of `positions`, or of every value when None) whose value is one of `blanks` (DCGM's
+ * sentinels, bridge/fields.py BLANK_VALUES) or, with `not_finite`, NaN or ±inf: what the normaliser and the
+ * OTLP plan ask of every page, usually to hear "none".
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
+
+/* Ryu's shortest double to decimal (Boost Software License 1.0, bridge/ryu/LICENSE-Boost): only its static
+ * decoder `d2d` and `d2d_small_int` are used; its own printing is not. */
+#include "ryu/d2s.c"
 
 #define SHORT_TOKEN 128
 
@@ -115,9 +146,388 @@ miss:
     Py_RETURN_NONE;
 }
 
+
+/* ---- record lines ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    char *data;
+    Py_ssize_t size;
+    Py_ssize_t capacity;
+} Buffer;
+
+static int buffer_reserve(Buffer *buffer, Py_ssize_t more) {
+    if (buffer->size + more <= buffer->capacity) {
+        return 0;
+    }
+    Py_ssize_t capacity = buffer->capacity ? buffer->capacity : 4096;
+    while (capacity < buffer->size + more) {
+        capacity *= 2;
+    }
+    char *grown = PyMem_Realloc(buffer->data, capacity);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    buffer->data = grown;
+    buffer->capacity = capacity;
+    return 0;
+}
+
+static int buffer_add(Buffer *buffer, const char *bytes, Py_ssize_t size) {
+    if (buffer_reserve(buffer, size) < 0) {
+        return -1;
+    }
+    memcpy(buffer->data + buffer->size, bytes, size);
+    buffer->size += size;
+    return 0;
+}
+
+static int buffer_add_bytes(Buffer *buffer, PyObject *bytes) {
+    if (!PyBytes_Check(bytes)) {
+        PyErr_SetString(PyExc_TypeError, "a record program's text must be bytes");
+        return -1;
+    }
+    return buffer_add(buffer, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
+}
+
+/* An int64 in decimal, as orjson writes an int. At most 20 characters. */
+static int write_int64(char *out, long long value) {
+    char digits[24];
+    int count = 0;
+    unsigned long long magnitude = value < 0 ? 0ULL - (unsigned long long)value : (unsigned long long)value;
+    do {
+        digits[count++] = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude != 0);
+    int length = 0;
+    if (value < 0) {
+        out[length++] = '-';
+    }
+    while (count > 0) {
+        out[length++] = digits[--count];
+    }
+    return length;
+}
+
+/* A double as orjson 3 writes it (see the top of this file). At most 25 characters. */
+static int write_double(char *out, double value) {
+    if (!isfinite(value)) {
+        memcpy(out, "null", 4);
+        return 4;
+    }
+    const uint64_t bits = double_to_bits(value);
+    const bool sign = (bits >> 63) != 0;
+    const uint64_t ieee_mantissa = bits & ((1ull << DOUBLE_MANTISSA_BITS) - 1);
+    const uint32_t ieee_exponent = (uint32_t)((bits >> DOUBLE_MANTISSA_BITS) & ((1u << DOUBLE_EXPONENT_BITS) - 1));
+    int length = 0;
+    if (sign) {
+        out[length++] = '-';
+    }
+    if (ieee_exponent == 0 && ieee_mantissa == 0) {
+        memcpy(out + length, "0.0", 3);
+        return length + 3;
+    }
+    floating_decimal_64 decimal;
+    if (!d2d_small_int(ieee_mantissa, ieee_exponent, &decimal)) {
+        decimal = d2d(ieee_mantissa, ieee_exponent);
+    }
+    uint64_t mantissa = decimal.mantissa;
+    int32_t exponent = decimal.exponent;
+    while (mantissa % 10 == 0) {  /* a small integer keeps its trailing zeros in the mantissa */
+        mantissa /= 10;
+        exponent++;
+    }
+    char digits[20];
+    int count = (int)decimalLength17(mantissa);
+    for (int k = count - 1; k >= 0; k--) {
+        digits[k] = (char)('0' + mantissa % 10);
+        mantissa /= 10;
+    }
+    const int scientific = exponent + count - 1; /* value = d.ddd × 10^scientific */
+    if (scientific >= 16 || scientific < -5) {
+        out[length++] = digits[0];
+        if (count > 1) {
+            out[length++] = '.';
+            memcpy(out + length, digits + 1, count - 1);
+            length += count - 1;
+        }
+        out[length++] = 'e';
+        out[length++] = scientific < 0 ? '-' : '+';
+        length += write_int64(out + length, scientific < 0 ? -scientific : scientific);
+    } else if (scientific >= 0) {
+        const int whole = scientific + 1;
+        for (int k = 0; k < whole; k++) {
+            out[length++] = k < count ? digits[k] : '0';
+        }
+        out[length++] = '.';
+        if (count > whole) {
+            memcpy(out + length, digits + whole, count - whole);
+            length += count - whole;
+        } else {
+            out[length++] = '0';
+        }
+    } else {
+        out[length++] = '0';
+        out[length++] = '.';
+        for (int k = 0; k < -scientific - 1; k++) {
+            out[length++] = '0';
+        }
+        memcpy(out + length, digits, count);
+        length += count;
+    }
+    return length;
+}
+
+static int value_at(PyObject *values, PyObject *position, double *out) {
+    Py_ssize_t index = PyLong_AsSsize_t(position);
+    if (index == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (index < 0 || index >= PyTuple_GET_SIZE(values)) {
+        PyErr_SetString(PyExc_IndexError, "a program's sample position is outside the page's values");
+        return -1;
+    }
+    PyObject *number = PyTuple_GET_ITEM(values, index);
+    double value = PyFloat_CheckExact(number) ? PyFloat_AS_DOUBLE(number) : PyFloat_AsDouble(number);
+    if (value == -1.0 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = value;
+    return 0;
+}
+
+/* One record: (head, middle, keys, positions, scales, tail, end). */
+static int write_record(Buffer *lines, Buffer *rows, PyObject *entry, PyObject *values, long long start_ns,
+                        int has_end, long long end_ns) {
+    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 7) {
+        PyErr_SetString(PyExc_TypeError, "a record program entry is (head, middle, keys, positions, scales, tail, end)");
+        return -1;
+    }
+    PyObject *keys = PyTuple_GET_ITEM(entry, 2);
+    PyObject *positions = PyTuple_GET_ITEM(entry, 3);
+    PyObject *scales = PyTuple_GET_ITEM(entry, 4);
+    if (!PyTuple_Check(keys) || !PyTuple_Check(positions) || !PyTuple_Check(scales) ||
+        PyTuple_GET_SIZE(positions) != PyTuple_GET_SIZE(keys) || PyTuple_GET_SIZE(scales) != PyTuple_GET_SIZE(keys)) {
+        PyErr_SetString(PyExc_TypeError, "a record program's keys, positions and scales are tuples of one length");
+        return -1;
+    }
+    char number[32];
+    if (buffer_add_bytes(lines, PyTuple_GET_ITEM(entry, 0)) < 0 ||
+        buffer_add(lines, number, write_int64(number, start_ns)) < 0 ||
+        buffer_add_bytes(lines, PyTuple_GET_ITEM(entry, 1)) < 0) {
+        return -1;
+    }
+    Py_ssize_t width = PyTuple_GET_SIZE(keys);
+    if (buffer_reserve(rows, width * (Py_ssize_t)sizeof(double)) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < width; k++) {
+        double value;
+        if (value_at(values, PyTuple_GET_ITEM(positions, k), &value) < 0) {
+            return -1;
+        }
+        PyObject *scale = PyTuple_GET_ITEM(scales, k);
+        double factor = PyFloat_CheckExact(scale) ? PyFloat_AS_DOUBLE(scale) : PyFloat_AsDouble(scale);
+        if (factor == -1.0 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (factor != 1.0) {
+            value *= factor;
+        }
+        memcpy(rows->data + rows->size, &value, sizeof(double));
+        rows->size += sizeof(double);
+        if (buffer_add_bytes(lines, PyTuple_GET_ITEM(keys, k)) < 0 ||
+            buffer_add(lines, number, write_double(number, value)) < 0) {
+            return -1;
+        }
+    }
+    if (buffer_add_bytes(lines, PyTuple_GET_ITEM(entry, 5)) < 0 ||
+        buffer_add(lines, number, write_int64(number, start_ns)) < 0) {
+        return -1;
+    }
+    if (has_end) {
+        if (buffer_add_bytes(lines, PyTuple_GET_ITEM(entry, 6)) < 0 ||
+            buffer_add(lines, number, write_int64(number, end_ns)) < 0) {
+            return -1;
+        }
+    }
+    return buffer_add(lines, "}\n", 2);
+}
+
+static PyObject *records_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "records_of(program: tuple, values: tuple[float, ...], start_ns: int, "
+                                         "end_ns: int | None)");
+        return NULL;
+    }
+    long long start_ns = PyLong_AsLongLong(args[2]);
+    if (start_ns == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int has_end = args[3] != Py_None;
+    long long end_ns = has_end ? PyLong_AsLongLong(args[3]) : 0;
+    if (end_ns == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Buffer lines = {NULL, 0, 0};
+    Buffer rows = {NULL, 0, 0};
+    PyObject *result = NULL;
+    for (Py_ssize_t index = 0; index < PyTuple_GET_SIZE(args[0]); index++) {
+        if (write_record(&lines, &rows, PyTuple_GET_ITEM(args[0], index), args[1], start_ns, has_end, end_ns) < 0) {
+            goto done;
+        }
+    }
+    result = Py_BuildValue("(y#y#)", lines.data ? lines.data : "", lines.size, rows.data ? rows.data : "",
+                           rows.size);
+done:
+    PyMem_Free(lines.data);
+    PyMem_Free(rows.data);
+    return result;
+}
+
+/* ---- OTLP points ------------------------------------------------------------------------------------ */
+
+static void put_le64(char *out, uint64_t value) {
+    for (int k = 0; k < 8; k++) {
+        out[k] = (char)(value >> (8 * k));
+    }
+}
+
+static PyObject *points_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyList_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "points_of(pieces: list[bytes], value_at: tuple[int, ...], "
+                                         "values: tuple[float, ...], ts_ns: int)");
+        return NULL;
+    }
+    PyObject *pieces = args[0];
+    PyObject *positions = args[1];
+    Py_ssize_t points = PyTuple_GET_SIZE(positions);
+    if (PyList_GET_SIZE(pieces) != 3 * points + 1) {
+        PyErr_SetString(PyExc_ValueError, "points_of: a plan has 3 pieces per point and a closing one");
+        return NULL;
+    }
+    unsigned long long ts_ns = PyLong_AsUnsignedLongLong(args[3]);
+    if (ts_ns == (unsigned long long)-1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t size = 18 * points;
+    for (Py_ssize_t k = 0; k <= points; k++) {
+        PyObject *piece = PyList_GET_ITEM(pieces, 3 * k);
+        if (!PyBytes_Check(piece)) {
+            PyErr_SetString(PyExc_TypeError, "points_of: a plan's constants are bytes");
+            return NULL;
+        }
+        size += PyBytes_GET_SIZE(piece);
+    }
+    PyObject *chunk = PyBytes_FromStringAndSize(NULL, size);
+    if (chunk == NULL) {
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(chunk);
+    char point[18];
+    point[0] = 0x19;
+    put_le64(point + 1, ts_ns);
+    point[9] = 0x21;
+    for (Py_ssize_t k = 0; k <= points; k++) {
+        PyObject *piece = PyList_GET_ITEM(pieces, 3 * k);
+        memcpy(out, PyBytes_AS_STRING(piece), PyBytes_GET_SIZE(piece));
+        out += PyBytes_GET_SIZE(piece);
+        if (k == points) {
+            break;
+        }
+        double value;
+        if (value_at(args[2], PyTuple_GET_ITEM(positions, k), &value) < 0) {
+            Py_DECREF(chunk);
+            return NULL;
+        }
+        if (PyFloat_Pack8(value, point + 10, 1) < 0) {
+            Py_DECREF(chunk);
+            return NULL;
+        }
+        memcpy(out, point, 18);
+        out += 18;
+    }
+    return chunk;
+}
+
+/* ---- absent values ---------------------------------------------------------------------------------- */
+
+static PyObject *blank_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyTuple_Check(args[0]) || !(args[1] == Py_None || PyTuple_Check(args[1])) ||
+        !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "blank_at(values: tuple[float, ...], positions: tuple[int, ...] | None, "
+                                         "blanks: tuple[float, ...], not_finite: bool)");
+        return NULL;
+    }
+    PyObject *values = args[0];
+    PyObject *positions = args[1];
+    int not_finite = PyObject_IsTrue(args[3]);
+    if (not_finite < 0) {
+        return NULL;
+    }
+    double blanks[64];
+    Py_ssize_t nblanks = PyTuple_GET_SIZE(args[2]);
+    if (nblanks > 64) {
+        PyErr_SetString(PyExc_ValueError, "blank_at: at most 64 blank values");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < nblanks; k++) {
+        blanks[k] = PyFloat_AsDouble(PyTuple_GET_ITEM(args[2], k));
+        if (blanks[k] == -1.0 && PyErr_Occurred()) {
+            return NULL;
+        }
+    }
+    Py_ssize_t count = positions == Py_None ? PyTuple_GET_SIZE(values) : PyTuple_GET_SIZE(positions);
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *position = positions == Py_None ? NULL : PyTuple_GET_ITEM(positions, k);
+        Py_ssize_t index = k;
+        double value;
+        if (position != NULL) {
+            if (value_at(values, position, &value) < 0) {
+                Py_DECREF(found);
+                return NULL;
+            }
+            index = PyLong_AsSsize_t(position);
+        } else {
+            PyObject *number = PyTuple_GET_ITEM(values, k);
+            value = PyFloat_CheckExact(number) ? PyFloat_AS_DOUBLE(number) : PyFloat_AsDouble(number);
+            if (value == -1.0 && PyErr_Occurred()) {
+                Py_DECREF(found);
+                return NULL;
+            }
+        }
+        int blank = not_finite && !isfinite(value);
+        for (Py_ssize_t b = 0; !blank && b < nblanks; b++) {
+            blank = value == blanks[b];
+        }
+        if (blank) {
+            PyObject *at = PyLong_FromSsize_t(index);
+            if (at == NULL || PyList_Append(found, at) < 0) {
+                Py_XDECREF(at);
+                Py_DECREF(found);
+                return NULL;
+            }
+            Py_DECREF(at);
+        }
+    }
+    PyObject *result = PyList_AsTuple(found);
+    Py_DECREF(found);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"values_of_bytes", (PyCFunction)(void (*)(void))values_of_bytes, METH_FASTCALL,
      "The values of a page that follows its template's segments, or None (see bridge/parse/template.py)."},
+    {"records_of", (PyCFunction)(void (*)(void))records_of, METH_FASTCALL,
+     "A page's record lines and live-report rows from its record program (see bridge/normalize.py)."},
+    {"points_of", (PyCFunction)(void (*)(void))points_of, METH_FASTCALL,
+     "A page's OTLP chunk from its plan's pieces and the values (see bridge/otlp/plan.py)."},
+    {"blank_at", (PyCFunction)(void (*)(void))blank_at, METH_FASTCALL,
+     "The positions holding a DCGM sentinel (or, when asked, NaN/inf) among the values."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -13,6 +13,12 @@ absent. So they are compiled once per page template (parse/template.py) into a `
 keys and the sample positions and scales that fill them — and each page then costs a few C-level
 `map`/`zip`/`dict` calls per GPU. The plan is the line loop's result with positions in place of values
 (the same code computes both), so a compiled page and a looped page give the same records.
+
+Faster still, with the compiled kernel (bridge/_kernel.c): a plan also compiles into a record program — the
+JSON text of each record around its values, cut from `record_to_line` of the record itself — and the kernel
+writes a templated page's record lines and live-report rows in one call (`Normalizer.compiled`). The records
+are then built only when something asks for them (`CompiledRecords.records`: the live view's first sight of
+a GPU, listeners); tests/test_kernel.py holds the kernel's lines to `record_to_line`'s, byte for byte.
 """
 
 from __future__ import annotations
@@ -21,9 +27,20 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+import orjson
+
 from bridge.fields import BLANK_VALUES, FieldSpec, FieldTable, is_blank_label, is_blank_value, spec_for_family
 from bridge.parse import PageTemplate, TemplatedPage
+from bridge.record_log import record_to_dict, record_to_line
 from bridge.samples import GpuRecord, ParsedPage
+
+try:  # the compiled kernel (bridge/_kernel.c); without it every page takes `Normalizer.records`
+    from bridge._kernel import blank_at as _blank_at
+    from bridge._kernel import records_of as _records_of
+except ImportError:
+    _records_of = _blank_at = None  # type: ignore[assignment]
+
+_BLANKS = tuple(sorted(BLANK_VALUES))
 
 _NOT_GPU_LABELS = ("nvlink", "nvswitch", "cpucore")
 
@@ -92,6 +109,87 @@ class _Plan(NamedTuple):
     candidates: tuple[int, ...]  # positions of GPU samples with a report key: where absence matters
     entries: tuple[_Entry, ...]
     ratios: tuple[tuple[int, str], ...] = ()  # (position, family) of present `_RATIO` samples: 0-1 by name
+    programs: dict[tuple[str, str | None, str | None, bool], RecordProgram | None] | None = None
+
+
+# One record of a record program, as bridge/_kernel.c reads it: the line's text before the timestamp, between
+# it and the first value, before each value (`"key":`), after the last value up to `scrape_start_ns`'s value,
+# and before `scrape_end_ns`'s value; the sample position and scale of each value.
+ProgramEntry = tuple[bytes, bytes, tuple[bytes, ...], tuple[int, ...], tuple[float, ...], bytes, bytes]
+RecordProgram = tuple[ProgramEntry, ...]
+_START, _END = -(2**62), -(2**62) + 1  # placeholder times, cut out of the reference line
+
+
+def _program_entry(entry: _Entry, source_url: str, run_id: str | None, phase: str | None,
+                   has_end: bool) -> ProgramEntry | None:
+    """The record's own line (`record_to_line`) cut at its times and values; None when the line is not laid out
+    as the kernel writes it (the record then takes `record_to_line`)."""
+    marks = [float(k) for k in range(len(entry.keys))]
+    record = _record(entry.meta, dict(zip(entry.keys, marks, strict=True)), source_url, _START, run_id, phase,
+                     _END if has_end else None)
+    layout = list(record_to_dict(record))
+    ends = ["scrape_start_ns", "scrape_end_ns"] if has_end else ["scrape_start_ns"]
+    if layout[-len(ends):] != ends or layout.index("timestamp_ns") > layout.index("telemetry_data"):
+        return None
+    line = record_to_line(record)
+    head, rest = line.split(b'"timestamp_ns":%d' % _START, 1)
+    middle, rest = rest.split(b'"telemetry_data":{', 1)
+    keys: list[bytes] = []
+    for k, key in enumerate(entry.keys):
+        text = (b"," if k else b"") + orjson.dumps(key) + b":"
+        value = b"%d.0" % k
+        if not rest.startswith(text + value):
+            return None
+        keys.append(text)
+        rest = rest[len(text) + len(value):]
+    tail, rest = rest.split(b'"scrape_start_ns":%d' % _START, 1)
+    end = b""
+    if has_end:
+        end, rest = rest.split(b'"scrape_end_ns":%d' % _END, 1)
+        end += b'"scrape_end_ns":'
+    if rest != b"}\n":
+        return None
+    scales = [1.0] * len(keys)
+    for index, scale in entry.scaled:
+        scales[index] = scale
+    return (head + b'"timestamp_ns":', middle + b'"telemetry_data":{', tuple(keys), entry.positions, tuple(scales),
+            tail + b'"scrape_start_ns":', end)
+
+
+class CompiledRecords(NamedTuple):
+    """A templated page's records as the kernel wrote them: their lines and rows (each record's values as
+    native float64, in its entry's key order); `records()` builds the GpuRecords themselves, equal to what
+    `Normalizer.records` returns for the page."""
+
+    entries: tuple[_Entry, ...]
+    lines: bytes
+    rows: bytes
+    source_url: str
+    timestamp_ns: int
+    run_id: str | None
+    phase: str | None
+    scrape_end_ns: int | None
+
+    def identities(self) -> list[tuple[str, str | None]]:
+        return [(e.meta.gpu_uuid, e.meta.instance_id) for e in self.entries]
+
+    def row_views(self) -> list[tuple[_Entry, memoryview]]:
+        """Each record's entry and its row of values."""
+        view = memoryview(self.rows)
+        out = []
+        offset = 0
+        for entry in self.entries:
+            width = 8 * len(entry.keys)
+            out.append((entry, view[offset: offset + width]))
+            offset += width
+        return out
+
+    def record(self, entry: _Entry, row: memoryview) -> GpuRecord:
+        return _record(entry.meta, dict(zip(entry.keys, row.cast("d").tolist(), strict=True)), self.source_url,
+                       self.timestamp_ns, self.run_id, self.phase, self.scrape_end_ns)
+
+    def records(self) -> list[GpuRecord]:
+        return [self.record(entry, row) for entry, row in self.row_views()]
 
 
 class UnitAnomaly(NamedTuple):
@@ -180,6 +278,32 @@ class Normalizer:
                                run_id, phase, scrape_end_ns))
         return out
 
+    def compiled(self, page: ParsedPage, *, source_url: str, timestamp_ns: int, run_id: str | None = None,
+                 phase: str | None = None, scrape_end_ns: int | None = None) -> CompiledRecords | None:
+        """`records` by the compiled kernel, for a templated page: its record lines and rows in one C call, the
+        records built only when asked. None without the kernel or for a page it does not take (then `records`)."""
+        if _records_of is None or not isinstance(page, TemplatedPage):
+            return None
+        values = page.values
+        plan = self._plan_for(page.template, values)
+        programs = plan.programs
+        if programs is None:
+            return None
+        key = (source_url, run_id, phase, scrape_end_ns is not None)
+        if key in programs:
+            program = programs[key]
+        else:
+            if len(programs) > 16:
+                programs.clear()
+            entries = [_program_entry(e, *key) for e in plan.entries]
+            program = programs[key] = tuple(e for e in entries if e is not None) if None not in entries else None
+        if program is None:
+            return None
+        if plan.ratios:
+            self._check_ratios(plan, values, source_url)
+        lines, rows = _records_of(program, values, timestamp_ns, scrape_end_ns)
+        return CompiledRecords(plan.entries, lines, rows, source_url, timestamp_ns, run_id, phase, scrape_end_ns)
+
     def _plan_for(self, template: PageTemplate, values: Sequence[float]) -> _Plan:
         plans = self._plans
         plan = plans.get((template, frozenset()))
@@ -187,11 +311,16 @@ class Normalizer:
             if len(plans) > 256:
                 plans.clear()
             plan = plans[(template, frozenset())] = self._compile(template.names, template.labels, lambda i: True)
-        candidates = list(map(values.__getitem__, plan.candidates))
-        total = sum(candidates)
-        if total - total == 0.0 and BLANK_VALUES.isdisjoint(candidates):  # all finite, none a sentinel
-            return plan
-        absent = frozenset(i for i in plan.candidates if not _present(values[i]))
+        if _blank_at is not None and isinstance(values, tuple):
+            absent = frozenset(_blank_at(values, plan.candidates, _BLANKS, True))
+            if not absent:
+                return plan
+        else:
+            candidates = list(map(values.__getitem__, plan.candidates))
+            total = sum(candidates)
+            if total - total == 0.0 and BLANK_VALUES.isdisjoint(candidates):  # all finite, none a sentinel
+                return plan
+            absent = frozenset(i for i in plan.candidates if not _present(values[i]))
         found = plans.get((template, absent))
         if found is None:
             found = plans[(template, absent)] = self._compile(template.names, template.labels,
@@ -240,7 +369,7 @@ class Normalizer:
             for identity, data in slots.items()
             if data
         )
-        return _Plan(tuple(candidates), entries, tuple(ratios))
+        return _Plan(tuple(candidates), entries, tuple(ratios), {})
 
 
 def _record(meta: GpuMeta, data: dict[str, float], source_url: str, timestamp_ns: int, run_id: str | None,

@@ -98,3 +98,193 @@ def test_without_the_kernel_the_python_path_runs_and_says_so() -> None:
             "from bridge.parse.template import COMPILED; print(COMPILED)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# -- the record lines and rows (normalize.py `Normalizer.compiled`) against record_to_line ------------------
+
+SENTINELS = [float("nan"), float("inf"), float("-inf"), 9.223372036854776e18, 2147483632.0, float(2**47)]
+ODD_VALUES = [0.0, -0.0, 1e-5, 1e-6, 1.5e-7, 1e15, 1e16, 123456789012345680.0, 5e-324, 1.7976931348623157e308,
+              0.1, 2.5, -3.75, 1e300, 4.35e-300]
+OPTIONS = {"source_url": "http://gpu-node-7:9400/metrics", "timestamp_ns": 1_733_000_000_123_456_789,
+           "run_id": "run-1", "phase": "profiling", "scrape_end_ns": 1_733_000_000_133_456_789}
+
+
+def _twice(body: bytes) -> TemplatedPage | None:
+    parser = PageParser()
+    parser.parse(body)
+    page = parser.parse(body)
+    return page if isinstance(page, TemplatedPage) else None
+
+
+def _same_records(page: TemplatedPage, **options: object) -> None:
+    """The kernel's lines are record_to_line's bytes; its rows the records' values; its records the records."""
+    from bridge.fields import default_table
+    from bridge.normalize import Normalizer
+    from bridge.record_log import record_to_line
+
+    normalizer = Normalizer(default_table())
+    compiled = normalizer.compiled(page, **{**OPTIONS, **options})  # type: ignore[arg-type]
+    records = Normalizer(default_table()).records(page, **{**OPTIONS, **options})  # type: ignore[arg-type]
+    assert compiled is not None
+    assert compiled.lines == b"".join(map(record_to_line, records))
+    assert compiled.records() == records
+    rows = [struct.unpack(f"={len(e.keys)}d", row) for e, row in compiled.row_views()]
+    assert [bits(r) for r in rows] == [bits(tuple(r.telemetry_data.values())) for r in records]
+
+
+def test_every_real_page_gives_the_record_lines_record_to_line_gives() -> None:
+    for body in CORPUS:
+        page = _twice(body)
+        assert page is not None
+        _same_records(page)
+        _same_records(page, run_id=None, phase=None, scrape_end_ns=None)  # the optional keys left out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(range(len(CORPUS))), ops_strategy)
+def test_a_mutated_real_page_gives_the_same_record_lines(index: int, ops: list[tuple[str, int, bytes]]) -> None:
+    page = _twice(mutate(CORPUS[index], ops))
+    if page is not None and page.values:
+        _same_records(page)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(range(len(CORPUS))),
+       st.lists(st.tuples(st.integers(0, 10**6), st.one_of(st.sampled_from(SENTINELS + ODD_VALUES), st.floats())),
+                max_size=12))
+def test_any_values_on_a_real_template_give_the_same_record_lines(index: int,
+                                                                  changes: list[tuple[int, float]]) -> None:
+    """Sentinels, NaN/inf (absent: another plan), subnormals, huge and tiny values in any place."""
+    page = TEMPLATE_PAGES[index]
+    values = list(page.values)
+    for at, value in changes:
+        values[at % len(values)] = value
+    _same_records(TemplatedPage(page.template, tuple(values)))
+
+
+TEMPLATE_PAGES = [page for page in map(_twice, CORPUS) if page is not None]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.floats())
+def test_a_float_is_written_as_orjson_writes_it(value: float) -> None:
+    import orjson
+
+    program = ((b"{", b"", (b'"v":',), (0,), (1.0,), b"", b""),)
+    lines, rows = kernel.records_of(program, (value,), 0, None)
+    assert lines == b"{0" + b'"v":' + orjson.dumps(value) + b"0}\n"
+    assert rows == struct.pack("=d", value)
+
+
+@pytest.mark.parametrize("value", SENTINELS + ODD_VALUES + [float(2**53), float(2**63), 1e22, 123.0, 1e-300])
+def test_edge_floats_are_written_as_orjson_writes_them(value: float) -> None:
+    test_a_float_is_written_as_orjson_writes_it.hypothesis.inner_test(value)  # type: ignore[attr-defined]
+
+
+# -- the OTLP points (otlp/plan.py `PagePlan.fill`) against the struct.pack fill ------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(range(len(CORPUS))),
+       st.lists(st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(SENTINELS[3:] + ODD_VALUES + [0.0, 1.0])),
+                         max_size=6), min_size=1, max_size=6))
+def test_a_page_sequence_gives_the_same_otlp_bytes_on_both_fills(index: int,
+                                                                 steps: list[list[tuple[int, float]]]) -> None:
+    """Pages of one template one after another (values changed, sentinels coming and going, counters going
+    down: a reset); every chunk is the same bytes whether the plan is filled by the kernel or by struct.pack."""
+    from bridge.otlp.encode import ContextCache, EndpointEncoder
+
+    page = TEMPLATE_PAGES[index]
+    encoders = [EndpointEncoder({"service.name": "dcgm-exporter"}) for _ in range(2)]
+    encoders[1].use_kernel = False
+    ctx = ContextCache().get("run-1", "profiling")
+    values = list(page.values)
+    for step, changes in enumerate([[], []] + steps):
+        for at, value in changes:
+            values[at % len(values)] = value
+        templated = TemplatedPage(page.template, tuple(values))
+        chunks = [e.encode(templated, ctx, 1_000_000_000 * (step + 1)) for e in encoders]
+        assert chunks[0] == chunks[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(SENTINELS + ODD_VALUES), max_size=40), st.booleans())
+def test_blank_at_finds_what_the_python_finds(values: list[float], not_finite: bool) -> None:
+    import math
+
+    from bridge.fields import BLANK_VALUES
+
+    found = kernel.blank_at(tuple(values), None, tuple(BLANK_VALUES), not_finite)
+    assert found == tuple(i for i, v in enumerate(values)
+                          if v in BLANK_VALUES or (not_finite and not math.isfinite(v)))
+    positions = tuple(range(0, len(values), 2))
+    assert kernel.blank_at(tuple(values), positions, tuple(BLANK_VALUES), not_finite) == tuple(
+        i for i in found if i % 2 == 0)
+
+
+# -- the sidecar's pipeline on both paths -------------------------------------------------------------------
+
+
+def _run_pipeline(tmp_path, bodies: list[bytes], *, kernel_on: bool, monkeypatch) -> tuple[bytes, list, dict]:
+    import bridge.normalize
+    from bridge.fetch import FetchedPage
+    from bridge.fields import default_table
+    from bridge.normalize import Normalizer
+    from bridge.record_log import LineWriter
+    from bridge.report.spool import LiveSeries
+    from bridge.sidecar.pipeline import LatestRecords, LiveSeriesSink, Pipeline, RecordLogSink
+
+    if not kernel_on:
+        monkeypatch.setattr(bridge.normalize, "_records_of", None)
+    folder = tmp_path / ("compiled" if kernel_on else "python")
+    folder.mkdir()
+    writer = LineWriter(folder / "records.jsonl", flush_interval_s=0)
+    live = LiveSeries(folder / "spool")
+    latest = LatestRecords()
+    events = LineWriter(folder / "events.jsonl", flush_interval_s=0)
+    pipeline = Pipeline(Normalizer(default_table()), [RecordLogSink(writer), LiveSeriesSink(live), latest],
+                        events, run_id="run-1",
+                        phase=lambda: "profiling", max_gpus=8)
+    compiled = 0
+    for n, body in enumerate(bodies):
+        page = pipeline.on_page("http://gpu-node-7:9400/metrics",
+                                FetchedPage(body, 1_000_000_000 * (n + 1), 1_000_000_000 * (n + 1) + 5, "text/plain"))
+        compiled += page.compiled is not None
+    assert compiled >= (5 if kernel_on else 0) and (kernel_on or compiled == 0)
+    writer.close()
+    events.close()
+    monkeypatch.undo()
+    series = sorted(((s.endpoint, s.meta, s.timestamps.tolist(), {k: bits(tuple(v)) for k, v in s.values.items()})
+                     for s in live.finish()), key=repr)
+    return (folder / "records.jsonl").read_bytes(), series, latest.latest
+
+
+def _sample_lines(body: bytes) -> list[bytes]:
+    return [line for line in body.split(b"\n") if line and not line.startswith(b"#")]
+
+
+def _with_values(body: bytes, tokens: dict[int, bytes]) -> bytes:
+    """The page with the value of its n-th sample line replaced."""
+    lines = body.split(b"\n")
+    at = [i for i, line in enumerate(lines) if line and not line.startswith(b"#")]
+    for n, token in tokens.items():
+        line = lines[at[n]]
+        lines[at[n]] = line[: line.rindex(b" ") + 1] + token
+    return b"\n".join(lines)
+
+
+def test_the_pipeline_writes_the_same_log_series_and_live_view_with_and_without_the_kernel(tmp_path, monkeypatch):
+    """A 2-MIG page, a page with blanks and a counter reset, a page of new GPUs past max_gpus (8): the record
+    log, the live report's series and the live view are the same whichever path read them."""
+    from tests.test_hostile import _simulated
+
+    first = _simulated("current", mig=2)
+    blanks = _with_values(first, {3: b"9223372036854775807", 10: b"NaN", 11: b"+Inf"})
+    energy = next(n for n, line in enumerate(_sample_lines(first)) if line.startswith(b"DCGM_FI_DEV_TOTAL_ENERGY"))
+    reset = _with_values(first, {energy: b"12"})
+    bodies = [first, first, blanks, first, reset, first, first.replace(b"GPU-", b"GPU-X"), first]
+    compiled = _run_pipeline(tmp_path, bodies, kernel_on=True, monkeypatch=monkeypatch)
+    python = _run_pipeline(tmp_path, bodies, kernel_on=False, monkeypatch=monkeypatch)
+    assert compiled[0] == python[0] and compiled[0].count(b"\n") > 6 * 2
+    assert compiled[1] == python[1]
+    assert compiled[2] == python[2]

@@ -147,6 +147,7 @@ class EndpointEncoder:
         self._kind_of: dict[tuple[str, str | None], tuple[int, str]] = {}  # (name, TYPE) -> (kind, family)
         self._plan: PagePlan | None = None
         self.use_plans = True  # False: every page through the loop (tests compare the two)
+        self.use_kernel = True  # False: plans fill with struct.pack, not the compiled kernel (tests compare)
 
     def encode(self, page: ParsedPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
         """One page scraped at `ts_ns` (samples without their own timestamp get it)."""
@@ -270,6 +271,7 @@ class EndpointEncoder:
         """
         template = page.template
         plan = PagePlan(template, ctx)
+        plan.use_kernel = self.use_kernel
         families: dict[str, _Family] = {}
         holes: dict[int, tuple[int, int, Series]] = {}  # id(placeholder) -> (position, kind, series)
         blanks: list[int] = []

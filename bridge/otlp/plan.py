@@ -23,6 +23,14 @@ from bridge.otlp.points import EncodedPage, PointContext
 from bridge.otlp.starttime import Series, SeriesTable, StartTimeMode
 from bridge.parse import PageTemplate
 
+try:  # the compiled kernel (bridge/_kernel.c); the struct.pack fill below is the reference and the fallback
+    from bridge._kernel import blank_at as _blank_at
+    from bridge._kernel import points_of as _points_of
+except ImportError:
+    _points_of = _blank_at = None  # type: ignore[assignment]
+
+_BLANKS = tuple(sorted(BLANK_VALUES))
+
 _PACK_TIME = struct.Struct("<BQB").pack  # 0x19 time 0x21
 _PACK_VALUE = struct.Struct("<d").pack
 PACK_START = struct.Struct("<BQ").pack  # 0x11 start
@@ -37,7 +45,8 @@ class PagePlan:
     """
 
     __slots__ = ("template", "ctx", "pieces", "value_at", "sum_at", "sum_slots", "sum_heads", "series",
-                 "sum_series", "starts", "last_sum", "blanks", "last_t", "generation", "dirty", "dropped", "points")
+                 "sum_series", "starts", "last_sum", "blanks", "last_t", "generation", "dirty", "dropped", "points",
+                 "use_kernel")
 
     def __init__(self, template: PageTemplate, ctx: PointContext) -> None:
         self.template = template
@@ -57,11 +66,16 @@ class PagePlan:
         self.dirty = False  # series state behind the plan's last page
         self.dropped = 0
         self.points = 0
+        self.use_kernel = True  # False: the struct.pack fill (tests compare the two)
 
     def fill(self, values: Sequence[float], ts_ns: int, table: SeriesTable, start_mode: StartTimeMode
              ) -> EncodedPage | None:
         """The chunk of a page that follows the plan's template, or None when the page needs the loop."""
-        if BLANK_VALUES.isdisjoint(values):
+        compiled = values if _points_of is not None and isinstance(values, tuple) and self.use_kernel else None
+        if compiled is not None:
+            if frozenset(_blank_at(compiled, None, _BLANKS, False)) != self.blanks:
+                return None
+        elif BLANK_VALUES.isdisjoint(values):
             if self.blanks:
                 return None
         elif frozenset(compress(range(len(values)), map(BLANK_VALUES.__contains__, values))) != self.blanks:
@@ -76,9 +90,12 @@ class PagePlan:
                         self.starts[k] = self.last_t + 1
                         pieces[3 * self.sum_slots[k]] = self.sum_heads[k] + PACK_START(0x11, self.starts[k])
             self.last_sum = sums
-        pieces[1::3] = repeat(_PACK_TIME(0x19, ts_ns, 0x21), self.points)
-        pieces[2::3] = map(_PACK_VALUE, map(get, self.value_at))
-        chunk = b"".join(pieces)
+        if compiled is not None:
+            chunk = _points_of(pieces, self.value_at, compiled, ts_ns)
+        else:
+            pieces[1::3] = repeat(_PACK_TIME(0x19, ts_ns, 0x21), self.points)
+            pieces[2::3] = map(_PACK_VALUE, map(get, self.value_at))
+            chunk = b"".join(pieces)
         self.last_t = ts_ns
         self.generation = table.begin_page()
         self.dirty = True

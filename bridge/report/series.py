@@ -161,6 +161,21 @@ class SeriesRows:
         self.buf[self.used: self.used + len(packed)] = packed
         self.used += len(packed)
 
+    def add_row(self, t_ns: int, keys: tuple[str, ...], row: bytes | memoryview) -> None:
+        """One record given as its keys and its values packed as native float64 in that order (the kernel's
+        rows): what `add` does with a record whose data holds exactly those keys."""
+        self.ts.append(t_ns)
+        if keys != self.keys or not self.blocks:
+            if len(keys) == self.width and self.blocks and set(keys) == set(self.keys):
+                row = self.pack(*map(dict(zip(keys, memoryview(row).cast("d"), strict=True)).__getitem__, self.keys))
+            else:
+                self.blocks.append((keys, self.taken + len(self.ts) - 1))
+                self._set_keys(keys)
+        size = len(row)
+        self.reserve(size)
+        self.buf[self.used: self.used + size] = row
+        self.used += size
+
     def reserve(self, size: int) -> None:
         """Room for `size` more bytes of rows: the map doubles in place (mremap moves page tables, copies
         nothing), or into a copy while series made by `finish` still use it."""

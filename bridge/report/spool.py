@@ -34,12 +34,19 @@ from bridge.report.series import SeriesRows
 from bridge.samples import GpuRecord
 
 if TYPE_CHECKING:
+    from bridge.normalize import CompiledRecords, GpuMeta
     from bridge.report.series import Series
 
 logger = logging.getLogger(__name__)
 
+_META_NAMES = {"gpu_instance_profile": "instance_profile"}  # GpuRecord field -> bridge/normalize.py GpuMeta's
 _FLUSH_BYTES = 16 * 1024  # per series and file: ~8 s of one GPU at 3 Hz
 _MAX_UNSPOOLED_BYTES = 64 * 1024 * 1024  # held in memory while the spool cannot be written; past it: give up
+
+
+def _meta_field(meta: GpuMeta, name: str) -> Any:
+    """A GpuRecord field of a record with this metadata (GpuMeta names all but one the same)."""
+    return getattr(meta, _META_NAMES.get(name, name))
 
 
 class _Spooled:
@@ -75,6 +82,28 @@ class LiveSeries:
             for record in records:
                 self._add(record, endpoint or display_key(record.telemetry_source_url))
             self.records += len(records)
+
+    def add_compiled(self, compiled: CompiledRecords, endpoint: str) -> None:
+        """The records of one scrape as the kernel wrote them (bridge/normalize.py `CompiledRecords`): each
+        record's row goes in as it is; a record is built only for a series' first (its metadata)."""
+        if not self.complete or not compiled.entries:
+            return
+        series = self._series
+        t_ns = compiled.timestamp_ns
+        with self._lock:
+            for entry, row in compiled.row_views():
+                meta = entry.meta
+                key = (endpoint, meta.gpu_uuid, meta.instance_id)
+                spooled = series.get(key)
+                if spooled is None:
+                    spooled = series[key] = _Spooled(len(series), compiled.record(entry, row))
+                rows = spooled.rows
+                rows.add_row(t_ns, entry.keys, row)
+                if rows.missing:
+                    rows.fill(partial(_meta_field, meta))
+                if rows.used >= _FLUSH_BYTES:
+                    self._spool(spooled)
+            self.records += len(compiled.entries)
 
     def _add(self, record: GpuRecord, endpoint: str) -> None:
         key = (endpoint, record.gpu_uuid, record.gpu_instance_id)

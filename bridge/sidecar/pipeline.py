@@ -16,14 +16,14 @@ endpoint to the events file: unreadable lines (`parse` errors), failed scrapes, 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from bridge.endpoints import display_key
 from bridge.events import EndpointState
 from bridge.fetch import FetchedPage, FetchError
-from bridge.normalize import Normalizer
+from bridge.normalize import CompiledRecords, Normalizer
 from bridge.otlp.export import ExportStats
 from bridge.parse import PageParser, TemplatedPage
 from bridge.parse.lines import MAX_SERIES
@@ -42,18 +42,43 @@ DROPPED_NOTE_INTERVAL_NS = 60 * 1_000_000_000
 MAX_GPUS = 1024  # GPU identities per endpoint and run (DCGM_BRIDGE_MAX_GPUS)
 
 
-@dataclass(frozen=True, slots=True)
 class Page:
-    """One scraped page, parsed and normalised: what every sink receives."""
+    """One scraped page, parsed and normalised: what every sink receives.
 
-    url: str  # as configured (may hold credentials: never logged)
-    endpoint: str  # the redacted URL
-    display: str  # host:port, the report's and OTLP's endpoint key
-    parsed: ParsedPage
-    records: Sequence[GpuRecord]
-    phase: str | None
-    start_ns: int
-    end_ns: int
+    `compiled` is the kernel's work on a templated page (its record lines and rows, bridge/normalize.py
+    `CompiledRecords`): the record log and the live series take those, and `records` is built from them only
+    when a sink asks (the live view's first sight of a GPU, listeners). Without it, `records` is given."""
+
+    __slots__ = ("url", "endpoint", "display", "parsed", "compiled", "phase", "start_ns", "end_ns", "_records")
+
+    def __init__(self, url: str, endpoint: str, display: str, parsed: ParsedPage,
+                 records: Sequence[GpuRecord] | CompiledRecords, phase: str | None, start_ns: int,
+                 end_ns: int) -> None:
+        self.url = url  # as configured (may hold credentials: never logged)
+        self.endpoint = endpoint  # the redacted URL
+        self.display = display  # host:port, the report's and OTLP's endpoint key
+        self.parsed = parsed
+        self.compiled: CompiledRecords | None = None
+        self._records: Sequence[GpuRecord] | None = None
+        if isinstance(records, CompiledRecords):
+            self.compiled = records
+        else:
+            self._records = records
+        self.phase = phase
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+
+    @property
+    def records(self) -> Sequence[GpuRecord]:
+        records = self._records
+        if records is None:
+            assert self.compiled is not None
+            records = self._records = self.compiled.records()
+        return records
+
+    @property
+    def record_count(self) -> int:
+        return len(self.compiled.entries) if self.compiled is not None else len(self.records)
 
     @property
     def readable(self) -> bool:
@@ -86,8 +111,11 @@ class RecordLogSink:
 
     def take(self, pages: Sequence[Page]) -> None:
         for page in pages:
-            self.writer.write_records(page.records)
-            self.records_written += len(page.records)
+            if page.compiled is not None:
+                self.writer.write_lines(page.compiled.lines.splitlines(keepends=True))
+            else:
+                self.writer.write_records(page.records)
+            self.records_written += page.record_count
 
 
 class LiveSeriesSink:
@@ -98,22 +126,39 @@ class LiveSeriesSink:
 
     def take(self, pages: Sequence[Page]) -> None:
         for page in pages:
-            self.spool.add(page.records, page.display)
+            if page.compiled is not None:
+                self.spool.add_compiled(page.compiled, page.display)
+            else:
+                self.spool.add(page.records, page.display)
 
 
 class LatestRecords:
-    """(display key, identity) → (first, latest) record of every GPU: what the live view shows."""
+    """(display key, identity) → (first, latest) record of every GPU: what the live view shows. The latest is
+    kept as its page and place on it, built into a record when the view asks (`latest`)."""
 
     def __init__(self) -> None:
-        self.latest: dict[tuple[str, Identity], tuple[GpuRecord, GpuRecord]] = {}
+        self._first: dict[tuple[str, Identity], GpuRecord] = {}
+        self._latest: dict[tuple[str, Identity], tuple[Page, int]] = {}
+        self._lock = threading.Lock()
 
     def take(self, pages: Sequence[Page]) -> None:
-        latest = self.latest
+        first, latest = self._first, self._latest
         for page in pages:
-            for record in page.records:
-                key = (page.display, record.identity)
-                seen = latest.get(key)
-                latest[key] = (seen[0] if seen else record, record)
+            compiled = page.compiled
+            identities = compiled.identities() if compiled is not None else [r.identity for r in page.records]
+            with self._lock:
+                for index, identity in enumerate(identities):
+                    key = (page.display, identity)
+                    if key not in first:
+                        first[key] = page.records[index]
+                    latest[key] = (page, index)
+
+    @property
+    def latest(self) -> dict[tuple[str, Identity], tuple[GpuRecord, GpuRecord]]:
+        with self._lock:
+            held = list(self._latest.items())
+            first = dict(self._first)
+        return {key: (first[key], page.records[index]) for key, (page, index) in held}
 
 
 class PullPageSink:
@@ -202,10 +247,24 @@ class Pipeline:
             keys = self._keys[url] = (redacted, display_key(redacted))
         redacted, display = keys
         phase = self.phase()
-        records = self.normalizer.records(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
-                                          run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
+        compiled = self.normalizer.compiled(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
+                                            run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
+        if compiled is not None and self._gpus_within_limit(url, compiled.identities()):
+            return Page(url, redacted, display, parsed, compiled, phase, fetched.start_ns, fetched.end_ns)
+        records = compiled.records() if compiled is not None else self.normalizer.records(
+            parsed, source_url=redacted, timestamp_ns=fetched.start_ns, run_id=self.run_id, phase=phase,
+            scrape_end_ns=fetched.end_ns)
         return Page(url, redacted, display, parsed, self._within_gpu_limit(url, redacted, records, fetched.start_ns),
                     phase, fetched.start_ns, fetched.end_ns)
+
+    def _gpus_within_limit(self, url: str, identities: Sequence[Identity]) -> bool:
+        """Whether every one of a page's GPU identities is within `max_gpus` (adding the new ones while there is
+        room): the common case, where nothing is dropped."""
+        seen = self._identities.setdefault(url, set())
+        if len(seen) + len(identities) <= self.max_gpus:
+            seen.update(identities)
+            return True
+        return seen.issuperset(identities)
 
     def _within_gpu_limit(self, url: str, endpoint: str, records: Sequence[GpuRecord],
                           time_ns: int) -> Sequence[GpuRecord]:
