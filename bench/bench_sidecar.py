@@ -162,7 +162,7 @@ def in_situ_profile(urls: list[str], out: Path, rounds: int = 25) -> dict[str, f
             records = None if compiled is not None else normalizer.records(parsed, **options)
             d = clock()
             if compiled is not None:
-                session.records.write_lines(compiled.lines.splitlines(keepends=True))
+                session.records.write_block(compiled.lines)
             else:
                 session.records.write_records(records)
             e = clock()

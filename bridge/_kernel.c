@@ -40,6 +40,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -50,6 +51,88 @@
 #include "ryu/d2s.c"
 
 #define SHORT_TOKEN 128
+
+/* Clinger's fast path: a plain decimal token ("501.073", "-42", "1.5e3") whose digits make an integer m <= 2^53
+ * and whose power of ten 10^e has |e| <= 22 is exactly m * 10^e or m / 10^-e, one correctly rounded
+ * operation on two exact doubles: the double float() reads. Anything else returns 0 and takes the full
+ * reader. (Only where doubles are evaluated as doubles: FLT_EVAL_METHOD 0, as on x86-64 and AArch64.) */
+static int parse_plain(const char *start, Py_ssize_t size, double *out) {
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+    static const double powers[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    const char *p = start, *end = start + size;
+    int negative = 0;
+    if (p < end && (*p == '-' || *p == '+')) {
+        negative = *p == '-';
+        p++;
+    }
+    uint64_t mantissa = 0;
+    int digits = 0, fraction = 0, any = 0;
+    for (; p < end && *p >= '0' && *p <= '9'; p++, any = 1) {
+        if (mantissa != 0 || *p != '0') {
+            if (++digits > 16) {
+                return 0;
+            }
+            mantissa = mantissa * 10 + (uint64_t)(*p - '0');
+        }
+    }
+    if (p < end && *p == '.') {
+        for (p++; p < end && *p >= '0' && *p <= '9'; p++, any = 1) {
+            fraction++;
+            if (mantissa != 0 || *p != '0') {
+                if (++digits > 16) {
+                    return 0;
+                }
+                mantissa = mantissa * 10 + (uint64_t)(*p - '0');
+            }
+        }
+    }
+    if (!any) {
+        return 0;
+    }
+    int exponent = 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        int exponent_negative = 0;
+        if (p < end && (*p == '-' || *p == '+')) {
+            exponent_negative = *p == '-';
+            p++;
+        }
+        int exponent_digits = 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            if (++exponent_digits > 4) {
+                return 0;
+            }
+            exponent = exponent * 10 + (*p - '0');
+        }
+        if (exponent_digits == 0) {
+            return 0;
+        }
+        if (exponent_negative) {
+            exponent = -exponent;
+        }
+    }
+    if (p != end) {
+        return 0;
+    }
+    exponent -= fraction;
+    double value;
+    if (mantissa == 0) {
+        value = 0.0;
+    } else if (mantissa <= (1ULL << 53) && exponent >= -22 && exponent <= 22) {
+        value = exponent < 0 ? (double)mantissa / powers[-exponent] : (double)mantissa * powers[exponent];
+    } else {
+        return 0;
+    }
+    *out = negative ? -value : value;
+    return 1;
+#else
+    (void)start;
+    (void)size;
+    (void)out;
+    return 0;
+#endif
+}
 
 /* Python's float() of one token, or -1 with no exception set when it is not a number. */
 static int parse_token(const char *start, Py_ssize_t size, double *out) {
@@ -62,6 +145,9 @@ static int parse_token(const char *start, Py_ssize_t size, double *out) {
     }
     if (size == 0 || memchr(start, '_', size) != NULL || memchr(start, '\0', size) != NULL) {
         return -1;
+    }
+    if (parse_plain(start, size, out)) {
+        return 0;
     }
     char small[SHORT_TOKEN];
     char *buffer = small;

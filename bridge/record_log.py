@@ -236,14 +236,21 @@ class LineWriter:
                 self._buffer.append(line)
                 self._buffered_bytes += len(line)
             while self._buffered_bytes > self.max_buffered_bytes and len(self._buffer) > 1:
-                self._buffered_bytes -= len(self._buffer.popleft())
-                self.lines_dropped += 1
+                dropped = self._buffer.popleft()
+                self._buffered_bytes -= len(dropped)
+                self.lines_dropped += dropped.count(b"\n") or 1
             if self._closed or self._monotonic() - self._last_flush >= self.flush_interval_s:
                 self._flush_locked()
             elif self._flusher is None and self.flush_interval_s > 0:
                 self._flusher = threading.Thread(target=self._flush_when_due, name=f"flush {self.path.name}",
                                                  daemon=True)
                 self._flusher.start()
+
+    def write_block(self, block: bytes) -> None:
+        """Whole lines already joined (each ending in a newline): the kernel's record lines of a page, buffered
+        as one piece and counted as the lines they are."""
+        if block:
+            self.write_lines((block,))
 
     def write_records(self, records: Iterable[GpuRecord]) -> None:
         self.write_lines(record_to_line(r) for r in records)
@@ -254,7 +261,7 @@ class LineWriter:
     def pending(self) -> list[bytes]:
         """Lines not written yet (the disk refused them): what the report still needs."""
         with self._lock:
-            return list(self._buffer)
+            return [line for piece in self._buffer for line in piece.splitlines(keepends=True)]
 
     def flush(self) -> bool:
         """Write everything buffered; False (with `last_error`) when the disk refused it."""
@@ -315,7 +322,7 @@ class LineWriter:
             for _ in range(count):
                 self._buffer.popleft()
             self._buffered_bytes -= size
-            self.lines_written += count
+            self.lines_written += chunk.count(b"\n")
         self.last_error = None
         return True
 

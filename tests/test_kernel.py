@@ -86,6 +86,23 @@ def test_any_bytes_as_a_value_read_the_same(token: bytes) -> None:
     assert bits(kernel.values_of_bytes(segments, body)) == bits(_python(segments, body))
 
 
+NUMBER_TOKENS = st.one_of(
+    st.from_regex(r"[+-]?[0-9]{0,20}(\.[0-9]{0,20})?([eE][+-]?[0-9]{1,5})?", fullmatch=True),
+    st.floats().map(repr), st.floats().map(lambda v: f"{v:.17g}"), st.integers(-(2**64), 2**64).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(lambda v: f"{v:.3f}"))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(NUMBER_TOKENS)
+def test_any_number_token_reads_as_float_reads_it(token: str) -> None:
+    """Plain decimals take the kernel's fast path (Clinger's): the same double float() reads, to the bit."""
+    template = TEMPLATES[0]
+    assert template.segments is not None
+    body = template.segments[0] + token.encode() + template.segments[1]
+    segments = template.segments[:2]
+    assert bits(kernel.values_of_bytes(segments, body)) == bits(_python(segments, body))
+
+
 def _python(segments: tuple[bytes, ...], body: bytes) -> tuple[float, ...] | None:
     """The reference for an arbitrary segment tuple (values_of_bytes_python reads a template's own)."""
     template = object.__new__(PageTemplate)

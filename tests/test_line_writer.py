@@ -78,3 +78,17 @@ def test_lines_reach_the_file_within_the_interval_with_no_later_line(tmp_path: P
         time.sleep(0.05)
     assert path.read_bytes() == _line(0) + _line(1)  # no third write was needed: the flusher wrote them
     writer.close()
+
+
+def test_a_block_of_lines_is_counted_as_its_lines_when_written_dropped_or_pending() -> None:
+    """The kernel hands a page's record lines over as one block: the counts stay in lines, and what waits for
+    a full disk is given back line by line."""
+    disk = _SmallDisk(0)
+    writer = LineWriter(Path("unused"), flush_interval_s=0, max_buffered_bytes=60, opener=lambda _: disk)
+    blocks = [b"".join(b"%d-%d\n" % (n, k) for k in range(3)) for n in range(10)]  # 12 bytes each
+    for block in blocks:
+        writer.write_block(block)
+    assert writer.lines_dropped == 3 * 5  # the oldest blocks past 60 bytes, in lines
+    assert writer.pending() == [line for block in blocks[5:] for line in block.splitlines(keepends=True)]
+    disk.room = 10**6
+    assert writer.flush() and writer.lines_written == 15 and bytes(disk.data) == b"".join(blocks[5:])

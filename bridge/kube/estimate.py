@@ -26,10 +26,10 @@ SAMPLE_BYTES = 16  # float64 value + int64 timestamp per metric per GPU per scra
 DEFAULT_GPUS_PER_ENDPOINT = 8
 DEFAULT_METRICS = 24
 DEFAULT_DURATION_S = 600.0
-# The sidecar's whole cost per GPU on a page, in situ: bench/bench_sidecar.py measured 1.72 ms of CPU per
-# 8-GPU scrape with OTLP on (GET, parse, normalise, record, live series, OTLP, wake-ups; bench/RESULTS.md),
-# ~0.215 ms per GPU per scrape. Update it when the bench moves.
-SCRAPE_CPU_SECONDS_PER_GPU = 0.000215
+# The sidecar's whole cost per GPU on a page, in situ: bench/bench_sidecar.py measured 0.78 ms of CPU per
+# 8-GPU scrape with OTLP on and the compiled kernel (GET, parse, normalise, record, live series, OTLP,
+# wake-ups; bench/RESULTS.md), ~0.1 ms per GPU per scrape. Update it when the bench moves.
+SCRAPE_CPU_SECONDS_PER_GPU = 0.0001
 CPU_WARN_FRACTION = 0.8
 # The sidecar's default CPU: what scraping needs at the interval, with the warning's headroom, rounded up
 # to 5m; never below AIPerf's 25m (the start-up and shutdown budgets in jobset.py assume at least that).

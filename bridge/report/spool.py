@@ -53,12 +53,13 @@ class _Spooled:
     """One series (endpoint × GPU identity): its rows (report/series.py's SeriesRows, holding only those not
     yet spooled) and how many float64 values its .rows file holds."""
 
-    __slots__ = ("number", "rows", "rows_out")
+    __slots__ = ("number", "rows", "rows_out", "meta")
 
     def __init__(self, number: int, record: GpuRecord) -> None:
         self.number = number
         self.rows = SeriesRows(record)
         self.rows_out = 0
+        self.meta: GpuMeta | None = None  # the metadata the missing fields were last filled from
 
 
 class LiveSeries:
@@ -99,7 +100,8 @@ class LiveSeries:
                     spooled = series[key] = _Spooled(len(series), compiled.record(entry, row))
                 rows = spooled.rows
                 rows.add_row(t_ns, entry.keys, row)
-                if rows.missing:
+                if rows.missing and spooled.meta is not meta:  # (a plan's entries keep their metadata)
+                    spooled.meta = meta
                     rows.fill(partial(_meta_field, meta))
                 if rows.used >= _FLUSH_BYTES:
                     self._spool(spooled)
