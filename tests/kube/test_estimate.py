@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from bridge.kube.estimate import (
     CPU_WARN_FRACTION,
     SCRAPE_CPU_SECONDS_PER_GPU,
@@ -51,12 +53,14 @@ def test_an_estimate_above_the_sidecars_limit_warns_with_the_variable_to_raise()
 
 
 def test_more_gpus_than_25m_can_scrape_at_the_interval_warns_with_the_variables_to_change() -> None:
+    # the fewest 8-GPU endpoints whose scraping at 3 Hz needs more than the warning's share of 25m
+    many = math.floor(0.025 * CPU_WARN_FRACTION * 0.333 / (8 * SCRAPE_CPU_SECONDS_PER_GPU)) + 1
     one = estimate_controller(**COMMON, telemetry_enabled=True, telemetry_urls=1, telemetry_cpu="25m")
-    four = estimate_controller(**COMMON, telemetry_enabled=True, telemetry_urls=4, telemetry_cpu="25m")
+    crowded = estimate_controller(**COMMON, telemetry_enabled=True, telemetry_urls=many, telemetry_cpu="25m")
     assert one.warnings() == []
-    (warning,) = four.warnings()
+    (warning,) = crowded.warnings()
     assert "AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU" in warning and "AIPERF_GPU_COLLECTION_INTERVAL" in warning
-    relaxed = estimate_controller(**COMMON, telemetry_enabled=True, telemetry_urls=4, telemetry_cpu="25m",
+    relaxed = estimate_controller(**COMMON, telemetry_enabled=True, telemetry_urls=many, telemetry_cpu="25m",
                                   collection_interval_s=1.0)
     assert relaxed.warnings() == []
 
@@ -75,10 +79,10 @@ def test_the_benchmark_memory_request_is_the_estimate_rounded_up_to_256mi() -> N
 def test_the_sidecar_cpu_grows_with_endpoints_and_interval_from_the_25m_floor() -> None:
     one = sidecar_cpu(endpoints=1, gpus_per_endpoint=8, collection_interval_s=0.333)
     assert one.quantity == "25m" and "floor" in one.reason
-    eight = sidecar_cpu(endpoints=8, gpus_per_endpoint=8, collection_interval_s=0.333)
+    twelve = sidecar_cpu(endpoints=12, gpus_per_endpoint=8, collection_interval_s=0.333)
     sixteen = sidecar_cpu(endpoints=16, gpus_per_endpoint=8, collection_interval_s=0.333)
     slow = sidecar_cpu(endpoints=16, gpus_per_endpoint=8, collection_interval_s=1.0)
-    cores = [float(quantity_value(c.quantity)) for c in (eight, sixteen, slow)]
+    cores = [float(quantity_value(c.quantity)) for c in (twelve, sixteen, slow)]
     assert 0.025 < cores[0] < cores[1] and cores[2] < cores[1]
     # sized so that the scraping need stays under the warning's fraction of the limit
     need = 16 * 8 * SCRAPE_CPU_SECONDS_PER_GPU / 0.333
