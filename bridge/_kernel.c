@@ -32,6 +32,20 @@
  * last piece closes the chunk: the bytes `b"".join` of the plan's pieces gives after filling them with
  * struct.pack (the reference, kept in plan.py).
  *
+ * line_shape(line) -> tuple[int, tuple[bytes, ...], tuple[bytes, ...]] | None
+ * scan_lines(batch, position, shapes) -> tuple[int, int]
+ *
+ * The report's reader of record-log lines (bridge/report/series.py `SeriesAccumulator.add_path`). A JSON line's
+ * shape is its text around its number tokens: `line_shape` cuts a line into those literal segments and the
+ * tokens, with a key (a hash of the line's first literal bytes). `scan_lines` reads the lines of a batch
+ * from `position` while each one has the shape of a registered target (`shapes`: key -> list of targets
+ * (segments, columns, timestamp slot, rows out, times out), registered by the Python reader from a line it
+ * read with orjson): the literal segments equal, every token a JSON number; it appends the line's values in
+ * the target's column order (native float64) and its timestamp (int64) to the target's two bytearrays,
+ * and stops at the first line no target takes (returned: its position, and the count of lines taken). A
+ * token it cannot read exactly as orjson and the Python reader would (an integer of more than 19 digits,
+ * a value beyond float64, a timestamp that is not an int64) stops it there too.
+ *
  * blank_at(values, positions, blanks, not_finite) -> tuple[int, ...]
  *
  * The positions (of `positions`, or of every value when None) whose value is one of `blanks` (DCGM's
@@ -46,16 +60,19 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Ryu's shortest double to decimal (Boost Software License 1.0, bridge/ryu/LICENSE-Boost): only its static
- * decoder `d2d` and `d2d_small_int` are used; its own printing is not. */
+/* Ryu (Boost Software License 1.0, bridge/ryu/LICENSE-Boost): its shortest double to decimal (only the static
+ * decoder `d2d` and `d2d_small_int` are used; its own printing is not) and its decimal to double `s2d_n`,
+ * correctly rounded for up to 17 significant digits (the tokens Clinger's fast path cannot take). */
 #include "ryu/d2s.c"
+#include "ryu/s2d.c"
 
 #define SHORT_TOKEN 128
 
-/* Clinger's fast path: a plain decimal token ("501.073", "-42", "1.5e3") whose digits make an integer m <= 2^53
- * and whose power of ten 10^e has |e| <= 22 is exactly m * 10^e or m / 10^-e, one correctly rounded
- * operation on two exact doubles: the double float() reads. Anything else returns 0 and takes the full
- * reader. (Only where doubles are evaluated as doubles: FLT_EVAL_METHOD 0, as on x86-64 and AArch64.) */
+/* A plain decimal token ("501.073", "-42", "1.5e3", "457.62929649600005") of at most 17 significant digits,
+ * read as float() reads it. Clinger's fast path: when its digits make an integer m <= 2^53 and its power of
+ * ten 10^e has |e| <= 22, it is exactly m * 10^e or m / 10^-e, one correctly rounded operation on two exact
+ * doubles. Otherwise Ryu's s2d, away from the subnormal and overflow ends. Anything else returns 0 and takes
+ * CPython's reader. (Only where doubles are evaluated as doubles: FLT_EVAL_METHOD 0, as on x86-64.) */
 static int parse_plain(const char *start, Py_ssize_t size, double *out) {
 #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
     static const double powers[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
@@ -70,7 +87,7 @@ static int parse_plain(const char *start, Py_ssize_t size, double *out) {
     int digits = 0, fraction = 0, any = 0;
     for (; p < end && *p >= '0' && *p <= '9'; p++, any = 1) {
         if (mantissa != 0 || *p != '0') {
-            if (++digits > 16) {
+            if (++digits > 17) {
                 return 0;
             }
             mantissa = mantissa * 10 + (uint64_t)(*p - '0');
@@ -80,7 +97,7 @@ static int parse_plain(const char *start, Py_ssize_t size, double *out) {
         for (p++; p < end && *p >= '0' && *p <= '9'; p++, any = 1) {
             fraction++;
             if (mantissa != 0 || *p != '0') {
-                if (++digits > 16) {
+                if (++digits > 17) {
                     return 0;
                 }
                 mantissa = mantissa * 10 + (uint64_t)(*p - '0');
@@ -121,6 +138,13 @@ static int parse_plain(const char *start, Py_ssize_t size, double *out) {
         value = 0.0;
     } else if (mantissa <= (1ULL << 53) && exponent >= -22 && exponent <= 22) {
         value = exponent < 0 ? (double)mantissa / powers[-exponent] : (double)mantissa * powers[exponent];
+    } else if (exponent >= -300 && exponent <= 290 && size < 64 && start[0] != '+') {
+        /* Ryu's s2d for the rest of the plain tokens of at most 16 digits, away from the subnormal and
+         * overflow ends (left to CPython's reader) */
+        if (s2d_n(start, (int)size, &value) != SUCCESS) {
+            return 0;
+        }
+        return *out = value, 1;
     } else {
         return 0;
     }
@@ -536,6 +560,329 @@ static PyObject *points_of(PyObject *module, PyObject *const *args, Py_ssize_t n
     return chunk;
 }
 
+/* ---- record-log lines to rows ----------------------------------------------------------------------- */
+
+#define SHAPE_KEY_BYTES 160
+#define MAX_TOKENS 1024
+
+static int is_number_char(char c) {
+    return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
+
+/* The key of a line's shape: FNV-1a over its first SHAPE_KEY_BYTES literal bytes, a number token counting
+ * as one 0x01 byte. Strings are followed so that digits inside them stay literal. */
+static uint64_t shape_key(const char *line, Py_ssize_t size) {
+    uint64_t hash = 14695981039346656037ULL;
+    int in_string = 0, fed = 0;
+    for (Py_ssize_t i = 0; i < size && fed < SHAPE_KEY_BYTES; i++) {
+        char c = line[i];
+        if (in_string) {
+            if (c == '\\' && i + 1 < size) {
+                hash = (hash ^ (unsigned char)c) * 1099511628211ULL;
+                c = line[++i];
+                fed++;
+            } else if (c == '"') {
+                in_string = 0;
+            }
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            while (i + 1 < size && is_number_char(line[i + 1])) {
+                i++;
+            }
+            c = 0x01;
+        }
+        hash = (hash ^ (unsigned char)c) * 1099511628211ULL;
+        fed++;
+    }
+    return hash >> 2; /* a small Python int */
+}
+
+static PyObject *line_shape(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 1 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "line_shape(line: bytes)");
+        return NULL;
+    }
+    const char *line = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    PyObject *segments = PyList_New(0), *tokens = PyList_New(0), *result = NULL;
+    if (segments == NULL || tokens == NULL) {
+        goto done;
+    }
+    Py_ssize_t literal = 0;
+    int in_string = 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        char c = line[i];
+        if (in_string) {
+            if (c == '\\') {
+                i++;
+            } else if (c == '"') {
+                in_string = 0;
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_string = 1;
+            continue;
+        }
+        if (c != '-' && !(c >= '0' && c <= '9')) {
+            continue;
+        }
+        Py_ssize_t end = i + 1;
+        while (end < size && is_number_char(line[end])) {
+            end++;
+        }
+        PyObject *segment = PyBytes_FromStringAndSize(line + literal, i - literal);
+        PyObject *token = PyBytes_FromStringAndSize(line + i, end - i);
+        int failed = segment == NULL || token == NULL || PyList_Append(segments, segment) < 0 ||
+                     PyList_Append(tokens, token) < 0;
+        Py_XDECREF(segment);
+        Py_XDECREF(token);
+        if (failed) {
+            goto done;
+        }
+        if (PyList_GET_SIZE(tokens) > MAX_TOKENS) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+        literal = end;
+        i = end - 1;
+    }
+    PyObject *last = PyBytes_FromStringAndSize(line + literal, size - literal);
+    if (last == NULL || PyList_Append(segments, last) < 0) {
+        Py_XDECREF(last);
+        goto done;
+    }
+    Py_DECREF(last);
+    PyObject *segment_tuple = PyList_AsTuple(segments), *token_tuple = PyList_AsTuple(tokens);
+    if (segment_tuple != NULL && token_tuple != NULL) {
+        result = Py_BuildValue("(KOO)", (unsigned long long)shape_key(line, size), segment_tuple, token_tuple);
+    }
+    Py_XDECREF(segment_tuple);
+    Py_XDECREF(token_tuple);
+done:
+    Py_XDECREF(segments);
+    Py_XDECREF(tokens);
+    return result;
+}
+
+/* A JSON number (RFC 8259: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?); *integer tells whether it has
+ * neither fraction nor exponent, *digits how many digits its integer part has. */
+static int json_number(const char *p, Py_ssize_t size, int *integer, int *digits) {
+    Py_ssize_t i = 0;
+    if (i < size && p[i] == '-') {
+        i++;
+    }
+    Py_ssize_t first = i;
+    if (i < size && p[i] == '0') {
+        i++;
+    } else if (i < size && p[i] >= '1' && p[i] <= '9') {
+        while (i < size && p[i] >= '0' && p[i] <= '9') {
+            i++;
+        }
+    } else {
+        return 0;
+    }
+    *digits = (int)(i - first);
+    *integer = 1;
+    if (i < size && p[i] == '.') {
+        *integer = 0;
+        Py_ssize_t start = ++i;
+        while (i < size && p[i] >= '0' && p[i] <= '9') {
+            i++;
+        }
+        if (i == start) {
+            return 0;
+        }
+    }
+    if (i < size && (p[i] == 'e' || p[i] == 'E')) {
+        *integer = 0;
+        i++;
+        if (i < size && (p[i] == '+' || p[i] == '-')) {
+            i++;
+        }
+        Py_ssize_t start = i;
+        while (i < size && p[i] >= '0' && p[i] <= '9') {
+            i++;
+        }
+        if (i == start) {
+            return 0;
+        }
+    }
+    return i == size;
+}
+
+/* A value token as the Python reader stores it (orjson's number, packed as float64), or -1. */
+static int json_value(const char *p, Py_ssize_t size, double *out) {
+    int integer, digits;
+    if (!json_number(p, size, &integer, &digits) || (integer && digits > 19)) {
+        return -1;
+    }
+    if (parse_token(p, size, out) < 0 || !isfinite(*out)) {
+        return -1;
+    }
+    return 0;
+}
+
+/* A timestamp token: a JSON integer within int64 (what the Python reader's array('q') takes). */
+static int json_int64(const char *p, Py_ssize_t size, long long *out) {
+    int integer, digits;
+    if (!json_number(p, size, &integer, &digits) || !integer || digits > 19) {
+        return -1;
+    }
+    int negative = p[0] == '-';
+    unsigned long long value = 0;
+    for (Py_ssize_t i = negative; i < size; i++) {
+        value = value * 10 + (unsigned long long)(p[i] - '0'); /* 19 digits fit in 64 bits */
+    }
+    if (value > (negative ? 9223372036854775808ULL : 9223372036854775807ULL)) {
+        return -1;
+    }
+    *out = negative ? (long long)(0ULL - value) : (long long)value;
+    return 0;
+}
+
+static int bytearray_append(PyObject *array, const void *data, Py_ssize_t size) {
+    Py_ssize_t used = PyByteArray_GET_SIZE(array);
+    if (PyByteArray_Resize(array, used + size) < 0) {
+        return -1;
+    }
+    memcpy(PyByteArray_AS_STRING(array) + used, data, size);
+    return 0;
+}
+
+/* 1: the line has the target's shape and its row was appended; 0: not this target; -1: an error. */
+static int take_line(PyObject *target, const char *line, Py_ssize_t size, Py_ssize_t *starts, Py_ssize_t *ends,
+                     double *row) {
+    if (!PyTuple_Check(target) || PyTuple_GET_SIZE(target) != 5) {
+        PyErr_SetString(PyExc_TypeError, "a line target is (segments, columns, timestamp slot, rows, times)");
+        return -1;
+    }
+    PyObject *segments = PyTuple_GET_ITEM(target, 0), *columns = PyTuple_GET_ITEM(target, 1);
+    PyObject *rows = PyTuple_GET_ITEM(target, 3), *times = PyTuple_GET_ITEM(target, 4);
+    if (!PyTuple_Check(segments) || !PyTuple_Check(columns) || !PyByteArray_Check(rows) ||
+        !PyByteArray_Check(times)) {
+        PyErr_SetString(PyExc_TypeError, "a line target is (tuple, tuple, int, bytearray, bytearray)");
+        return -1;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(segments);
+    if (count < 1 || count - 1 > MAX_TOKENS) {
+        return 0;
+    }
+    Py_ssize_t position = 0;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *segment = PyTuple_GET_ITEM(segments, k);
+        Py_ssize_t length = PyBytes_GET_SIZE(segment);
+        if (length > size - position || memcmp(line + position, PyBytes_AS_STRING(segment), length) != 0) {
+            return 0;
+        }
+        position += length;
+        if (k == count - 1) {
+            break;
+        }
+        starts[k] = position;
+        while (position < size && is_number_char(line[position])) {
+            position++;
+        }
+        if (position == starts[k]) {
+            return 0;
+        }
+        ends[k] = position;
+    }
+    if (position != size) {
+        return 0;
+    }
+    Py_ssize_t slot = PyLong_AsSsize_t(PyTuple_GET_ITEM(target, 2));
+    if (slot < 0 || slot >= count - 1) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "a line target's timestamp slot is not one of its tokens");
+        }
+        return -1;
+    }
+    long long t_ns;
+    if (json_int64(line + starts[slot], ends[slot] - starts[slot], &t_ns) < 0) {
+        return 0;
+    }
+    Py_ssize_t width = PyTuple_GET_SIZE(columns);
+    for (Py_ssize_t c = 0; c < width; c++) {
+        Py_ssize_t token = PyLong_AsSsize_t(PyTuple_GET_ITEM(columns, c));
+        if (token < 0 || token >= count - 1) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "a line target's column is not one of its tokens");
+            }
+            return -1;
+        }
+        if (json_value(line + starts[token], ends[token] - starts[token], &row[c]) < 0) {
+            return 0;
+        }
+    }
+    int64_t t64 = (int64_t)t_ns;
+    if (bytearray_append(rows, row, width * (Py_ssize_t)sizeof(double)) < 0 ||
+        bytearray_append(times, &t64, sizeof(t64)) < 0) {
+        return -1;
+    }
+    return 1;
+}
+
+static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "scan_lines(batch: bytes, position: int, shapes: dict)");
+        return NULL;
+    }
+    const char *batch = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t position = PyLong_AsSsize_t(args[1]);
+    if (position == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t *starts = PyMem_Malloc(2 * MAX_TOKENS * sizeof(Py_ssize_t));
+    double *row = PyMem_Malloc(MAX_TOKENS * sizeof(double));
+    if (starts == NULL || row == NULL) {
+        PyMem_Free(starts);
+        PyMem_Free(row);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t *ends = starts + MAX_TOKENS;
+    Py_ssize_t taken = 0;
+    int failed = 0;
+    while (position >= 0 && position < size) {
+        const char *line = batch + position;
+        const char *newline = memchr(line, '\n', size - position);
+        Py_ssize_t length = newline ? newline - line : size - position;
+        PyObject *key = PyLong_FromUnsignedLongLong(shape_key(line, length));
+        if (key == NULL) {
+            failed = 1;
+            break;
+        }
+        PyObject *targets = PyDict_GetItemWithError(args[2], key);
+        Py_DECREF(key);
+        if (targets == NULL) {
+            failed = PyErr_Occurred() != NULL;
+            break;
+        }
+        int took = 0;
+        if (PyList_Check(targets)) {
+            for (Py_ssize_t t = 0; t < PyList_GET_SIZE(targets) && took == 0; t++) {
+                took = take_line(PyList_GET_ITEM(targets, t), line, length, starts, ends, row);
+            }
+        }
+        if (took <= 0) {
+            failed = took < 0;
+            break;
+        }
+        taken++;
+        position += length + (newline != NULL);
+    }
+    PyMem_Free(starts);
+    PyMem_Free(row);
+    if (failed) {
+        return NULL;
+    }
+    return Py_BuildValue("(nn)", position, taken);
+}
+
 /* ---- absent values ---------------------------------------------------------------------------------- */
 
 static PyObject *blank_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -614,6 +961,10 @@ static PyMethodDef methods[] = {
      "A page's OTLP chunk from its plan's pieces and the values (see bridge/otlp/plan.py)."},
     {"blank_at", (PyCFunction)(void (*)(void))blank_at, METH_FASTCALL,
      "The positions holding a DCGM sentinel (or, when asked, NaN/inf) among the values."},
+    {"line_shape", (PyCFunction)(void (*)(void))line_shape, METH_FASTCALL,
+     "A JSON line's literal segments around its number tokens, the tokens, and the shape's key."},
+    {"scan_lines", (PyCFunction)(void (*)(void))scan_lines, METH_FASTCALL,
+     "The lines of a batch that have a registered shape, appended as rows (see bridge/report/series.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -91,7 +91,7 @@ def dict_to_record(obj: Mapping[str, Any]) -> GpuRecord:
 _BATCH_BYTES = 64 * 1024
 
 
-def _line_batches(path: Path) -> Iterator[bytes]:
+def line_batches(path: Path) -> Iterator[bytes]:
     """Runs of complete lines, each ending with its newline, of about _BATCH_BYTES (a longer line is a run
     of its own); a trailing partial line is skipped."""
     chunks = _gunzip_chunks(path) if path.suffix == ".gz" else _raw_chunks(path)
@@ -135,7 +135,15 @@ def _gunzip_chunks(path: Path) -> Iterator[bytes]:
 
 
 def read_dict_batches(path: Path, errors: list[str] | None = None) -> Iterator[list[dict[str, Any]]]:
-    """The JSON objects of a log's lines (as `read_dicts`), a list per run of lines.
+    """The JSON objects of a log's lines (as `read_dicts`), a list per run of lines (`dicts_of_lines`)."""
+    number = 0  # lines before this run
+    for batch in line_batches(path):
+        yield dicts_of_lines(batch, number, path, errors)
+        number += batch.count(b"\n")
+
+
+def dicts_of_lines(batch: bytes, number: int, path: Path, errors: list[str] | None) -> list[dict[str, Any]]:
+    """The JSON objects of a run of whole lines (each ending with its newline; `number` lines before it).
 
     A run of n lines is parsed as one JSON array, its newlines turned into `,0,\n`, when it holds no `[`. A
     line boundary then cannot fall inside a value: inside an object a comma must be followed by a key (not
@@ -144,23 +152,17 @@ def read_dict_batches(path: Path, errors: list[str] | None = None) -> Iterator[l
     the line's own. Otherwise (a bad line, an empty one, an array anywhere) the run is read line by line:
     the same values and the same error messages either way.
     """
-    loads = orjson.loads
-    number = 0  # lines before this run
-    for batch in _line_batches(path):
-        joined = batch.replace(b"\n", b",0,\n")
-        lines = (len(joined) - len(batch)) // 3
-        values: list[Any] | None = None
-        if b"[" not in batch:
-            try:
-                values = loads(b"".join((b"[", memoryview(joined)[:-4], b"]")))  # (without the last ",0,\n")
-            except orjson.JSONDecodeError:
-                values = None
-        if values is not None and len(values) == 2 * lines - 1:
-            objs = [value for value in values[::2] if isinstance(value, dict)]
-        else:
-            objs = _line_by_line(batch[:-1], number, path, errors)
-        number += lines
-        yield objs
+    joined = batch.replace(b"\n", b",0,\n")
+    lines = (len(joined) - len(batch)) // 3
+    values: list[Any] | None = None
+    if b"[" not in batch:
+        try:
+            values = orjson.loads(b"".join((b"[", memoryview(joined)[:-4], b"]")))  # (without the last ",0,\n")
+        except orjson.JSONDecodeError:
+            values = None
+    if values is not None and len(values) == 2 * lines - 1:
+        return [value for value in values[::2] if isinstance(value, dict)]
+    return _line_by_line(batch[:-1], number, path, errors)
 
 
 def _line_by_line(body: bytes, number: int, path: Path, errors: list[str] | None) -> list[dict[str, Any]]:

@@ -201,3 +201,94 @@ def test_a_line_written_after_close_is_written_and_its_file_closed_again(tmp_pat
     writer.write_event(Complete(2, None, True, (), None, {}))  # a scrape that ended after completion
     assert writer._file is None  # not left open for the garbage collector
     assert [d["time_ns"] for d in read_dicts(tmp_path / "events.jsonl")] == [1, 2]
+
+
+# -- the kernel's line reader (bridge/_kernel.c scan_lines) against orjson -----------------------------------
+
+_kernel = pytest.importorskip("bridge._kernel", reason="the kernel is not built here (no C compiler)")
+
+NUMBERS = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**63), 2**64 - 1),
+                    st.sampled_from([0.0, -0.0, 1e-7, 1e16, 5e-324, 1.7976931348623157e308, 2**53 + 1, 10**18]))
+
+
+def _line(i: int, values: list[float], *, uuid: str = "GPU-0000aaaa-bbbb-cccc-dddd-000000000000",
+          keys: tuple[str, ...] = ("nvidia_power_usage", "nvidia_energy_consumption", "nvidia_temperature"),
+          phase: str = "profiling") -> bytes:
+    import dataclasses
+
+    record = rec(T0 + i * S, dict(zip(keys, values, strict=False)), uuid=uuid)
+    return record_to_line(dataclasses.replace(record, run_id="run-1", phase=phase, scrape_start_ns=T0 + i * S,
+                                              scrape_end_ns=T0 + i * S + 3_000_000)).rstrip()
+
+
+def _both(tmp_path: Path, lines: list[bytes], name: str = "log.jsonl") -> SeriesAccumulator:
+    raw = b"".join(line + b"\n" for line in lines)
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
+    errors: list[str] = []
+    compiled = SeriesAccumulator().add_path(path, errors)
+    plain_errors: list[str] = []
+    plain = SeriesAccumulator()
+    plain.use_kernel = False
+    plain.add_path(path, plain_errors)
+    assert errors == plain_errors
+    _same_series(compiled, plain)
+    slow, slow_errors = _series_one_by_one(path)
+    assert errors == slow_errors
+    _same_series(compiled, slow)
+    return compiled
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ours", "ours", "ours", "other gpu", "fewer keys", "odd", "phase"]),
+                          st.lists(NUMBERS, min_size=3, max_size=3), st.sampled_from(ODD)), max_size=120),
+       st.sampled_from([256, 1024, 1 << 16]), st.sampled_from(["log.jsonl", "log.jsonl.gz"]))
+def test_any_log_reads_the_same_with_and_without_the_kernel(tmp_path_factory: pytest.TempPathFactory,
+                                                            steps: list[tuple[str, list[float], bytes]],
+                                                            run_bytes: int, name: str) -> None:
+    """Our lines with any numbers (floats, huge and negative ints, subnormals), a second GPU, a series whose
+    key set changes and changes back, a phase that changes, and every odd line, in runs of any size: the
+    kernel reads exactly the series and the errors that orjson and the record-by-record path read."""
+    lines = []
+    for i, (kind, values, odd) in enumerate(steps):
+        if kind == "odd":
+            lines.append(odd)
+        elif kind == "other gpu":
+            lines.append(_line(i, values, uuid="GPU-1111aaaa-bbbb-cccc-dddd-000000000000"))
+        elif kind == "fewer keys":
+            lines.append(_line(i, values, keys=("nvidia_temperature", "nvidia_power_usage")))
+        elif kind == "phase":
+            lines.append(_line(i, values, phase="cooldown"))
+        else:
+            lines.append(_line(i, values))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(record_log, "_BATCH_BYTES", run_bytes)
+        _both(tmp_path_factory.mktemp("kernel"), lines, name)
+
+
+def test_the_kernel_reads_nearly_every_line_of_our_own_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shapes are learnt from the first run of lines; the rest of the log is read by the kernel (counted)."""
+    import bridge.report.series as series
+
+    taken = []
+    scan = series._scan_lines
+
+    def counting(batch: bytes, position: int, shapes: dict) -> tuple[int, int]:  # type: ignore[type-arg]
+        result = scan(batch, position, shapes)
+        taken.append(result[1])
+        return result
+
+    monkeypatch.setattr(series, "_scan_lines", counting)
+    lines = [_line(i, [300.0 + i % 7, 1.5 + i * 1e-6, 61]) for i in range(3000)]
+    lines += [_line(3000 + i, [300.0, 2.0, 61], uuid="GPU-1111aaaa-bbbb-cccc-dddd-000000000000") for i in range(3000)]
+    compiled = _both(tmp_path, lines)
+    assert compiled.records == 6000 and sum(taken) > 0.95 * 6000  # all but the first run of lines of each GPU
+
+
+def test_an_aiperf_log_is_not_given_shapes_and_reads_as_before(tmp_path: Path) -> None:
+    """AIPerf's own lines (pydantic's JSON, with nulls) are not ours: no shape, every line decoded as before."""
+    lines = [orjson.dumps({"timestamp_ns": T0 + i * S, "dcgm_url": URL, "gpu_index": 0, "gpu_uuid": "GPU-a",
+                           "gpu_model_name": "H100", "telemetry_data": {"gpu_power_usage": 100.0 + i,
+                                                                        "xid_errors": None}}, option=orjson.OPT_INDENT_2
+                          ).replace(b"\n", b"") for i in range(200)]
+    assert _both(tmp_path, lines).records == 200

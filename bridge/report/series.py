@@ -21,9 +21,22 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from bridge.endpoints import display_key
-from bridge.record_log import dict_to_record, read_dict_batches
+from bridge.record_log import dict_to_record, dicts_of_lines, line_batches, read_dict_batches
 from bridge.samples import GpuRecord
+
+try:  # the compiled kernel (bridge/_kernel.c): lines of a known shape straight to rows
+    from bridge._kernel import line_shape as _line_shape
+    from bridge._kernel import scan_lines as _scan_lines
+except ImportError:
+    _line_shape = _scan_lines = None  # type: ignore[assignment]
+
+# A line shape the kernel reads (bridge/_kernel.c `scan_lines`): its literal segments, the token of each of
+# its series' columns, its timestamp's token, and the rows and times read since the last hand-over.
+LineTarget = tuple[tuple[bytes, ...], tuple[int, ...], int, bytearray, bytearray]
+_MAX_SHAPES = 8  # lines of a series given (or refused) a shape before the series stops trying
 
 if TYPE_CHECKING:
     import numpy as np
@@ -289,6 +302,7 @@ class SeriesAccumulator:
     def __init__(self) -> None:
         self._rows: dict[tuple[str, str, str | None], SeriesRows] = {}
         self._display: dict[str, str] = {}
+        self.use_kernel = True  # False: every line decoded by orjson (tests compare the two)
         # (telemetry_source_url, gpu_uuid, gpu_instance_id) as a line carries them -> its series: the
         # reader's shortcut past the key resolution for lines in our own format.
         self._as_read: dict[tuple[Any, Any, Any], SeriesRows] = {}
@@ -336,35 +350,85 @@ class SeriesAccumulator:
         """Every record of a record log (plain or .gz, ours or AIPerf's); unreadable lines are skipped and
         described in `errors`.
 
+        With the compiled kernel, a line whose shape (its text around its numbers) is one this reader has
+        seen is read straight into its series' rows (`_add_path_compiled`); any other line, and every line
+        without the kernel, is decoded by orjson and taken by `_add_objs`.
+        """
+        if _scan_lines is not None and self.use_kernel:
+            return self._add_path_compiled(path, errors)
+        number = 0  # records (JSON objects) before this batch
+        for batch in read_dict_batches(path, errors):
+            self._add_objs(batch, number, path, errors)
+            number += len(batch)
+        return self
+
+    def _add_objs(self, batch: list[dict[str, Any]], number: int, path: Path,
+                  errors: list[str] | None) -> list[SeriesRows | None]:
+        """Decoded lines (`number` records before them), each added to its series; the series each went to.
+
         A line in our format whose series and key set are already known is one row: its values taken in the
         block's key order and written as float64 into the series' rows; any other line goes through
         `add_dict`. (A failed write leaves the rows as they were: they only count once `used` moves on.)
         """
         as_read = self._as_read
         add_dict = self.add_dict
-        number = 0  # records (JSON objects) before this batch
-        for batch in read_dict_batches(path, errors):
-            for obj in batch:
+        went: list[SeriesRows | None] = []
+        for obj in batch:
+            try:
+                rows = as_read[obj.get("telemetry_source_url"), obj.get("gpu_uuid"), obj.get("gpu_instance_id")]
+                data = obj["telemetry_data"]
+                if len(data) != rows.width:
+                    raise KeyError
+                # (struct.error too when the buffer is full: `add_dict` makes room)
+                rows.pack_into(rows.buf, rows.used, *rows.values_of(data))
+                rows.ts.append(obj["timestamp_ns"])
+            except (KeyError, TypeError, OverflowError, struct.error):
                 try:
-                    rows = as_read[obj.get("telemetry_source_url"), obj.get("gpu_uuid"), obj.get("gpu_instance_id")]
-                    data = obj["telemetry_data"]
-                    if len(data) != rows.width:
-                        raise KeyError
-                    # (struct.error too when the buffer is full: `add_dict` makes room)
-                    rows.pack_into(rows.buf, rows.used, *rows.values_of(data))
-                    rows.ts.append(obj["timestamp_ns"])
-                except (KeyError, TypeError, OverflowError, struct.error):
-                    try:
-                        add_dict(obj)
-                    except (KeyError, TypeError, ValueError, OverflowError) as exc:
-                        if errors is not None:
-                            at = next(i for i, o in enumerate(batch) if o is obj)
-                            errors.append(f"{path}: record {number + at + 1}: {exc!r}")
+                    add_dict(obj)
+                except (KeyError, TypeError, ValueError, OverflowError) as exc:
+                    if errors is not None:
+                        at = next(i for i, o in enumerate(batch) if o is obj)
+                        errors.append(f"{path}: record {number + at + 1}: {exc!r}")
+                    went.append(None)
                     continue
-                rows.used += rows.stride
-                if rows.missing:
-                    rows.fill(obj.get)
-            number += len(batch)
+                key = (obj.get("telemetry_source_url"), obj.get("gpu_uuid"), obj.get("gpu_instance_id"))
+                went.append(as_read.get(key))
+                continue
+            rows.used += rows.stride
+            if rows.missing:
+                rows.fill(obj.get)
+            went.append(rows)
+        return went
+
+    def _add_path_compiled(self, path: Path, errors: list[str] | None) -> SeriesAccumulator:
+        """`add_path` with the kernel: each batch of lines is read by `scan_lines` while its lines have a
+        registered shape; from the first line that has none, the rest of the batch is decoded and taken as
+        without the kernel, and its lines in our own format (`orjson.dumps` of the decoded line gives the
+        line back) register their shapes for the batches after. Rows read by the kernel are handed to their
+        series before any decoded line is taken, so every series keeps its lines' order."""
+        shapes: dict[int, list[LineTarget]] = {}
+        targets: list[tuple[LineTarget, SeriesRows, tuple[str, ...]]] = []
+        tries: dict[int, int] = {}  # id(series rows) -> lines given (or refused) a shape
+        lines = records = 0  # before this batch
+        for batch in line_batches(path):
+            position, taken = _scan_lines(batch, 0, shapes)
+            records += taken
+            lines += taken  # (a taken line is one line)
+            if position < len(batch):
+                _hand_over(targets)
+                rest = batch[position:]
+                objs = dicts_of_lines(rest, lines, path, errors)
+                went = self._add_objs(objs, records, path, errors)
+                records += len(objs)
+                raw = rest.split(b"\n")[:-1]
+                if len(raw) == len(objs):  # every line one object: each decoded line beside its text
+                    for line, obj, rows in zip(raw, objs, went, strict=True):
+                        if rows is not None and tries.get(id(rows), 0) < _MAX_SHAPES:
+                            tries[id(rows)] = tries.get(id(rows), 0) + 1
+                            _register(line, obj, rows, shapes, targets)
+                _drop_stale(shapes, targets)
+                lines += rest.count(b"\n")
+        _hand_over(targets)
         return self
 
     def endpoints(self) -> list[str]:
@@ -373,6 +437,68 @@ class SeriesAccumulator:
 
     def finish(self) -> list[Series]:
         return [rows.finish(key[0]) for key, rows in self._rows.items()]
+
+
+def _register(line: bytes, obj: dict[str, Any], rows: SeriesRows, shapes: dict[int, list[LineTarget]],
+              targets: list[tuple[LineTarget, SeriesRows, tuple[str, ...]]]) -> bool:
+    """Give the kernel the shape of a line just taken into `rows`, when the line is in our own format (orjson's
+    bytes of the decoded object: no duplicate key, no white space, numbers as orjson writes them) and every
+    value of its telemetry_data is a number: its tokens are then the object's numbers in document order."""
+    data = obj.get("telemetry_data")
+    if not isinstance(data, dict) or len(data) != rows.width or set(data) != set(rows.keys):
+        return False
+    if orjson.dumps(obj) != line:
+        return False
+    shape = _line_shape(line)
+    if shape is None:
+        return False
+    key, segments, tokens = shape
+    numbers: list[tuple[str, str | None, Any]] = []
+    for top, value in obj.items():
+        for sub, item in (value.items() if isinstance(value, dict) else [(None, value)]):
+            if isinstance(item, dict | list):
+                return False  # (deeper objects: none in a record; not worth following)
+            if isinstance(item, int | float) and not isinstance(item, bool):
+                numbers.append((top, sub, item))
+    if len(numbers) != len(tokens) or any(float(n) != float(t) for (*_, n), t in zip(numbers, tokens, strict=True)):
+        return False
+    slot = {(top, sub): k for k, (top, sub, _) in enumerate(numbers)}
+    ts_slot = slot.get(("timestamp_ns", None))
+    if ts_slot is None or not isinstance(obj["timestamp_ns"], int) or any(
+            ("telemetry_data", name) not in slot for name in rows.keys):
+        return False
+    columns = tuple(slot[("telemetry_data", name)] for name in rows.keys)
+    known = shapes.setdefault(key, [])
+    if any(t[0] == segments and t[1] == columns and t[2] == ts_slot for t in known):
+        return True
+    target: LineTarget = (segments, columns, ts_slot, bytearray(), bytearray())
+    known.append(target)
+    targets.append((target, rows, rows.keys))
+    return True
+
+
+def _hand_over(targets: list[tuple[LineTarget, SeriesRows, tuple[str, ...]]]) -> None:
+    """The rows and times the kernel read, appended to their series (as `add_path`'s own row would be)."""
+    for (_, _, _, out, times), rows, _keys in targets:
+        if out:
+            rows.reserve(len(out))
+            rows.buf[rows.used: rows.used + len(out)] = out
+            rows.used += len(out)
+            rows.ts.frombytes(times)
+            del out[:], times[:]
+
+
+def _drop_stale(shapes: dict[int, list[LineTarget]], targets: list[tuple[LineTarget, SeriesRows, tuple[str, ...]]]
+                ) -> None:
+    """A series whose key set changed (a new block) no longer takes rows in its old shapes' column order."""
+    stale = [target for target, rows, keys in targets if rows.keys is not keys]
+    if not stale:
+        return
+    targets[:] = [entry for entry in targets if entry[1].keys is entry[2]]
+    for key in list(shapes):
+        shapes[key] = [t for t in shapes[key] if all(t is not s for s in stale)]
+        if not shapes[key]:
+            del shapes[key]
 
 
 def series_from_path(path: Path, errors: list[str] | None = None) -> list[Series]:
