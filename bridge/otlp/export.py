@@ -36,7 +36,6 @@ from bridge.otlp.encode import ContextCache, EndpointEncoder
 from bridge.otlp.resource import endpoint_attributes
 from bridge.otlp.semconv import page_to_semconv
 from bridge.otlp.transport import Sender, SendResult, make_sender, secrets_of
-from bridge.otlp.wire import request_bytes
 from bridge.parse import TemplatedPage
 from bridge.redact import redact_url, scrub
 from bridge.relabel import NO_RELABEL, RelabelConfig
@@ -243,10 +242,9 @@ class OtlpForwarder:
                 self._flush_requested = False
         if not chunks:
             return False
-        body = request_bytes(chunks)
         attempt = 0
         while True:
-            result = self._send(body)
+            result = self._send(chunks)
             if result.ok:
                 self._finish(sent=points, rejected=result.rejected_points, message=result.message)
                 return True
@@ -267,9 +265,9 @@ class OtlpForwarder:
                          delay)
             self._sleep(delay)
 
-    def _send(self, body: bytes) -> SendResult:
+    def _send(self, parts: list[bytes]) -> SendResult:
         try:
-            return self._sender.send(body)
+            return self._sender.send(parts)
         except Exception as exc:  # noqa: BLE001 - a transport bug is a failed, retryable attempt
             return SendResult(False, True, "error", scrub(f"{type(exc).__name__}: {exc}", self._secrets))
 

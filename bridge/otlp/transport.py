@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple, Protocol
 
 from bridge.otlp.config import OtlpConfig, OtlpConfigError
+from bridge.otlp.wire import request_bytes
 from bridge.redact import URLLIB3_LOGGERS, LogScrubber, scrub, secret_list, url_secrets
 
 USER_AGENT = "dcgm-bridge-otlp/0.1"
@@ -36,9 +38,11 @@ class SendResult(NamedTuple):
 
 
 class Sender(Protocol):
-    """The transport seam: tests inject a fake; production is HttpSender or GrpcSender."""
+    """The transport seam: tests inject a fake; production is HttpSender or GrpcSender. `send` takes the
+    request in parts (framed ResourceMetrics chunks: `wire.request_bytes` of them is the request's bytes), so
+    that a batch of megabytes is not copied into one buffer only to be written to a socket."""
 
-    def send(self, body: bytes) -> SendResult: ...
+    def send(self, parts: Sequence[bytes]) -> SendResult: ...
 
     def close(self) -> None: ...
 
@@ -90,16 +94,21 @@ class HttpSender:
         self._secrets = secrets_of(config)
         self._scrubber = LogScrubber(self._secrets).install(*URLLIB3_LOGGERS)
 
-    def send(self, body: bytes) -> SendResult:
-        return _scrubbed(self._send(body), self._secrets)
+    def send(self, parts: Sequence[bytes]) -> SendResult:
+        return _scrubbed(self._send(parts), self._secrets)
 
-    def _send(self, body: bytes) -> SendResult:
+    def _send(self, parts: Sequence[bytes]) -> SendResult:
+        body: bytes | Sequence[bytes] = parts
         if self.gzip:
             # Level 1: a third of level 6's CPU for a page that compresses ~10x either way.
             compressor = zlib.compressobj(1, zlib.DEFLATED, 31)
-            body = compressor.compress(body) + compressor.flush()
+            body = b"".join([*map(compressor.compress, parts), compressor.flush()])
+        # The parts are written one after the other under a Content-Length (urllib3 sends an iterable body
+        # as it is when the length is given; without it, chunked): no copy of the whole batch.
+        size = len(body) if isinstance(body, bytes) else sum(map(len, body))
+        headers = {**self.headers, "Content-Length": str(size)}
         try:
-            response = self.pool.request("POST", self.url, body=body, headers=self.headers)
+            response = self.pool.request("POST", self.url, body=body, headers=headers)
         except self._urllib3.exceptions.NewConnectionError as exc:  # (a subclass of ConnectTimeoutError)
             return SendResult(False, True, "connect", _short_error(exc))
         except self._urllib3.exceptions.TimeoutError as exc:
@@ -150,14 +159,14 @@ class GrpcSender:
         self.compression = grpc.Compression.Gzip if config.compression == "gzip" else None
         self._secrets = secrets_of(config)
 
-    def send(self, body: bytes) -> SendResult:
-        return _scrubbed(self._send(body), self._secrets)
+    def send(self, parts: Sequence[bytes]) -> SendResult:
+        return _scrubbed(self._send(parts), self._secrets)
 
-    def _send(self, body: bytes) -> SendResult:
+    def _send(self, parts: Sequence[bytes]) -> SendResult:
         grpc = self._grpc
         try:
             data = self.export(
-                body, timeout=self.timeout, metadata=self.metadata, compression=self.compression
+                request_bytes(parts), timeout=self.timeout, metadata=self.metadata, compression=self.compression
             )
         except grpc.RpcError as exc:
             code = exc.code() if callable(getattr(exc, "code", None)) else None

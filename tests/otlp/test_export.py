@@ -31,8 +31,8 @@ class FakeSender:
         self.answers = list(answers)
         self.bodies: list[bytes] = []
 
-    def send(self, body: bytes) -> SendResult:
-        self.bodies.append(body)
+    def send(self, parts: list[bytes]) -> SendResult:
+        self.bodies.append(b"".join(parts))
         return self.answers.pop(0) if self.answers else SendResult(True, status="200")
 
     def close(self) -> None:
@@ -182,8 +182,8 @@ def test_a_batch_in_retry_is_given_up_only_when_newer_pages_push_it_out_of_the_q
     submitted = threading.Event()
 
     class Outage(FakeSender):
-        def send(self, body: bytes) -> SendResult:
-            self.bodies.append(body)
+        def send(self, parts: list[bytes]) -> SendResult:
+            self.bodies.append(b"".join(parts))
             if len(self.bodies) == 2:
                 submit_pages(fwd, 6, start=10)  # arrives during the outage: exceeds the bound of 100
                 submitted.set()
@@ -203,7 +203,7 @@ def test_a_batch_in_retry_is_given_up_only_when_newer_pages_push_it_out_of_the_q
 
 def test_submit_never_raises_into_the_scrape_loop_even_with_a_broken_sender():
     class Broken(FakeSender):
-        def send(self, body: bytes) -> SendResult:
+        def send(self, parts: list[bytes]) -> SendResult:
             raise RuntimeError("bug")
 
     fwd, sleeps = forwarder(Broken(), replace(CONFIG, max_queue_points=20))
@@ -278,11 +278,24 @@ def http_receiver() -> Iterator[type[_Receiver]]:
 def test_http_sender_posts_protobuf_with_headers_and_gzip(http_receiver):
     config = OtlpConfig(endpoint=http_receiver.url, compression="gzip", headers=(("x-scope-orgid", "t1"),))
     sender = HttpSender(config)
-    assert sender.send(b"\x0a\x00").ok
+    assert sender.send([b"\x0a\x00"]).ok
     headers, body = http_receiver.got[0]
     assert headers["Content-Type"] == "application/x-protobuf" and headers["Content-Encoding"] == "gzip"
     assert headers["x-scope-orgid"] == "t1" and gzip.decompress(body) == b"\x0a\x00"
     sender.close()
+
+
+def test_http_sender_writes_a_request_in_parts_as_one_body_under_its_content_length(http_receiver):
+    """A batch's chunks go out one after the other, never joined into one buffer: the receiver reads one body
+    of the declared length (not chunked), plain and gzip."""
+    parts = [bytes([k]) * (100_000 + k) for k in range(5)]
+    for compression in ("none", "gzip"):
+        sender = HttpSender(OtlpConfig(endpoint=http_receiver.url, compression=compression))
+        assert sender.send(parts).ok
+        headers, body = http_receiver.got[-1]
+        assert "Transfer-Encoding" not in headers and int(headers["Content-Length"]) == len(body)
+        assert (gzip.decompress(body) if compression == "gzip" else body) == b"".join(parts)
+        sender.close()
 
 
 def test_http_sender_maps_statuses_to_retryable_or_not_with_message_and_retry_after(http_receiver):
@@ -298,7 +311,7 @@ def test_http_sender_maps_statuses_to_retryable_or_not_with_message_and_retry_af
     ]:
         http_receiver.answers.put(answer)
     sender = HttpSender(OtlpConfig(endpoint=http_receiver.url))
-    results = [sender.send(b"") for _ in range(5)]
+    results = [sender.send([b""]) for _ in range(5)]
     assert [(r.ok, r.retryable, r.status) for r in results] == [
         (False, True, "503"),
         (False, True, "429"),
@@ -349,8 +362,8 @@ def test_grpc_sender_sends_the_encoded_bytes_and_maps_status_codes(grpc_receiver
         OtlpConfig(endpoint=f"127.0.0.1:{port}", protocol="grpc", insecure=True, compression="gzip")
     )
     sender_fwd = OtlpForwarder(CONFIG, base_resource={}, sender=sender, sleep=lambda _: None, start=False)
-    first = sender.send(b"")
-    second = sender.send(b"")
+    first = sender.send([b""])
+    second = sender.send([b""])
     assert (first.retryable, first.status) == (True, "UNAVAILABLE")
     assert (second.retryable, second.status) == (False, "INVALID_ARGUMENT")
     points = submit_pages(sender_fwd, 2)
