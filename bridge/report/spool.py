@@ -41,6 +41,11 @@ logger = logging.getLogger(__name__)
 
 _META_NAMES = {"gpu_instance_profile": "instance_profile"}  # GpuRecord field -> bridge/normalize.py GpuMeta's
 _FLUSH_BYTES = 16 * 1024  # per series and file: ~8 s of one GPU at 3 Hz
+# Series fill at the same pace, so one threshold would spool all of them in the same scrape (512 MIG series:
+# ~1,000 file writes in one page's processing, tens of ms of the scrape thread). Each series' first threshold
+# is staggered by up to this many eighths of it, and every later one is the same: the series keep the phases
+# they were given, and their writes stay spread over that many scrapes.
+_FLUSH_STAGGER = 8
 _MAX_UNSPOOLED_BYTES = 64 * 1024 * 1024  # held in memory while the spool cannot be written; past it: give up
 
 
@@ -53,12 +58,13 @@ class _Spooled:
     """One series (endpoint × GPU identity): its rows (report/series.py's SeriesRows, holding only those not
     yet spooled) and how many float64 values its .rows file holds."""
 
-    __slots__ = ("number", "rows", "rows_out", "meta")
+    __slots__ = ("number", "rows", "rows_out", "meta", "flush_at")
 
     def __init__(self, number: int, record: GpuRecord) -> None:
         self.number = number
         self.rows = SeriesRows(record)
         self.rows_out = 0
+        self.flush_at = _FLUSH_BYTES + (number % _FLUSH_STAGGER) * _FLUSH_BYTES // _FLUSH_STAGGER
         self.meta: GpuMeta | None = None  # the metadata the missing fields were last filled from
 
 
@@ -103,7 +109,7 @@ class LiveSeries:
                 if rows.missing and spooled.meta is not meta:  # (a plan's entries keep their metadata)
                     spooled.meta = meta
                     rows.fill(partial(_meta_field, meta))
-                if rows.used >= _FLUSH_BYTES:
+                if rows.used >= spooled.flush_at:
                     self._spool(spooled)
             self.records += len(compiled.entries)
 
@@ -116,7 +122,7 @@ class LiveSeries:
         rows.add(record.timestamp_ns, record.telemetry_data)
         if rows.missing:
             rows.fill(partial(getattr, record))
-        if rows.used >= _FLUSH_BYTES:
+        if rows.used >= spooled.flush_at:
             self._spool(spooled)
 
     def _spool(self, spooled: _Spooled) -> None:
@@ -144,6 +150,7 @@ class LiveSeries:
                 self._give_up()
             return
         spooled.rows_out += rows.used // 8
+        spooled.flush_at = _FLUSH_BYTES
         rows.take()
         self._unspooled = 0
 

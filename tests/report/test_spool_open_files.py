@@ -48,3 +48,27 @@ def test_a_sidecar_with_512_series_under_ulimit_256_writes_the_report_the_log_re
     again = tmp_path / "again"
     write_report(rebuilt, again)
     assert orjson.loads((again / "profile_export_aiperf.json").read_bytes())["telemetry_data"] == written
+
+
+def test_series_filling_at_one_pace_spool_in_different_scrapes(tmp_path: Path, monkeypatch) -> None:
+    """512 series fed one record each per scrape reach the spool threshold together; their thresholds are
+    staggered, so no scrape writes more than an eighth of them (one scrape would otherwise write 1,024 files
+    and hold the scrape thread up for tens of ms)."""
+    from bridge.report import spool
+    from tests.report.helpers import T0, S, rec
+
+    written: list[int] = []
+    live = spool.LiveSeries(tmp_path / "spool")
+    original = live._spool
+
+    def counting(spooled: spool._Spooled) -> None:
+        written[-1] += 1
+        original(spooled)
+
+    monkeypatch.setattr(live, "_spool", counting)
+    data = {f"nvidia_key_{k}": float(k) for k in range(40)}
+    for scrape in range(200):  # 200 × 328 bytes: every series past its threshold at least once
+        written.append(0)
+        live.add([rec(T0 + scrape * S, data, uuid=f"GPU-{n}") for n in range(SERIES)], "node:9400")
+    assert sum(written) >= SERIES and max(written) <= SERIES // 8
+    assert all(len(s) == 200 for s in live.finish())
