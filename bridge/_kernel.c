@@ -388,6 +388,21 @@ static int write_double(char *out, double value) {
     return length;
 }
 
+/* A number of a values tuple or a program as a double: a float or an int only, so that no Python code runs
+ * while the kernel holds borrowed references (a float subclass's __float__ could change what they point to). */
+static int as_double(PyObject *number, double *out) {
+    if (PyFloat_CheckExact(number)) {
+        *out = PyFloat_AS_DOUBLE(number);
+        return 0;
+    }
+    if (PyLong_CheckExact(number)) {
+        *out = PyLong_AsDouble(number);
+        return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+    }
+    PyErr_Format(PyExc_TypeError, "the kernel reads floats and ints, not %.100s", Py_TYPE(number)->tp_name);
+    return -1;
+}
+
 static int value_at(PyObject *values, PyObject *position, double *out) {
     Py_ssize_t index = PyLong_AsSsize_t(position);
     if (index == -1 && PyErr_Occurred()) {
@@ -397,13 +412,7 @@ static int value_at(PyObject *values, PyObject *position, double *out) {
         PyErr_SetString(PyExc_IndexError, "a program's sample position is outside the page's values");
         return -1;
     }
-    PyObject *number = PyTuple_GET_ITEM(values, index);
-    double value = PyFloat_CheckExact(number) ? PyFloat_AS_DOUBLE(number) : PyFloat_AsDouble(number);
-    if (value == -1.0 && PyErr_Occurred()) {
-        return -1;
-    }
-    *out = value;
-    return 0;
+    return as_double(PyTuple_GET_ITEM(values, index), out);
 }
 
 /* One record: (head, middle, keys, positions, scales, tail, end). */
@@ -436,9 +445,8 @@ static int write_record(Buffer *lines, Buffer *rows, PyObject *entry, PyObject *
         if (value_at(values, PyTuple_GET_ITEM(positions, k), &value) < 0) {
             return -1;
         }
-        PyObject *scale = PyTuple_GET_ITEM(scales, k);
-        double factor = PyFloat_CheckExact(scale) ? PyFloat_AS_DOUBLE(scale) : PyFloat_AsDouble(scale);
-        if (factor == -1.0 && PyErr_Occurred()) {
+        double factor;
+        if (as_double(PyTuple_GET_ITEM(scales, k), &factor) < 0) {
             return -1;
         }
         if (factor != 1.0) {
@@ -905,8 +913,7 @@ static PyObject *blank_at(PyObject *module, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     for (Py_ssize_t k = 0; k < nblanks; k++) {
-        blanks[k] = PyFloat_AsDouble(PyTuple_GET_ITEM(args[2], k));
-        if (blanks[k] == -1.0 && PyErr_Occurred()) {
+        if (as_double(PyTuple_GET_ITEM(args[2], k), &blanks[k]) < 0) {
             return NULL;
         }
     }
@@ -926,9 +933,7 @@ static PyObject *blank_at(PyObject *module, PyObject *const *args, Py_ssize_t na
             }
             index = PyLong_AsSsize_t(position);
         } else {
-            PyObject *number = PyTuple_GET_ITEM(values, k);
-            value = PyFloat_CheckExact(number) ? PyFloat_AS_DOUBLE(number) : PyFloat_AsDouble(number);
-            if (value == -1.0 && PyErr_Occurred()) {
+            if (as_double(PyTuple_GET_ITEM(values, k), &value) < 0) {
                 Py_DECREF(found);
                 return NULL;
             }

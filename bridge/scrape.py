@@ -119,6 +119,12 @@ class _Boundary:
         self.error: str | None = None
 
 
+# Two scrapes of one endpoint never start within the same millisecond: stores keep samples at millisecond
+# resolution, and a second value at the same millisecond is a duplicate sample (Prometheus refuses it,
+# VictoriaMetrics keeps one). It happened when the baseline scrape at start-up was followed at once by tick 0.
+MIN_START_GAP_S = 0.001
+_MS = 1_000_000
+
 PageHandler = Callable[[str, FetchedPage], None]
 FailureHandler = Callable[[str, FetchError, int], None]
 
@@ -197,6 +203,9 @@ class ScrapeGroup:
                 for loop in self.loops.values():
                     if loop.in_flight_start_ns is not None:
                         continue  # its tick is reckoned when its GET ends
+                    if now - loop.began < MIN_START_GAP_S:  # its previous scrape started under a millisecond ago
+                        wake_at = min(wake_at, loop.began + MIN_START_GAP_S)
+                        continue
                     if loop.boundary_due(now_ns):
                         loop.begin(now_ns, boundary=True)
                         starts.append(loop)
@@ -239,7 +248,8 @@ class ScrapeLoop:
         self._in_flight_served: list[_Boundary] = []
         self.in_flight_start_ns: int | None = None
         self._in_flight_boundary = False
-        self._began = 0.0
+        self.began = -math.inf  # monotonic time the latest scrape started
+        self.last_start_ns = 0
         self.next_tick = 0  # the next tick of the group's grid this endpoint is scraped at
         self.tick_lateness_s = self.stats.lateness_s  # bounded ring of recent lateness samples (bench, /status)
 
@@ -295,7 +305,8 @@ class ScrapeLoop:
 
     def begin(self, start_ns: int, *, boundary: bool) -> None:
         """A scrape starts (under the group's lock): the boundaries at or before it are served by it."""
-        self._began = self._monotonic()
+        self.began = self._monotonic()
+        self.last_start_ns = start_ns
         self.in_flight_start_ns = start_ns
         self._in_flight_boundary = boundary
         self._in_flight_served = [b for b in self._pending if b.time_ns <= start_ns]
@@ -324,7 +335,7 @@ class ScrapeLoop:
                 self._safe_page(outcome)
         finally:
             now = self._monotonic()
-            self.stats.last_duration_s = now - self._began
+            self.stats.last_duration_s = now - self.began
             with self.group.cond:
                 origin = self.group.origin
                 if origin is not None:
@@ -342,6 +353,8 @@ class ScrapeLoop:
         return error is None
 
     def _scrape_once(self) -> bool:
+        if self._now_ns() // _MS == self.last_start_ns // _MS:  # (see MIN_START_GAP_S)
+            time.sleep(MIN_START_GAP_S)
         with self.group.cond:
             self.begin(self._now_ns(), boundary=True)
         try:

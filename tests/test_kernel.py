@@ -305,3 +305,22 @@ def test_the_pipeline_writes_the_same_log_series_and_live_view_with_and_without_
     assert compiled[0] == python[0] and compiled[0].count(b"\n") > 6 * 2
     assert compiled[1] == python[1]
     assert compiled[2] == python[2]
+
+
+class _Sneaky(float):
+    """A float whose conversion runs Python code: the kernel must refuse it rather than call it while it holds
+    borrowed references."""
+
+    def __float__(self) -> float:
+        raise AssertionError("the kernel called Python code")
+
+
+def test_the_kernel_reads_only_plain_floats_and_ints() -> None:
+    program = ((b"{", b"", (b'"v":',), (0,), (1.0,), b"", b""),)
+    assert kernel.records_of(program, (2,), 0, None)[0] == b'{0"v":2.00}\n'
+    with pytest.raises(TypeError, match="floats and ints"):
+        kernel.records_of(program, (_Sneaky(1.5),), 0, None)
+    with pytest.raises(TypeError, match="floats and ints"):
+        kernel.points_of([b"", b"", b"", b""], (0,), (_Sneaky(1.5),), 1)
+    with pytest.raises(TypeError, match="floats and ints"):
+        kernel.blank_at((_Sneaky(1.5),), None, (1.0,), True)

@@ -47,6 +47,32 @@ def test_ticks_that_pass_during_a_slow_scrape_are_missed_not_queued():
     assert loop.stats.scrapes == 5
 
 
+def test_two_scrapes_of_an_endpoint_never_start_in_the_same_millisecond():
+    """The baseline scrape at start-up is followed at once by tick 0, and boundary scrapes come at any time:
+    a store keeps one sample per millisecond, so a second scrape in the same millisecond would be a duplicate
+    sample (Prometheus refuses it). Here every fetch is instant."""
+    class Instant:
+        def fetch(self, url: str) -> FetchedPage:
+            return FetchedPage(b"m 1\n", 0, 0, "text/plain")
+
+        def close(self) -> None:
+            pass
+
+    starts: list[int] = []
+    ref: list[ScrapeLoop] = []
+    loop = ScrapeLoop("http://x/metrics", Instant(), 0.02, lambda u, p: starts.append(ref[0].last_start_ns),
+                      lambda u, e, t: None)
+    ref.append(loop)
+    for _ in range(5):
+        loop.scrape_now()  # synchronous, back to back
+    loop.start()  # tick 0 at once, boundaries requested between ticks
+    for _ in range(10):
+        loop.request_boundary(time.time_ns()).done.wait(5)
+    loop.stop(5)
+    millis = [t // 1_000_000 for t in starts]
+    assert len(starts) >= 10 and len(set(millis)) == len(millis)
+
+
 def test_a_scrape_in_flight_that_started_after_the_boundary_serves_it():
     release = threading.Event()
     started = threading.Event()

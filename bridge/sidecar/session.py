@@ -24,6 +24,7 @@ from bridge.events import Complete, Configured, Refresh, event_to_line
 from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
 from bridge.normalize import Normalizer
+from bridge.parse.template import COMPILED
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig
@@ -423,6 +424,7 @@ class Session:
         return {
             "state": self.state,
             "run_id": self.run_id,
+            "per_page_path": "compiled kernel" if COMPILED else "pure Python (bridge._kernel not built)",
             "phase": self.phase,
             "artifact_dir": str(self.artifact_dir),
             "records_written": self.records_written,

@@ -36,6 +36,9 @@ def test_probes_status_and_phase_marks_through_the_control_api(control):
     assert response.status_code == 200 and response.json()["accepted"] == mark
     status = client.get("/status").json()
     assert status["state"] == "collecting" and status["phase"] == "profiling" and status["marks"] == [mark]
+    from bridge.parse.template import COMPILED
+
+    assert status["per_page_path"] == ("compiled kernel" if COMPILED else "pure Python (bridge._kernel not built)")
     completed = client.post("/complete", json={"requests_end_ns": 1_700_000_001_000_000_000})
     assert completed.status_code == 200 and completed.json()["completed"]
     assert any(f.endswith("profile_export_aiperf.json") for f in completed.json()["files"])
