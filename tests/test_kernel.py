@@ -19,6 +19,8 @@ from bridge.parse import PageParser
 from bridge.parse.template import COMPILED, PageTemplate, TemplatedPage
 from tests.test_hostile import CORPUS, mutate, ops_strategy
 
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
 kernel = pytest.importorskip("bridge._kernel", reason="the kernel is not built here (no C compiler)")
 
 
@@ -110,11 +112,37 @@ def _python(segments: tuple[bytes, ...], body: bytes) -> tuple[float, ...] | Non
     return PageTemplate.values_of_bytes_python(template, body)
 
 
-def test_without_the_kernel_the_python_path_runs_and_says_so() -> None:
+def test_without_the_kernel_the_python_path_runs_and_says_so(tmp_path) -> None:
+    """A machine without a compiler: `--version` names the pure-Python path, and a sidecar collecting says so in
+    one log line and in /status, and records every page all the same."""
     code = ("import sys; sys.modules['bridge._kernel'] = None; "
             "from bridge.parse.template import COMPILED; print(COMPILED)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+    version = subprocess.run([sys.executable, "-c", "import sys; sys.modules['bridge._kernel'] = None; "
+                              "from bridge.cli import main; main(['--version'])"], capture_output=True, text=True)
+    assert "pure-Python per-page path" in version.stdout
+    run = f"""
+import logging, sys, time
+sys.modules['bridge._kernel'] = None
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+from bridge.simulator import SimulatedExporter, SimulatorConfig
+from tests.sidecar.helpers import session_for
+with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
+    session = session_for([exporter.url], __import__("pathlib").Path({str(tmp_path)!r}))
+    session.start()
+    deadline = time.monotonic() + 30
+    while session.records_written < 2 * 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(session.status()["per_page_path"])
+    session.complete()
+    print(session.records_written)
+"""
+    result = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    path, written = result.stdout.strip().splitlines()[-2:]
+    assert path.startswith("pure Python") and int(written) >= 2 * 5, result.stdout
+    assert result.stderr.count("the compiled per-page kernel (bridge._kernel) is not built") == 1, result.stderr
 
 
 # -- the record lines and rows (normalize.py `Normalizer.compiled`) against record_to_line ------------------

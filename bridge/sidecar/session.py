@@ -51,6 +51,9 @@ from bridge.sidecar.pipeline import (
 __all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
 
 logger = logging.getLogger(__name__)
+
+KERNEL_MISSING = ("the compiled per-page kernel (bridge._kernel) is not built, so the pure-Python path runs, "
+                  "at about twice the CPU: reinstall on a machine with a C compiler (gcc) to build it")
 SELF_METRICS_EVERY_NS = 10_000_000_000  # the refresh gauges go to OTLP at least this often (and when they move)
 _WRITE_CHECK_S = 1.0  # /readyz tries the artifact folder at most once a second (the kubelet probes every few)
 
@@ -216,6 +219,8 @@ class Session:
                 self.configure()
             if self.state != "configured":
                 return
+            if not COMPILED:
+                logger.warning(KERNEL_MISSING)
             for loop in self.loops.values():
                 loop.start()
             self.state = "collecting"
