@@ -205,6 +205,21 @@ class ListenerSink:
                 listener(page.url, page.parsed, page.start_ns, page.phase)
 
 
+class _Notes:
+    """What pages say about their endpoint, said at most once a minute per endpoint and kind, or at once when
+    it says something new."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], tuple[str, int]] = {}  # (url, kind) -> (message, time) last said
+
+    def due(self, url: str, kind: str, time_ns: int, message: str = "") -> bool:
+        last = self._last.get((url, kind))
+        if last is not None and last[0] == message and time_ns - last[1] < DROPPED_NOTE_INTERVAL_NS:
+            return False
+        self._last[(url, kind)] = (message, time_ns)
+        return True
+
+
 class Pipeline:
     """Parse, normalise and hand each page to the sinks; note what pages and failures say about endpoints.
 
@@ -223,11 +238,10 @@ class Pipeline:
         self.down: set[str] = set()
         self._parsers: dict[str, PageParser] = {}
         self._keys: dict[str, tuple[str, str]] = {}  # url -> (redacted, display key)
-        self._dropped_noted: dict[str, tuple[str, int]] = {}  # url -> (message, time) of the last parse event
+        self._notes = _Notes()
         self.max_gpus = max_gpus
         self._identities: dict[str, set[tuple[str, str | None]]] = {}  # url -> GPU identities seen (≤ max_gpus)
         self.over_gpu_limit: dict[str, int] = {}  # url -> records dropped past max_gpus
-        self._gpu_limit_noted: dict[str, int] = {}  # url -> when that was last said
 
     def on_page(self, url: str, fetched: FetchedPage) -> Page:
         """The scrape loop's page callback: one page through the whole pipeline."""
@@ -283,9 +297,7 @@ class Pipeline:
         kept = [r for r in records if (r.gpu_uuid, r.gpu_instance_id) in seen]
         if len(kept) < len(records):
             self.over_gpu_limit[url] = self.over_gpu_limit.get(url, 0) + len(records) - len(kept)
-            last = self._gpu_limit_noted.get(url)
-            if last is None or time_ns - last >= DROPPED_NOTE_INTERVAL_NS:
-                self._gpu_limit_noted[url] = time_ns
+            if self._notes.due(url, "gpu limit", time_ns):  # (the count in it changes: said once a minute)
                 message = (f"{self.over_gpu_limit[url]} records of GPUs past the limit of {self.max_gpus} GPU "
                            "identities per endpoint (DCGM_BRIDGE_MAX_GPUS) dropped so far: does the exporter "
                            "change its UUIDs at every scrape?")
@@ -325,9 +337,7 @@ class Pipeline:
         first = parsed.dropped[0]
         what = f"{len(parsed.dropped)} lines dropped" if page.readable else "no sample could be read"
         message = f"{what} (first: line {first.line}: {first.reason})"
-        last = self._dropped_noted.get(page.url)
-        if last is not None and last[0] == message and page.start_ns - last[1] < DROPPED_NOTE_INTERVAL_NS:
+        if not self._notes.due(page.url, "dropped", page.start_ns, message):
             return
-        self._dropped_noted[page.url] = (message, page.start_ns)
         logger.warning("%s: %s", page.endpoint, message)
         self.events.write_event(ScrapeFailure(page.endpoint, page.start_ns, "parse", message))
