@@ -23,9 +23,8 @@ from bridge.report.refresh import (
     MIN_REFRESHES_PER_WINDOW,
     POWER_KEY,
     RefreshedDelta,
-    fresh_bound,
-    refreshed_delta,
     series_cadence,
+    window_delta,
 )
 from bridge.report.series import Series
 from bridge.report.stats import (
@@ -85,12 +84,9 @@ def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -
             else:
                 cadence = series_cadence(s.timestamps, s.values)
                 delta = counter_delta_interpolated(s.timestamps, counter, start, end, grace)
-                if delta is not None and cadence.fresh:
-                    bound_j += (fresh_bound(s.timestamps, counter, start, end) or 0.0) * _MJ_TO_J
-                elif delta is not None:
-                    delta = refreshed_delta(s.timestamps, counter, cadence, start, end,
-                                            None if power is None else power * 1e-6)  # W → MJ/s
-                    bound_j += (delta.bound if delta is not None else 0.0) * _MJ_TO_J
+                if delta is not None:
+                    delta, bound = window_delta(s.timestamps, s.values, ENERGY_KEY, cadence, start, end, delta)
+                    bound_j += (bound or 0.0) * _MJ_TO_J
                 period = None if cadence.fresh else cadence.period_s
                 if period is not None and period >= (slowest or 0.0):
                     slowest, at_least = period, cadence.at_least

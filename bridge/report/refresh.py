@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
+    from bridge.report.stats import CounterDelta
+
 # A series is fresh when at least this share of its scrapes brought a new value (DCGM refreshes at least
 # as often as we scrape: the scrape time is the sample time, to within the refresh period).
 FRESH_SHARE = 0.75
@@ -346,6 +348,21 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     at0, bound0 = _edge(tau, cum, rate, lo, hi, e0)
     at1, bound1 = _edge(tau, cum, rate, lo, hi, e1)
     return RefreshedDelta(float(max(at1 - at0, 0.0)), resets, bound0 + bound1)
+
+
+def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]], key: str, cadence: Cadence,
+                 start: int, end: int, fresh: CounterDelta
+                 ) -> tuple[CounterDelta | RefreshedDelta | None, float | None]:
+    """A counter's increase over [start, end] as the report gives it, and, for the energy counter, its bound:
+    `fresh` (the scrape-timed delta, not None) when the series' values are fresh, else the delta timed at
+    DCGM's refreshes (the power gauge as the energy's slope). The one rule behind the per-GPU metrics
+    (telemetry_data.py) and the run's energy totals (energy.py)."""
+    energy = key == ENERGY_KEY
+    if cadence.fresh:
+        return fresh, fresh_bound(ts, values[key], start, end) if energy else None
+    slope = values.get(POWER_KEY) if energy else None
+    timed = refreshed_delta(ts, values[key], cadence, start, end, None if slope is None else slope * 1e-6)  # W → MJ/s
+    return timed, timed.bound if timed is not None and energy else None
 
 
 def fresh_bound(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, end: int) -> float | None:

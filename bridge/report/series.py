@@ -170,9 +170,7 @@ class SeriesRows:
         if keys is not None and (keys != self.keys or not self.blocks):
             self.blocks.append((keys, self.taken + len(self.ts) - 1))
             self._set_keys(keys)
-        self.reserve(len(packed))
-        self.buf[self.used: self.used + len(packed)] = packed
-        self.used += len(packed)
+        self.append(packed)
 
     def add_row(self, t_ns: int, keys: tuple[str, ...], row: bytes | memoryview) -> None:
         """One record given as its keys and its values packed as native float64 in that order (the kernel's
@@ -184,9 +182,13 @@ class SeriesRows:
             else:
                 self.blocks.append((keys, self.taken + len(self.ts) - 1))
                 self._set_keys(keys)
-        size = len(row)
+        self.append(row)
+
+    def append(self, rows: bytes | bytearray | memoryview) -> None:
+        """Rows already packed as native float64 in the current block's key order, after the ones held."""
+        size = len(rows)
         self.reserve(size)
-        self.buf[self.used: self.used + size] = row
+        self.buf[self.used: self.used + size] = rows
         self.used += size
 
     def reserve(self, size: int) -> None:
@@ -481,9 +483,7 @@ def _hand_over(targets: list[tuple[LineTarget, SeriesRows, tuple[str, ...]]]) ->
     """The rows and times the kernel read, appended to their series (as `add_path`'s own row would be)."""
     for (_, _, _, out, times), rows, _keys in targets:
         if out:
-            rows.reserve(len(out))
-            rows.buf[rows.used: rows.used + len(out)] = out
-            rows.used += len(out)
+            rows.append(out)
             rows.ts.frombytes(times)
             del out[:], times[:]
 

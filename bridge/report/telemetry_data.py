@@ -18,17 +18,14 @@ from bridge.fields import FieldSpec, FieldTable
 from bridge.redact import redact_url
 from bridge.report.events import EndpointState
 from bridge.report.refresh import (
-    ENERGY_KEY,
     MIN_REFRESHES_PER_WINDOW,
-    POWER_KEY,
     Cadence,
     RefreshedDelta,
     endpoint_cadence,
     field_periods,
-    fresh_bound,
-    refreshed_delta,
     refreshes_in,
     series_cadence,
+    window_delta,
 )
 from bridge.report.series import GpuMeta, Series
 from bridge.report.stats import (
@@ -228,15 +225,9 @@ def refreshed_counters(s: Series, counters: Sequence[MetricLabel], cadence: Cade
         if fresh is None:  # no valid sample in [start, end + grace]: omitted, whatever the cadence
             out[label.key] = None
             continue
-        energy = label.key == ENERGY_KEY
-        if cadence.fresh:
-            bound = fresh_bound(s.timestamps, s.values[label.key], window.start_ns, window.end_ns) if energy else None
-            out[label.key] = _counter_result(label.unit, fresh, bound=bound)
-            continue
-        slope = s.values.get(POWER_KEY) if energy else None
-        timed = refreshed_delta(s.timestamps, s.values[label.key], cadence, window.start_ns, window.end_ns,
-                                None if slope is None else slope * 1e-6)  # W → MJ/s
-        out[label.key] = _counter_result(label.unit, timed, bound=timed.bound if timed and energy else None)
+        delta, bound = window_delta(s.timestamps, s.values, label.key, cadence, window.start_ns, window.end_ns,
+                                    fresh)
+        out[label.key] = _counter_result(label.unit, delta, bound=bound)
     return out
 
 
