@@ -263,46 +263,47 @@ class Pipeline:
         phase = self.phase()
         compiled = self.normalizer.compiled(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
                                             run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
-        if compiled is not None and self._gpus_within_limit(url, compiled.identities()):
-            return Page(url, redacted, display, parsed, compiled, phase, fetched.start_ns, fetched.end_ns)
-        records = compiled.records() if compiled is not None else self.normalizer.records(
-            parsed, source_url=redacted, timestamp_ns=fetched.start_ns, run_id=self.run_id, phase=phase,
-            scrape_end_ns=fetched.end_ns)
-        return Page(url, redacted, display, parsed, self._within_gpu_limit(url, redacted, records, fetched.start_ns),
-                    phase, fetched.start_ns, fetched.end_ns)
+        if compiled is not None:
+            keep = self._within_gpu_limit(url, compiled.identities())
+            if keep is None:
+                return Page(url, redacted, display, parsed, compiled, phase, fetched.start_ns, fetched.end_ns)
+            records = compiled.records()
+        else:
+            records = self.normalizer.records(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
+                                              run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
+            keep = self._within_gpu_limit(url, [r.identity for r in records])
+        if keep is not None:
+            records = self._drop_past_gpu_limit(url, redacted, records, keep, fetched.start_ns)
+        return Page(url, redacted, display, parsed, records, phase, fetched.start_ns, fetched.end_ns)
 
-    def _gpus_within_limit(self, url: str, identities: Sequence[Identity]) -> bool:
-        """Whether every one of a page's GPU identities is within `max_gpus` (adding the new ones while there is
-        room): the common case, where nothing is dropped."""
-        seen = self._identities.setdefault(url, set())
-        if len(seen) + len(identities) <= self.max_gpus:
-            seen.update(identities)
-            return True
-        return seen.issuperset(identities)
-
-    def _within_gpu_limit(self, url: str, endpoint: str, records: Sequence[GpuRecord],
-                          time_ns: int) -> Sequence[GpuRecord]:
+    def _within_gpu_limit(self, url: str, identities: Sequence[Identity]) -> list[bool] | None:
         """At most `max_gpus` GPU identities (UUID × MIG instance) per endpoint and run: a node has up to 16
         GPUs of 8 series each, while an exporter whose UUIDs change at every scrape would grow every
-        per-GPU structure (the live series, the report) without bound. Records of identities past the limit
-        are dropped from every sink, counted, and said in a `parse` error at most once a minute."""
+        per-GPU structure (the live series, the report) without bound. New identities are taken in page order
+        while there is room; None when every one of the page's is within the limit, else which to keep."""
         seen = self._identities.setdefault(url, set())
-        if len(seen) < self.max_gpus:
-            for record in records:
-                if len(seen) >= self.max_gpus:
-                    break
-                seen.add((record.gpu_uuid, record.gpu_instance_id))
-            if len(seen) < self.max_gpus:
-                return records
-        kept = [r for r in records if (r.gpu_uuid, r.gpu_instance_id) in seen]
-        if len(kept) < len(records):
-            self.over_gpu_limit[url] = self.over_gpu_limit.get(url, 0) + len(records) - len(kept)
-            if self._notes.due(url, "gpu limit", time_ns):  # (the count in it changes: said once a minute)
-                message = (f"{self.over_gpu_limit[url]} records of GPUs past the limit of {self.max_gpus} GPU "
-                           "identities per endpoint (DCGM_BRIDGE_MAX_GPUS) dropped so far: does the exporter "
-                           "change its UUIDs at every scrape?")
-                logger.warning("%s: %s", endpoint, message)
-                self.events.write_event(ScrapeFailure(endpoint, time_ns, "parse", message))
+        if len(seen) + len(identities) <= self.max_gpus:  # room for all of them: the common case
+            seen.update(identities)
+            return None
+        for identity in identities:
+            if len(seen) >= self.max_gpus:
+                break
+            seen.add(identity)
+        keep = [identity in seen for identity in identities]
+        return None if all(keep) else keep
+
+    def _drop_past_gpu_limit(self, url: str, endpoint: str, records: Sequence[GpuRecord], keep: Sequence[bool],
+                             time_ns: int) -> list[GpuRecord]:
+        """The records of identities past the limit dropped from every sink, counted, and said in a `parse`
+        error at most once a minute."""
+        kept = [record for record, keeping in zip(records, keep, strict=True) if keeping]
+        self.over_gpu_limit[url] = self.over_gpu_limit.get(url, 0) + len(records) - len(kept)
+        if self._notes.due(url, "gpu limit", time_ns):  # (the count in it changes: said once a minute)
+            message = (f"{self.over_gpu_limit[url]} records of GPUs past the limit of {self.max_gpus} GPU "
+                       "identities per endpoint (DCGM_BRIDGE_MAX_GPUS) dropped so far: does the exporter "
+                       "change its UUIDs at every scrape?")
+            logger.warning("%s: %s", endpoint, message)
+            self.events.write_event(ScrapeFailure(endpoint, time_ns, "parse", message))
         return kept
 
     def take(self, pages: Sequence[Page]) -> None:
