@@ -277,10 +277,18 @@ class LineWriter:
             return self._flush_locked()
 
     def _flush_when_due(self) -> None:
-        """The background flusher: lines that waited a whole interval are written even if no new line comes."""
-        while not self._stop.wait(self.flush_interval_s / 2):
+        """The background flusher: lines that waited a whole interval are written even if no new line comes. It
+        sleeps until the buffered lines would be half an interval overdue; while a writer keeps writing (and so
+        flushing, in `write_lines`) it wakes about once an interval, never to find work it can skip."""
+        interval = self.flush_interval_s
+        while True:
             with self._lock:
-                if self._buffer and self._monotonic() - self._last_flush >= self.flush_interval_s:
+                due = self._last_flush + 1.5 * interval if self._buffer else None
+            wait = interval if due is None else max(0.0, due - self._monotonic())
+            if self._stop.wait(wait):
+                return
+            with self._lock:
+                if self._buffer and self._monotonic() - self._last_flush >= interval:
                     self._flush_locked()
 
     def _close_file_locked(self) -> bool:

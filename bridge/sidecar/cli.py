@@ -139,17 +139,23 @@ def build_session_table(config: Any) -> Any:
 
 
 def bound_malloc() -> None:
-    """Give freed memory back: glibc raises its mmap threshold after freeing a large block, so later large
-    blocks (a hostile 12 MB page, its text and its lines) come from the heap and stay in RSS after they are
-    freed; a fixed 1 MiB threshold keeps them mapped and returned, and two arenas keep the scrape, OTLP and
-    HTTP threads from each holding their own (glibc mallopt(3): M_MMAP_THRESHOLD -3, M_ARENA_MAX -8; measured:
-    a 12.8 MB page of 40 kB labels left the sidecar at 142 MB RSS, 82 MB with these). A no-op off glibc."""
+    """Give freed memory back, but not at every batch: glibc raises its mmap threshold after freeing a large
+    block, so later large blocks (a hostile 12 MB page, its text and its lines) come from the heap and stay in
+    RSS after they are freed; a fixed 1 MiB threshold keeps them mapped and returned, and two arenas keep the
+    scrape, OTLP and HTTP threads from each holding their own (measured: a 12.8 MB page of 40 kB labels left the
+    sidecar at 142 MB RSS, 82 MB with these). A fixed mmap threshold also pins the trim threshold at its 128 KiB
+    default, so every OTLP batch (~2.5 MB a second at 8 x 8 GPUs) was given back and faulted in again: ~550 page
+    faults a second, ~2 millicores on this VM; a 4 MiB trim threshold and 1 MiB top pad keep that much per arena
+    (5 faults a second). glibc mallopt(3): M_TRIM_THRESHOLD -1, M_TOP_PAD -2, M_MMAP_THRESHOLD -3,
+    M_ARENA_MAX -8. A no-op off glibc."""
     import ctypes
 
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, 1 << 20)
         libc.mallopt(-8, 2)
+        libc.mallopt(-1, 4 << 20)
+        libc.mallopt(-2, 1 << 20)
     except (OSError, AttributeError):
         pass
 
@@ -198,7 +204,8 @@ def sidecar(live: bool, **flags: Any) -> None:
     done_file = Path(config.done_file) if config.done_file else None
     watch = OtlpLossWatch()
     finished_by_file = False
-    while not done.wait(0.25):
+    # One look a second at the done file and the OTLP counters (each look is a wake-up of an idle process).
+    while not done.wait(1.0 if done_file is not None or session.forwarder is not None else None):
         if done_file is not None and done_file.exists():
             finished_by_file = True
             break

@@ -13,6 +13,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import os
+import selectors
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -52,14 +54,17 @@ class ControlServer:
                               "stop what uses it or choose another port (DCGM_BRIDGE_HEALTH_PORT)") from None
         self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="control api", daemon=True)
+        self._thread = threading.Thread(target=self.httpd.serve_until_stopped, name="control api", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
+        self.httpd.stop()
+        if self._thread.is_alive():
+            self._thread.join()
         self.httpd.server_close()
+        self.httpd.close_wake()
 
     def allowed(self, client: str) -> bool:
         try:
@@ -72,7 +77,32 @@ class ControlServer:
 
 
 class _Server(ThreadingHTTPServer):
+    """socketserver's serve_forever wakes every half second to look for a shutdown request; an idle sidecar
+    pays those wake-ups all run long. This loop sleeps until a client connects or `stop` writes to its pipe."""
+
     request_queue_size = BACKLOG  # socketserver passes it to listen()
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._stopping = False
+        self._wake_read, self._wake_write = os.pipe()
+
+    def serve_until_stopped(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self, selectors.EVENT_READ)
+            selector.register(self._wake_read, selectors.EVENT_READ)
+            while not self._stopping:
+                for key, _ in selector.select():
+                    if key.fileobj is self and not self._stopping:
+                        self._handle_request_noblock()  # type: ignore[attr-defined]  # (serve_forever's own step)
+
+    def stop(self) -> None:
+        self._stopping = True
+        os.write(self._wake_write, b"!")
+
+    def close_wake(self) -> None:
+        os.close(self._wake_read)
+        os.close(self._wake_write)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that goes away mid-answer (a scraper that timed out, curl | head) is not an error."""
