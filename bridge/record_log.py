@@ -278,12 +278,13 @@ class LineWriter:
 
     def _flush_when_due(self) -> None:
         """The background flusher: lines that waited a whole interval are written even if no new line comes. It
-        sleeps until the buffered lines would be half an interval overdue; while a writer keeps writing (and so
-        flushing, in `write_lines`) it wakes about once an interval, never to find work it can skip."""
+        sleeps until the last flush is an interval old when lines wait, else an interval (a line buffered meanwhile
+        came after the last flush, so it is due no later than that): one wake-up an interval, and no line waits
+        longer than one."""
         interval = self.flush_interval_s
         while True:
             with self._lock:
-                due = self._last_flush + 1.5 * interval if self._buffer else None
+                due = self._last_flush + interval if self._buffer else None
             wait = interval if due is None else max(0.0, due - self._monotonic())
             if self._stop.wait(wait):
                 return

@@ -92,3 +92,18 @@ def test_a_block_of_lines_is_counted_as_its_lines_when_written_dropped_or_pendin
     assert writer.pending() == [line for block in blocks[5:] for line in block.splitlines(keepends=True)]
     disk.room = 10**6
     assert writer.flush() and writer.lines_written == 15 and bytes(disk.data) == b"".join(blocks[5:])
+
+
+def test_no_line_waits_longer_than_the_interval_for_the_flusher(tmp_path: Path) -> None:
+    """The record log's promise: a kill loses at most `flush_interval` of lines. The flusher once slept until the
+    last flush was 1.5 intervals old, and a sidecar killed 1.1 intervals after its last record had none on disk."""
+    path, interval = tmp_path / "x.jsonl", 2.0
+    writer = LineWriter(path, flush_interval_s=interval)
+    written = time.monotonic()
+    writer.write_lines([_line(0)])  # buffered: the writer itself flushes only once the interval has passed
+    while not path.exists() and time.monotonic() < written + 3 * interval:
+        time.sleep(0.02)
+    waited = time.monotonic() - written
+    writer.close()
+    assert path.read_bytes() == _line(0)
+    assert waited < interval + 0.5, f"the line reached the file after {waited:.2f} s (flush interval {interval} s)"

@@ -211,6 +211,9 @@ def sidecar(live: bool, **flags: Any) -> None:
             break
         if session.forwarder is not None:
             watch.check(session.forwarder.stats().as_dict())
+    # Complete: a SIGTERM now (the kubelet's, as the pod ends) has nothing left to stop, and once the interpreter
+    # is exiting its handler is gone, so the default action would end a finished run with -15.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if view is not None:
         view.stop()
     outputs = session.complete(await_refresh=finished_by_file)  # not on SIGTERM: the kubelet's grace is short
