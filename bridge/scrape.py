@@ -50,12 +50,13 @@ class RefreshWatch:
     bridge/report/refresh.py).
     """
 
-    __slots__ = ("_body", "_start_ns", "_mids", "refreshes", "last_new_ns", "period_s")
+    __slots__ = ("_body", "_start_ns", "_mid", "_gaps", "refreshes", "last_new_ns", "period_s")
 
     def __init__(self) -> None:
         self._body: bytes | tuple[int, int] | None = None
         self._start_ns: int | None = None
-        self._mids: deque[float] = deque(maxlen=33)
+        self._mid: float | None = None  # the latest bracket's midpoint
+        self._gaps: deque[float] = deque(maxlen=32)  # between the recent midpoints
         self.refreshes = 0
         self.last_new_ns: int | None = None  # start of the scrape that first saw the latest refresh
         self.period_s: float | None = None  # median spacing of the recent refreshes; None before three
@@ -72,11 +73,13 @@ class RefreshWatch:
         if new:
             self.refreshes += 1
             if self._start_ns is not None:
-                self._mids.append((self._start_ns + start_ns) / 2)
-                if len(self._mids) >= 3:
-                    mids = list(self._mids)
-                    gaps = sorted(b - a for a, b in zip(mids, mids[1:], strict=False))
-                    self.period_s = gaps[len(gaps) // 2] / 1e9
+                mid = (self._start_ns + start_ns) / 2
+                if self._mid is not None:
+                    self._gaps.append(mid - self._mid)
+                    if len(self._gaps) >= 2:
+                        gaps = sorted(self._gaps)
+                        self.period_s = gaps[len(gaps) // 2] / 1e9
+                self._mid = mid
             self.last_new_ns = start_ns
             self._body = seen
         self._start_ns = start_ns

@@ -34,7 +34,7 @@ from bridge.report.series import SeriesRows
 from bridge.samples import GpuRecord
 
 if TYPE_CHECKING:
-    from bridge.normalize import CompiledRecords, GpuMeta
+    from bridge.normalize import CompiledRecords, GpuMeta, _Entry
     from bridge.report.series import Series
 
 logger = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class LiveSeries:
     def __init__(self, spool_dir: Path) -> None:
         self.spool_dir = spool_dir
         self._series: dict[tuple[str, str, str | None], _Spooled] = {}
+        self._targets: dict[str, tuple[tuple[_Entry, ...], list[tuple[_Spooled, _Entry, int]]]] = {}
         self._lock = threading.Lock()
         self.records = 0
         self.complete = True  # False once a record could not be kept: the report re-reads the log
@@ -92,26 +93,44 @@ class LiveSeries:
 
     def add_compiled(self, compiled: CompiledRecords, endpoint: str) -> None:
         """The records of one scrape as the kernel wrote them (bridge/normalize.py `CompiledRecords`): each
-        record's row goes in as it is; a record is built only for a series' first (its metadata)."""
+        record's row goes in as it is; a record is built only for a series' first (its metadata). The series of
+        a page's records are looked up once per endpoint and plan (its `entries`, the same tuple page after page)."""
         if not self.complete or not compiled.entries:
             return
-        series = self._series
         t_ns = compiled.timestamp_ns
+        view = memoryview(compiled.rows)
         with self._lock:
-            for entry, row in compiled.row_views():
-                meta = entry.meta
-                key = (endpoint, meta.gpu_uuid, meta.instance_id)
-                spooled = series.get(key)
-                if spooled is None:
-                    spooled = series[key] = _Spooled(len(series), compiled.record(entry, row))
+            cached = self._targets.get(endpoint)
+            if cached is None or cached[0] is not compiled.entries:
+                cached = self._targets[endpoint] = (compiled.entries, self._targets_of(compiled, endpoint))
+            offset = 0
+            for spooled, entry, width in cached[1]:
                 rows = spooled.rows
-                rows.add_row(t_ns, entry.keys, row)
-                if rows.missing and spooled.meta is not meta:  # (a plan's entries keep their metadata)
-                    spooled.meta = meta
-                    rows.fill(partial(_meta_field, meta))
+                row = view[offset: offset + width]
+                offset += width
+                if entry.keys is rows.keys and rows.blocks:  # the block its rows are in: the common case
+                    rows.ts.append(t_ns)
+                    rows.append(row)
+                else:
+                    rows.add_row(t_ns, entry.keys, row)
+                if rows.missing and spooled.meta is not entry.meta:  # (a plan's entries keep their metadata)
+                    spooled.meta = entry.meta
+                    rows.fill(partial(_meta_field, entry.meta))
                 if rows.used >= spooled.flush_at:
                     self._spool(spooled)
             self.records += len(compiled.entries)
+
+    def _targets_of(self, compiled: CompiledRecords, endpoint: str) -> list[tuple[_Spooled, _Entry, int]]:
+        """Each record's series (made, from the record, for one seen first), its entry and its row's bytes."""
+        series = self._series
+        out = []
+        for entry, row in compiled.row_views():
+            key = (endpoint, entry.meta.gpu_uuid, entry.meta.instance_id)
+            spooled = series.get(key)
+            if spooled is None:
+                spooled = series[key] = _Spooled(len(series), compiled.record(entry, row))
+            out.append((spooled, entry, len(row)))
+        return out
 
     def _add(self, record: GpuRecord, endpoint: str) -> None:
         key = (endpoint, record.gpu_uuid, record.gpu_instance_id)
@@ -158,6 +177,7 @@ class LiveSeries:
         logger.warning("the live report gave up holding series in memory; the report will re-read the record log")
         self.complete = False
         self._series.clear()
+        self._targets.clear()
 
     def finish(self) -> list[Series]:
         """Every series, time-sorted, its arrays memory-mapped from the spool (in memory what could not be
