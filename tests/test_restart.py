@@ -88,3 +88,23 @@ def test_records_reach_the_log_within_the_flush_interval_while_every_endpoint_is
         stop(process)
     lines = (out / "gpu_telemetry_export.jsonl").read_bytes().splitlines()
     assert written > 0 and len(lines) == written
+
+
+def test_a_sigterm_as_a_completed_sidecar_exits_leaves_it_exiting_0(tmp_path: Path) -> None:
+    """The kubelet sends SIGTERM as the pod ends, which may be while a sidecar that completed on POST /complete
+    is exiting: once the interpreter has dropped its Python handler, the default action ended a finished run
+    with -15. Signals are sent until the process is gone, so one lands in every stage of its exit."""
+    out = tmp_path / "out"
+    with SimulatedExporter(SimulatorConfig(gpus=2, seed=7)) as exporter:
+        process, base = start_sidecar(tmp_path / "sidecar.log", exporter.url, out)
+        try:
+            time.sleep(1)
+            assert _post(base, "/complete", {})["completed"] is True
+            while process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                time.sleep(0.002)
+            code = process.wait(30)
+        finally:
+            stop(process)
+    assert code == 0, (tmp_path / "sidecar.log").read_text()[-2000:]
+    assert (out / "profile_export_aiperf.json").exists()
