@@ -335,6 +335,28 @@ def test_the_pipeline_writes_the_same_log_series_and_live_view_with_and_without_
     assert compiled[2] == python[2]
 
 
+
+def test_the_live_view_keeps_each_gpus_latest_page_when_a_gpu_comes_and_goes(tmp_path, monkeypatch):
+    """LatestRecords only swaps the page while pages keep the same plan (the same GPUs in the same places): a GPU
+    missing from some pages keeps its last record, and one that comes back has the newest, as with no shortcut."""
+    from tests.test_hostile import _simulated
+
+    both = _simulated("current")
+    one = b"\n".join(line for line in both.split(b"\n") if b'gpu="1"' not in line)  # GPU 1 gone
+    bodies = [both, both, one, one, one, both, both]
+    compiled = _run_pipeline(tmp_path, bodies, kernel_on=True, monkeypatch=monkeypatch)
+    python = _run_pipeline(tmp_path, bodies, kernel_on=False, monkeypatch=monkeypatch)
+    assert compiled[2] == python[2]
+    times = {key[1][0]: (first.timestamp_ns, latest.timestamp_ns) for key, (first, latest) in compiled[2].items()}
+    assert sorted(times.values()) == [(1_000_000_000, 7_000_000_000)] * 2  # both GPUs: the first page, the last
+
+    (tmp_path / "partial").mkdir()
+    partial = _run_pipeline(tmp_path / "partial", bodies[:5], kernel_on=True, monkeypatch=monkeypatch)
+    assert partial[2] == _run_pipeline(tmp_path / "partial", bodies[:5], kernel_on=False, monkeypatch=monkeypatch)[2]
+    # GPU 1's last record is the second page's (a page that only replaced the first), GPU 0's the fifth
+    assert sorted(latest.timestamp_ns for _first, latest in partial[2].values()) == [2_000_000_000, 5_000_000_000]
+
+
 class _Sneaky(float):
     """A float whose conversion runs Python code: the kernel must refuse it rather than call it while it holds
     borrowed references."""

@@ -134,31 +134,54 @@ class LiveSeriesSink:
 
 class LatestRecords:
     """(display key, identity) → (first, latest) record of every GPU: what the live view shows. The latest is
-    kept as its page and place on it, built into a record when the view asks (`latest`)."""
+    kept as its page and place on it, built into a record when the view asks (`latest`). A page whose records
+    are the previous page's entries (the same plan: the same GPUs in the same places) only replaces that page."""
 
     def __init__(self) -> None:
         self._first: dict[tuple[str, Identity], GpuRecord] = {}
         self._latest: dict[tuple[str, Identity], tuple[Page, int]] = {}
+        self._current: dict[str, Page] = {}  # display key -> its latest page
+        self._entries: dict[str, object] = {}  # display key -> the entries of the page its `_latest` were set from
         self._lock = threading.Lock()
 
     def take(self, pages: Sequence[Page]) -> None:
         first, latest = self._first, self._latest
         for page in pages:
             compiled = page.compiled
+            entries = compiled.entries if compiled is not None else None
+            if entries is not None and self._entries.get(page.display) is entries:
+                with self._lock:
+                    self._current[page.display] = page
+                continue
             identities = compiled.identities() if compiled is not None else [r.identity for r in page.records]
             with self._lock:
+                previous = self._current.get(page.display)  # the last of the pages that only replaced a page
+                if previous is not None and previous.compiled is not None \
+                        and self._entries.get(page.display) is previous.compiled.entries:
+                    for index, identity in enumerate(previous.compiled.identities()):
+                        latest[(page.display, identity)] = (previous, index)
                 for index, identity in enumerate(identities):
                     key = (page.display, identity)
                     if key not in first:
                         first[key] = page.records[index]
                     latest[key] = (page, index)
+                self._current[page.display] = page
+                self._entries[page.display] = entries
 
     @property
     def latest(self) -> dict[tuple[str, Identity], tuple[GpuRecord, GpuRecord]]:
         with self._lock:
             held = list(self._latest.items())
+            current = dict(self._current)
             first = dict(self._first)
-        return {key: (first[key], page.records[index]) for key, (page, index) in held}
+        out = {}
+        for key, (page, index) in held:
+            now = current[key[0]]
+            if now is not page and now.compiled is not None and page.compiled is not None \
+                    and now.compiled.entries is page.compiled.entries:
+                page = now  # a later page of the same entries: the same GPU at the same place
+            out[key] = (first[key], page.records[index])
+        return out
 
 
 class PullPageSink:
@@ -242,6 +265,7 @@ class Pipeline:
         self.max_gpus = max_gpus
         self._identities: dict[str, set[tuple[str, str | None]]] = {}  # url -> GPU identities seen (≤ max_gpus)
         self.over_gpu_limit: dict[str, int] = {}  # url -> records dropped past max_gpus
+        self._entries_within: dict[str, object] = {}  # url -> the compiled entries last found within the limit
 
     def on_page(self, url: str, fetched: FetchedPage) -> Page:
         """The scrape loop's page callback: one page through the whole pipeline."""
@@ -264,8 +288,11 @@ class Pipeline:
         compiled = self.normalizer.compiled(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
                                             run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
         if compiled is not None:
+            if self._entries_within.get(url) is compiled.entries:  # the GPUs of a page already within the limit
+                return Page(url, redacted, display, parsed, compiled, phase, fetched.start_ns, fetched.end_ns)
             keep = self._within_gpu_limit(url, compiled.identities())
             if keep is None:
+                self._entries_within[url] = compiled.entries
                 return Page(url, redacted, display, parsed, compiled, phase, fetched.start_ns, fetched.end_ns)
             records = compiled.records()
         else:
