@@ -288,9 +288,8 @@ class Pipeline:
         compiled = self.normalizer.compiled(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
                                             run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
         if compiled is not None:
-            if self._entries_within.get(url) is compiled.entries:  # the GPUs of a page already within the limit
-                return Page(url, redacted, display, parsed, compiled, phase, fetched.start_ns, fetched.end_ns)
-            keep = self._within_gpu_limit(url, compiled.identities())
+            within = self._entries_within.get(url) is compiled.entries  # (seen GPUs stay within it all run)
+            keep = None if within else self._within_gpu_limit(url, compiled.identities())
             if keep is None:
                 self._entries_within[url] = compiled.entries
                 return Page(url, redacted, display, parsed, compiled, phase, fetched.start_ns, fetched.end_ns)
