@@ -75,12 +75,14 @@ def main(argv: list[str] | None = None) -> int:
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(20.0)
         rss0 = rss_mib(proc.pid)
+        threads0 = json.loads(get(base + "/status")[1])["cpu_s_by_thread"]
         # The window in WINDOWS parts, each read the same way: their spread is the run-to-run noise of the figure.
         marks = [(time.monotonic(), cpu_seconds(proc.pid), cpu_seconds(floor.pid))]
         for part in range(1, WINDOWS + 1):
             time.sleep(max(0.0, marks[0][0] + opts.seconds * part / WINDOWS - time.monotonic()))
             marks.append((time.monotonic(), cpu_seconds(proc.pid), cpu_seconds(floor.pid)))
         rss1 = rss_mib(proc.pid)
+        threads1 = json.loads(get(base + "/status")[1])["cpu_s_by_thread"]
         (t0, cpu0, floor0), (t1, cpu1, floor1) = marks[0], marks[-1]
         stop(floor)
         status = json.loads(get(base + "/status")[1])
@@ -122,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{min(p[0] for p in parts):.1f}-{max(p[0] for p in parts):.1f} millicores, bare loop "
           f"{min(p[1] for p in parts):.1f}-{max(p[1] for p in parts):.1f}, sidecar/floor "
           f"{min(part_ratios):.2f}-{max(part_ratios):.2f}x (CPU read in 10 ms ticks)")
+    by_thread = sorted(((name, (threads1[name] - threads0.get(name, 0.0)) / (t1 - t0) * 1000) for name in threads1),
+                       key=lambda item: -item[1])
+    print("  by thread (/status)     " + ", ".join(f"{name} {m:.1f}" for name, m in by_thread if m >= 0.05)
+          + " millicores")
     flat = rss1 - rss0 <= max(3.0, 0.05 * rss0)  # (bench_longrun.py follows RSS over an hour)
     print(f"  RSS                     {rss0:7.1f} MiB at the start, {rss1:.1f} MiB at the end   "
           f"target flat and <= {TARGET_RSS_MIB:g} MiB: {verdict(flat and rss1 <= TARGET_RSS_MIB)}")

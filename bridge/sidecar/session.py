@@ -65,6 +65,19 @@ class Probe:
     reason: str | None = None
 
 
+def cpu_by_thread() -> dict[str, float]:
+    """CPU-seconds of each live thread by its name (the scrape thread, the OTLP export, the record log's flusher,
+    the control API...): where the sidecar's CPU goes, to size its limit. Threads of one name are summed."""
+    out: dict[str, float] = {}
+    for thread in threading.enumerate():
+        try:
+            seconds = time.clock_gettime(time.pthread_getcpuclockid(thread.ident or 0))
+        except (OSError, AttributeError):  # ended meanwhile, or no per-thread clock on this platform
+            continue
+        out[thread.name] = round(out.get(thread.name, 0.0) + seconds, 6)
+    return out
+
+
 class Session:
     """One benchmark run's telemetry. Thread-safe; every method may be called from any thread."""
 
@@ -441,6 +454,7 @@ class Session:
             ],
             "marks": [m._asdict() for m in marks],
             "otlp": self.forwarder.stats().as_dict() if self.forwarder is not None else None,
+            "cpu_s_by_thread": cpu_by_thread(),
         }
 
     def latest_records(self) -> dict[tuple[str, tuple[str, str | None]], tuple[GpuRecord, GpuRecord]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import httpx
 import pytest
@@ -39,6 +40,8 @@ def test_probes_status_and_phase_marks_through_the_control_api(control):
     from bridge.parse.template import COMPILED
 
     assert status["per_page_path"] == ("compiled kernel" if COMPILED else "pure Python (bridge._kernel not built)")
+    threads = status["cpu_s_by_thread"]  # where the CPU goes: the scrape thread has worked, this one too
+    assert threads["scrape"] > 0 and threads[threading.current_thread().name] > 0
     completed = client.post("/complete", json={"requests_end_ns": 1_700_000_001_000_000_000})
     assert completed.status_code == 200 and completed.json()["completed"]
     assert any(f.endswith("profile_export_aiperf.json") for f in completed.json()["files"])
