@@ -396,10 +396,14 @@ class EndpointEncoder:
             if ts_ns <= series.last_ts:
                 continue
             fam = self._family_of(families, series.out_name, self._kinds.get(series.name, GAUGE))
-            # Under the attributes of its last point: a marker under the new phase would mark nothing.
+            # Under the attributes of its last point: a marker under the new phase would mark nothing. Stores keep
+            # one sample per series and millisecond (Prometheus, VictoriaMetrics: the later one wins), so a marker
+            # in the millisecond of the last point (a completion right after the final scrape) would replace that
+            # point: it goes in the next millisecond then.
             last_ctx = series.ctx if isinstance(series.ctx, PointContext) else ctx
-            self._marker(series, last_ctx, ts_ns, fam.kind, fam.points)
-            series.last_ts = ts_ns
+            at = max(ts_ns, (series.last_ts // 1_000_000 + 1) * 1_000_000)
+            self._marker(series, last_ctx, at, fam.kind, fam.points)
+            series.last_ts = at
             count += 1
         return count
 

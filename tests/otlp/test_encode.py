@@ -233,6 +233,20 @@ def test_a_vanished_series_is_marked_stale_under_the_phase_of_its_last_point():
     assert attrs(marker)["phase"] == "warmup" and marker.flags == NO_VALUE
 
 
+
+def test_a_staleness_marker_never_shares_the_millisecond_of_its_series_last_point():
+    """A store keeps one sample per series and millisecond, the later one: a run completed within a millisecond
+    of its final scrape would have had that scrape's points replaced by the markers (seen in VictoriaMetrics)."""
+    parser, encoder, empty = PageParser(), EndpointEncoder(RESOURCE), ParsedPage([], {}, {}, [])
+    last = 1_796_344_322_835_400_000
+    encoder.encode(parser.parse('G{gpu="0"} 1\n'), ctx(), last)
+    (marker,) = points(metrics_of(decode(encoder.encode(empty, ctx(), last + 300_000).chunk))["G"])
+    assert marker.flags == NO_VALUE and marker.time_unix_nano == 1_796_344_322_836_000_000
+    encoder.encode(parser.parse('G{gpu="0"} 2\n'), ctx(), last + 5_000_000)  # later: the marker at its own time
+    (marker,) = points(metrics_of(decode(encoder.encode(empty, ctx(), last + 9_000_000).chunk))["G"])
+    assert marker.time_unix_nano == last + 9_000_000
+
+
 def test_start_time_unset_mode_leaves_the_start_empty():
     encoder = EndpointEncoder(RESOURCE, start_time="unset")
     page = parse_page('# TYPE E counter\nE{gpu="0"} 1\n')
