@@ -173,6 +173,9 @@ class ScrapeGroup:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
+        for loop in list(self.loops.values()):  # a scrape on a caller's thread ends before the run's files close
+            if loop.alone.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+                loop.alone.release()
         with self.cond:
             if not self._closed and (thread is None or not thread.is_alive()):
                 self._closed = True
@@ -255,6 +258,7 @@ class ScrapeLoop:
         self.last_start_ns = 0
         self.next_tick = 0  # the next tick of the group's grid this endpoint is scraped at
         self.tick_lateness_s = self.stats.lateness_s  # bounded ring of recent lateness samples (bench, /status)
+        self.alone = threading.RLock()  # held by a scrape on a caller's thread (`_scrape_once`)
 
     # -- control ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -356,15 +360,27 @@ class ScrapeLoop:
         return error is None
 
     def _scrape_once(self) -> bool:
-        if self._now_ns() // _MS == self.last_start_ns // _MS:  # (see MIN_START_GAP_S)
-            time.sleep(MIN_START_GAP_S)
-        with self.group.cond:
-            self.begin(self._now_ns(), boundary=True)
-        try:
-            outcome: FetchedPage | FetchError = self.group.fetcher.fetch(self.url)
-        except FetchError as exc:
-            outcome = exc
-        return self.end(outcome)
+        """A scrape on the caller's thread while the group's thread does not run (the baseline before start, a
+        phase mark's boundary meanwhile). One at a time per endpoint, so each begin is ended before the next and
+        every boundary is served by a scrape that started after it; none once the group is stopped (the run's
+        files are being closed: its record would come after the report)."""
+        with self.alone:
+            if self.group.stopped:
+                with self.group.cond:
+                    pending, self._pending = self._pending, []
+                for boundary in pending:
+                    boundary.error = "collection has stopped"
+                    boundary.done.set()
+                return False
+            if self._now_ns() // _MS == self.last_start_ns // _MS:  # (see MIN_START_GAP_S)
+                time.sleep(MIN_START_GAP_S)
+            with self.group.cond:
+                self.begin(self._now_ns(), boundary=True)
+            try:
+                outcome: FetchedPage | FetchError = self.group.fetcher.fetch(self.url)
+            except FetchError as exc:
+                outcome = exc
+            return self.end(outcome)
 
     def _safe(self, handler: FailureHandler, exc: FetchError, start_ns: int) -> None:
         try:

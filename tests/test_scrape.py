@@ -151,4 +151,54 @@ def test_a_phase_mark_after_completion_scrapes_nothing(tmp_path):
     assert late.done.is_set() and late.error == "collection has stopped" and loop.stats.scrapes == scrapes
 
 
+
+class _SlowFetcher:
+    """Each GET takes 50 ms; notes whether the loop's group had been stopped when one began."""
+
+    def __init__(self) -> None:
+        self.loop: ScrapeLoop | None = None
+        self.after_stop = 0
+        self.calls = 0
+
+    def fetch(self, url: str) -> FetchedPage:
+        assert self.loop is not None
+        self.calls += 1
+        self.after_stop += self.loop.group.stopped
+        start = time.time_ns()
+        time.sleep(0.05)
+        return FetchedPage(b"m 1\n", start, time.time_ns(), "text/plain")
+
+    def close(self) -> None:
+        pass
+
+
+def test_scrapes_on_callers_threads_take_turns_serve_every_boundary_and_stop_with_the_group():
+    """Before the scrape thread starts (the baseline), a phase mark's boundary is scraped on its own thread while
+    another scrape may run: each begin is ended before the next, so no boundary is left waiting, and a scrape
+    that was waiting its turn when the group stopped does not run after it (its record would come after the
+    report; a flaky CI run showed one)."""
+    fetcher = _SlowFetcher()
+    loop = ScrapeLoop("http://x/metrics", fetcher, 0.1, lambda u, p: None, lambda u, e, t: None)
+    fetcher.loop = loop
+    boundaries: list = []
+    threads = [threading.Thread(target=lambda: boundaries.append(loop.request_boundary(time.time_ns())))
+               for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    assert loop.scrape_now()
+    for thread in threads:
+        thread.join(5)
+    assert len(boundaries) == 4 and all(b.done.is_set() and b.error is None for b in boundaries)
+    late = [threading.Thread(target=lambda: boundaries.append(loop.request_boundary(time.time_ns())))
+            for _ in range(3)]
+    for thread in late:
+        thread.start()
+    time.sleep(0.02)  # one of them is scraping, the others wait their turn
+    loop.stop(5)
+    for thread in late:
+        thread.join(5)
+    assert fetcher.after_stop == 0
+    assert all(b.done.is_set() for b in boundaries[4:]) and len(boundaries) == 7
+
+
 # -- control API --------------------------------------------------------------------------------------
