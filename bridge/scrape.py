@@ -170,11 +170,12 @@ class ScrapeGroup:
         with self.cond:
             self._stopping = True
             self.wake()
+        end = None if timeout is None else time.monotonic() + timeout
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
         for loop in list(self.loops.values()):  # a scrape on a caller's thread ends before the run's files close
-            if loop.alone.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            if loop.alone.acquire(timeout=-1 if end is None else max(0.0, end - time.monotonic())):
                 loop.alone.release()
         with self.cond:
             if not self._closed and (thread is None or not thread.is_alive()):
