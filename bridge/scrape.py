@@ -121,6 +121,11 @@ class _Boundary:
         self.done = threading.Event()
         self.error: str | None = None
 
+    def finish(self, error: str | None) -> None:
+        """Served (`error` None) or given up, with why."""
+        self.error = error
+        self.done.set()
+
 
 # Two scrapes of one endpoint never start within the same millisecond: stores keep samples at millisecond
 # resolution, and a second value at the same millisecond is a duplicate sample (Prometheus refuses it,
@@ -270,8 +275,7 @@ class ScrapeLoop:
         group = self.group
         with group.cond:
             if group.stopped:  # the run is complete: a late phase mark gets no scrape
-                boundary.error = "collection has stopped"
-                boundary.done.set()
+                boundary.finish("collection has stopped")
                 return boundary
             running = group.running
             if self.in_flight_start_ns is not None and self.in_flight_start_ns >= time_ns:
@@ -356,8 +360,7 @@ class ScrapeLoop:
                 self.in_flight_start_ns = None
                 served, self._in_flight_served = self._in_flight_served, []
         for boundary in served:
-            boundary.error = error
-            boundary.done.set()
+            boundary.finish(error)
         return error is None
 
     def _scrape_once(self) -> bool:
@@ -370,8 +373,7 @@ class ScrapeLoop:
                 with self.group.cond:
                     pending, self._pending = self._pending, []
                 for boundary in pending:
-                    boundary.error = "collection has stopped"
-                    boundary.done.set()
+                    boundary.finish("collection has stopped")
                 return False
             if self._now_ns() // _MS == self.last_start_ns // _MS:  # (see MIN_START_GAP_S)
                 time.sleep(MIN_START_GAP_S)
