@@ -176,7 +176,7 @@ class SeriesRows:
         """One record given as its keys and its values packed as native float64 in that order (the kernel's
         rows): what `add` does with a record whose data holds exactly those keys."""
         self.ts.append(t_ns)
-        if keys != self.keys or not self.blocks:
+        if (keys is not self.keys and keys != self.keys) or not self.blocks:  # (a plan's rows: the same tuple)
             if len(keys) == self.width and self.blocks and set(keys) == set(self.keys):
                 row = self.pack(*map(dict(zip(keys, memoryview(row).cast("d"), strict=True)).__getitem__, self.keys))
             else:

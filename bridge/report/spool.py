@@ -108,11 +108,7 @@ class LiveSeries:
                 rows = spooled.rows
                 row = view[offset: offset + width]
                 offset += width
-                if entry.keys is rows.keys and rows.blocks:  # the block its rows are in: the common case
-                    rows.ts.append(t_ns)
-                    rows.append(row)
-                else:
-                    rows.add_row(t_ns, entry.keys, row)
+                rows.add_row(t_ns, entry.keys, row)
                 if rows.missing and spooled.meta is not entry.meta:  # (a plan's entries keep their metadata)
                     spooled.meta = entry.meta
                     rows.fill(partial(_meta_field, entry.meta))
