@@ -132,41 +132,42 @@ class LiveSeriesSink:
                 self.spool.add(page.records, page.display)
 
 
+def _plan_of(page: Page | None) -> object | None:
+    """The kernel's entries of a page (the same tuple for every page of one plan), None off the kernel path."""
+    return page.compiled.entries if page is not None and page.compiled is not None else None
+
+
 class LatestRecords:
     """(display key, identity) → (first, latest) record of every GPU: what the live view shows. The latest is
-    kept as its page and place on it, built into a record when the view asks (`latest`). A page whose records
-    are the previous page's entries (the same plan: the same GPUs in the same places) only replaces that page."""
+    kept as its page and place on it, built into a record when the view asks (`latest`). A page of the same plan
+    as the endpoint's previous page (the same GPUs in the same places) only replaces that page; when the plan
+    changes, that page's GPUs are pointed at it before the new page's are."""
 
     def __init__(self) -> None:
         self._first: dict[tuple[str, Identity], GpuRecord] = {}
         self._latest: dict[tuple[str, Identity], tuple[Page, int]] = {}
         self._current: dict[str, Page] = {}  # display key -> its latest page
-        self._entries: dict[str, object] = {}  # display key -> the entries of the page its `_latest` were set from
         self._lock = threading.Lock()
 
     def take(self, pages: Sequence[Page]) -> None:
         first, latest = self._first, self._latest
         for page in pages:
-            compiled = page.compiled
-            entries = compiled.entries if compiled is not None else None
-            if entries is not None and self._entries.get(page.display) is entries:
-                with self._lock:
-                    self._current[page.display] = page
-                continue
-            identities = compiled.identities() if compiled is not None else [r.identity for r in page.records]
+            plan = _plan_of(page)
             with self._lock:
-                previous = self._current.get(page.display)  # the last of the pages that only replaced a page
-                if previous is not None and previous.compiled is not None \
-                        and self._entries.get(page.display) is previous.compiled.entries:
+                previous = self._current.get(page.display)
+                self._current[page.display] = page
+                if plan is not None and _plan_of(previous) is plan:
+                    continue
+                if previous is not None and previous.compiled is not None:
                     for index, identity in enumerate(previous.compiled.identities()):
                         latest[(page.display, identity)] = (previous, index)
+                identities = page.compiled.identities() if page.compiled is not None else \
+                    [r.identity for r in page.records]
                 for index, identity in enumerate(identities):
                     key = (page.display, identity)
                     if key not in first:
                         first[key] = page.records[index]
                     latest[key] = (page, index)
-                self._current[page.display] = page
-                self._entries[page.display] = entries
 
     @property
     def latest(self) -> dict[tuple[str, Identity], tuple[GpuRecord, GpuRecord]]:
@@ -177,9 +178,8 @@ class LatestRecords:
         out = {}
         for key, (page, index) in held:
             now = current[key[0]]
-            if now is not page and now.compiled is not None and page.compiled is not None \
-                    and now.compiled.entries is page.compiled.entries:
-                page = now  # a later page of the same entries: the same GPU at the same place
+            if _plan_of(now) is not None and _plan_of(now) is _plan_of(page):
+                page = now  # a later page of the same plan: the same GPU at the same place
             out[key] = (first[key], page.records[index])
         return out
 
