@@ -74,8 +74,8 @@ def cpu_by_thread() -> dict[str, float]:
             seconds = time.clock_gettime(time.pthread_getcpuclockid(thread.ident or 0))
         except (OSError, AttributeError):  # ended meanwhile, or no per-thread clock on this platform
             continue
-        out[thread.name] = round(out.get(thread.name, 0.0) + seconds, 6)
-    return out
+        out[thread.name] = out.get(thread.name, 0.0) + seconds
+    return {name: round(seconds, 6) for name, seconds in out.items()}
 
 
 class Session:
