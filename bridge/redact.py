@@ -4,14 +4,13 @@
   userinfo and every query value replaced by `REDACTED`, the parameter names kept. A query value can be a
   secret under any name (`?session=`, `?sig=`, a presigned URL's `X-Amz-Signature`), so none is shown.
 - `has_credentials`: userinfo or a parameter named like a secret, what must never be stored in clear text.
-- `url_secrets`, `scrub`, `LogScrubber`: for text the bridge does not write itself (libcurl's error
-  messages, a receiver's reply, urllib3's DEBUG request lines), every known secret is replaced by
-  `<redacted>`, longest first so a secret that contains another is not half-replaced.
+- `url_secrets`, `scrub`: for text the bridge does not write itself (libcurl's error messages, a
+  receiver's reply), every known secret is replaced by `<redacted>`, longest first so a secret that
+  contains another is not half-replaced.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterable
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit, urlunsplit
@@ -20,9 +19,6 @@ from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit, urlunsplit
 _SECRET_PARAMS = re.compile(r"(token|secret|password|passwd|pwd|key|auth|signature|sig|credential)", re.I)
 REDACTED = "REDACTED"
 _MIN_SECRET = 4  # shorter strings would replace ordinary text (ports, "http")
-
-URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.connection", "urllib3.util.retry", "urllib3.poolmanager")
-
 
 def redact_url(url: str) -> str:
     """The URL with userinfo, every query value and the fragment replaced, safe for logs and files."""
@@ -76,27 +72,3 @@ def scrub(text: str, secrets: tuple[str, ...]) -> str:
             text = text.replace(secret, "<redacted>")
     return text
 
-
-class LogScrubber(logging.Filter):
-    """Replaces known secrets in a third-party logger's records: urllib3 (the OTLP sender's client) logs each
-    request line, query string included, at DEBUG. Installed on the loggers by the clients that know them."""
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        super().__init__()
-        self.secrets = secret_list(secrets)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.secrets:
-            text = record.getMessage()
-            if any(secret in text for secret in self.secrets):
-                record.msg, record.args = scrub(text, self.secrets), None
-        return True
-
-    def install(self, *names: str) -> LogScrubber:
-        for name in names:
-            logging.getLogger(name).addFilter(self)
-        return self
-
-    def remove(self, *names: str) -> None:
-        for name in names:
-            logging.getLogger(name).removeFilter(self)

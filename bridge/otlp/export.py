@@ -17,7 +17,7 @@
   message, at most once per `log_interval_s` (with the count of the ones not logged).
 Counters (`stats()`) feed /status, the `dcgm_bridge_otlp_*` metrics and the report summary.
 
-Transports (HTTP via urllib3, gRPC via grpcio) are in transport.py behind the `Sender` seam.
+Transports (HTTP on its own connection, http1.py; gRPC via grpcio) are in transport.py behind the `Sender` seam.
 """
 
 from __future__ import annotations

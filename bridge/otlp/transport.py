@@ -2,13 +2,14 @@
 
 Both send the encoder's bytes as they are and translate every outcome into a SendResult (never an
 exception): retryable or not, the receiver's message, its Retry-After / RetryInfo hint, and the
-points a partial success rejected. urllib3 for HTTP (the library the scrape path already uses, the
-cheapest per request); grpcio for gRPC, imported only when gRPC is configured. The SDK exporters are
+points a partial success rejected. HTTP on a connection of its own (http1.py: one sendmsg per request,
+a third of urllib3's CPU); grpcio for gRPC, imported only when gRPC is configured. The SDK exporters are
 not used: they take SDK `MetricsData`, whose encoding is the 50 µs/point path this package avoids.
 """
 
 from __future__ import annotations
 
+import ssl
 import time
 import zlib
 from collections.abc import Sequence
@@ -16,8 +17,9 @@ from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple, Protocol
 
 from bridge.otlp.config import OtlpConfig, OtlpConfigError
+from bridge.otlp.http1 import ConnectFailed, Http1Connection, TimedOut
 from bridge.otlp.wire import request_bytes
-from bridge.redact import URLLIB3_LOGGERS, LogScrubber, scrub, secret_list, url_secrets
+from bridge.redact import scrub, secret_list, url_secrets
 
 USER_AGENT = "dcgm-bridge-otlp/0.1"
 RETRYABLE_HTTP = frozenset([429, 502, 503, 504])
@@ -67,66 +69,48 @@ def _scrubbed(result: SendResult, secrets: tuple[str, ...]) -> SendResult:
 
 
 class HttpSender:
-    """OTLP/HTTP protobuf over a urllib3 pool (keep-alive, TLS, optional gzip)."""
+    """OTLP/HTTP protobuf on one kept-alive connection (http1.py: TLS, optional gzip)."""
 
     def __init__(self, config: OtlpConfig) -> None:
-        import urllib3
-
-        self._urllib3 = urllib3
         self.url = config.endpoint
         self.gzip = config.compression == "gzip"
-        self.headers = {
-            "Content-Type": "application/x-protobuf",
-            "User-Agent": USER_AGENT,
-            **dict(config.headers),
-        }
+        headers = {"Content-Type": "application/x-protobuf", "User-Agent": USER_AGENT, **dict(config.headers)}
         if self.gzip:
-            self.headers["Content-Encoding"] = "gzip"
-        tls: dict[str, Any] = {}
-        if config.certificate:
-            tls["ca_certs"] = config.certificate
-        if config.client_certificate:
-            tls["cert_file"] = config.client_certificate
-            tls["key_file"] = config.client_key
-        self.pool = urllib3.PoolManager(
-            num_pools=2, maxsize=1, retries=False, timeout=urllib3.Timeout(total=config.timeout_s), **tls
-        )
+            headers["Content-Encoding"] = "gzip"
+        self.headers = list(headers.items())
+        tls = None
+        if self.url.startswith("https:"):
+            tls = ssl.create_default_context(cafile=config.certificate)
+            if config.client_certificate:
+                tls.load_cert_chain(config.client_certificate, config.client_key)
+        self._connection = Http1Connection(self.url, timeout_s=config.timeout_s, ssl_context=tls)
         self._secrets = secrets_of(config)
-        self._scrubber = LogScrubber(self._secrets).install(*URLLIB3_LOGGERS)
 
     def send(self, parts: Sequence[bytes]) -> SendResult:
         return _scrubbed(self._send(parts), self._secrets)
 
     def _send(self, parts: Sequence[bytes]) -> SendResult:
-        body: bytes | Sequence[bytes] = parts
         if self.gzip:
             # Level 1: a third of level 6's CPU for a page that compresses ~10x either way.
             compressor = zlib.compressobj(1, zlib.DEFLATED, 31)
-            body = b"".join([*map(compressor.compress, parts), compressor.flush()])
-        # The parts are written one after the other under a Content-Length (urllib3 sends an iterable body
-        # as it is when the length is given; without it, chunked): no copy of the whole batch.
-        size = len(body) if isinstance(body, bytes) else sum(map(len, body))
-        headers = {**self.headers, "Content-Length": str(size)}
+            parts = [b"".join([*map(compressor.compress, parts), compressor.flush()])]
+        # The parts go out in one sendmsg under a Content-Length: no copy of the whole batch, not chunked.
         try:
-            response = self.pool.request("POST", self.url, body=body, headers=headers)
-        except self._urllib3.exceptions.NewConnectionError as exc:  # (a subclass of ConnectTimeoutError)
-            return SendResult(False, True, "connect", _short_error(exc))
-        except self._urllib3.exceptions.TimeoutError as exc:
+            response = self._connection.post(self.headers, parts)
+        except TimedOut as exc:
             return SendResult(False, True, "timeout", str(exc)[:300])
-        except self._urllib3.exceptions.HTTPError as exc:
-            return SendResult(False, True, "connect", _short_error(exc))
-        status = response.status
-        data = response.data or b""
+        except ConnectFailed as exc:
+            return SendResult(False, True, "connect", str(exc)[:300])
+        status, data = response.status, response.body
         if 200 <= status < 300:
             rejected, message = _partial_success(data) if data else (0, "")
             return SendResult(True, status=str(status), message=message, rejected_points=rejected)
-        message = _http_error_message(data, response.headers.get("Content-Type", ""))
-        retry_after = _retry_after(response.headers.get("Retry-After"))
+        message = _http_error_message(data, response.headers.get("content-type", ""))
+        retry_after = _retry_after(response.headers.get("retry-after"))
         return SendResult(False, status in RETRYABLE_HTTP, str(status), message, retry_after)
 
     def close(self) -> None:
-        self.pool.clear()
-        self._scrubber.remove(*URLLIB3_LOGGERS)
+        self._connection.close()
 
 
 class GrpcSender:
@@ -277,8 +261,3 @@ def _grpc_retry_delay(exc: Any) -> float | None:
     except Exception:  # noqa: BLE001 - a malformed trailer just means "no hint"
         return None
     return None
-
-
-def _short_error(exc: BaseException) -> str:
-    reason = getattr(exc, "reason", None)
-    return str(reason or exc)[:300]
