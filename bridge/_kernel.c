@@ -912,10 +912,12 @@ static PyObject *blank_at(PyObject *module, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_ValueError, "blank_at: at most 64 blank values");
         return NULL;
     }
+    double least = INFINITY;  /* the smallest blank in magnitude: a value below it is none of them */
     for (Py_ssize_t k = 0; k < nblanks; k++) {
         if (as_double(PyTuple_GET_ITEM(args[2], k), &blanks[k]) < 0) {
             return NULL;
         }
+        least = fmin(least, fabs(blanks[k]));
     }
     Py_ssize_t count = positions == Py_None ? PyTuple_GET_SIZE(values) : PyTuple_GET_SIZE(positions);
     PyObject *found = PyList_New(0);
@@ -939,7 +941,7 @@ static PyObject *blank_at(PyObject *module, PyObject *const *args, Py_ssize_t na
             }
         }
         int blank = not_finite && !isfinite(value);
-        for (Py_ssize_t b = 0; !blank && b < nblanks; b++) {
+        for (Py_ssize_t b = 0; !blank && fabs(value) >= least && b < nblanks; b++) {
             blank = value == blanks[b];
         }
         if (blank) {

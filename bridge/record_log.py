@@ -221,6 +221,7 @@ class LineWriter:
         self._monotonic = monotonic
         self._lock = threading.Lock()
         self._buffer: deque[bytes] = deque()
+        self._counts: deque[int] = deque()  # the lines in each piece of the buffer
         self._buffered_bytes = 0
         self._file: IO[bytes] | None = None
         self._last_flush = monotonic()
@@ -236,23 +237,31 @@ class LineWriter:
         with self._lock:
             for line in lines:
                 self._buffer.append(line)
+                self._counts.append(1)
                 self._buffered_bytes += len(line)
-            while self._buffered_bytes > self.max_buffered_bytes and len(self._buffer) > 1:
-                dropped = self._buffer.popleft()
-                self._buffered_bytes -= len(dropped)
-                self.lines_dropped += dropped.count(b"\n") or 1
-            if self._closed or self._monotonic() - self._last_flush >= self.flush_interval_s:
-                self._flush_locked()
-            elif self._flusher is None and self.flush_interval_s > 0:
-                self._flusher = threading.Thread(target=self._flush_when_due, name=f"flush {self.path.name}",
-                                                 daemon=True)
-                self._flusher.start()
+            self._after_write_locked()
 
-    def write_block(self, block: bytes) -> None:
+    def write_block(self, block: bytes, lines: int | None = None) -> None:
         """Whole lines already joined (each ending in a newline): the kernel's record lines of a page, buffered
-        as one piece and counted as the lines they are."""
+        as one piece and counted as the `lines` they are (counted here when not given)."""
         if block:
-            self.write_lines((block,))
+            with self._lock:
+                self._buffer.append(block)
+                self._counts.append(block.count(b"\n") if lines is None else lines)
+                self._buffered_bytes += len(block)
+                self._after_write_locked()
+
+    def _after_write_locked(self) -> None:
+        """The buffer's bound, then a flush when one is due (or a background flusher to make it due)."""
+        while self._buffered_bytes > self.max_buffered_bytes and len(self._buffer) > 1:
+            self._buffered_bytes -= len(self._buffer.popleft())
+            self.lines_dropped += self._counts.popleft()
+        if self._closed or self._monotonic() - self._last_flush >= self.flush_interval_s:
+            self._flush_locked()
+        elif self._flusher is None and self.flush_interval_s > 0:
+            self._flusher = threading.Thread(target=self._flush_when_due, name=f"flush {self.path.name}",
+                                             daemon=True)
+            self._flusher.start()
 
     def write_records(self, records: Iterable[GpuRecord]) -> None:
         self.write_lines(record_to_line(r) for r in records)
@@ -330,10 +339,12 @@ class LineWriter:
                 if start is not None and self._file is not None:
                     self._rollback(self._file, start)
                 return self._fail(exc)
+            lines = 0
             for _ in range(count):
                 self._buffer.popleft()
+                lines += self._counts.popleft()
             self._buffered_bytes -= size
-            self.lines_written += chunk.count(b"\n")
+            self.lines_written += lines
         self.last_error = None
         return True
 

@@ -153,6 +153,7 @@ class ScrapeGroup:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._wake_read, self._wake_write = os.pipe()
+        self._woken = False  # a wake-up was written to the pipe since the thread last emptied it
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
 
@@ -191,6 +192,7 @@ class ScrapeGroup:
     def wake(self) -> None:
         """Called under `cond`: the thread looks at its endpoints again now."""
         if not self._closed:
+            self._woken = True
             with contextlib.suppress(BlockingIOError):  # the pipe is full of wake-ups already
                 os.write(self._wake_write, b"!")
 
@@ -233,9 +235,11 @@ class ScrapeGroup:
             for loop in starts:
                 transfers.begin(loop.url)
             ended = transfers.wait(max(0.0, wake_at - self.monotonic()), self._wake_read)
-            with contextlib.suppress(BlockingIOError):
-                while os.read(self._wake_read, 4096):
-                    pass
+            if self._woken:  # (most wake-ups are a GET's bytes or a tick: no syscall to find the pipe empty)
+                self._woken = False
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self._wake_read, 4096):
+                        pass
             for url, outcome in ended:
                 self.loops[url].end(outcome)
 

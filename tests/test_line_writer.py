@@ -86,8 +86,8 @@ def test_a_block_of_lines_is_counted_as_its_lines_when_written_dropped_or_pendin
     disk = _SmallDisk(0)
     writer = LineWriter(Path("unused"), flush_interval_s=0, max_buffered_bytes=60, opener=lambda _: disk)
     blocks = [b"".join(b"%d-%d\n" % (n, k) for k in range(3)) for n in range(10)]  # 12 bytes each
-    for block in blocks:
-        writer.write_block(block)
+    for n, block in enumerate(blocks):
+        writer.write_block(block, 3 if n % 2 else None)  # the caller's count, or counted here
     assert writer.lines_dropped == 3 * 5  # the oldest blocks past 60 bytes, in lines
     assert writer.pending() == [line for block in blocks[5:] for line in block.splitlines(keepends=True)]
     disk.room = 10**6

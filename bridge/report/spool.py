@@ -143,14 +143,11 @@ class LiveSeries:
     def _spool(self, spooled: _Spooled) -> None:
         rows = spooled.rows
         held = rows.used + len(rows.ts) * 8
-        rows_path = self.spool_dir / f"{spooled.number}.rows"
-        ts_path = self.spool_dir / f"{spooled.number}.ts"
+        rows_path = f"{self.spool_dir}/{spooled.number}.rows"
+        ts_path = f"{self.spool_dir}/{spooled.number}.ts"
         try:
-            self.spool_dir.mkdir(parents=True, exist_ok=True)
-            with open(rows_path, "ab") as out:
-                out.write(rows.rows())
-            with open(ts_path, "ab") as out:
-                rows.ts.tofile(out)
+            self._append(rows_path, rows.rows())
+            self._append(ts_path, rows.ts)
         except OSError as exc:
             for path, size in ((rows_path, spooled.rows_out * 8), (ts_path, rows.taken * 8)):
                 with contextlib.suppress(OSError):  # a half-written flush is written again in full later
@@ -168,6 +165,21 @@ class LiveSeries:
         spooled.flush_at = _FLUSH_BYTES
         rows.take()
         self._unspooled = 0
+
+    def _append(self, path: str, data: Any) -> None:
+        """`data` (a buffer) at the end of the file at `path`, made with its folder when missing. A file
+        descriptor, not a Python file object: the scrape thread flushes a few series a second (issue 18)."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            self.spool_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(data).cast("B")
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
 
     def _give_up(self) -> None:
         logger.warning("the live report gave up holding series in memory; the report will re-read the record log")

@@ -112,7 +112,7 @@ class RecordLogSink:
     def take(self, pages: Sequence[Page]) -> None:
         for page in pages:
             if page.compiled is not None:
-                self.writer.write_block(page.compiled.lines)
+                self.writer.write_block(page.compiled.lines, len(page.compiled.entries))
             else:
                 self.writer.write_records(page.records)
             self.records_written += page.record_count
