@@ -234,6 +234,7 @@ def _poll(wanted: dict[int, int], timeout_s: float) -> None:
 # other (refused, DNS, TLS, nothing answered) is a connect error.
 _TRUNCATED_ERRORS = {18, 56, 61, 92}  # partial file, receive error, bad content encoding, HTTP/2 stream
 _TIMEOUT = 28
+_CURL_LIMITS_BODIES = 0x081400  # 8.20.0: CURLOPT_MAXFILESIZE_LARGE also stops a body that outgrows it
 _FILE_TOO_LARGE = 63
 _WRITE_ABORTED = 23
 
@@ -255,8 +256,8 @@ class _Transfer:
         self.url = url
         self.redacted = redact_url(url)
         self.settings = settings
-        self.chunks: list[bytes] = []
-        self.size = 0
+        self.chunks: list[bytes] = []  # the body as libcurl hands it over (one list for the handle's life)
+        self._size = 0  # counted by `_write` only
         self.start_ns = 0
         self.closed = False
         bare, headers = auth_headers(url, settings)
@@ -274,7 +275,11 @@ class _Transfer:
         curl.setopt(pycurl.TIMEOUT_MS, max(1, int(settings.read_timeout * 1000)))
         curl.setopt(pycurl.MAXFILESIZE_LARGE, settings.max_body_bytes)  # a declared Content-Length over it
         curl.setopt(pycurl.BUFFERSIZE, 256 * 1024)
-        curl.setopt(pycurl.WRITEFUNCTION, self._write)
+        # libcurl 8.20+ enforces the body limit itself, also mid-body and after gzip decoding
+        # (https://curl.se/libcurl/c/CURLOPT_MAXFILESIZE_LARGE.html): the chunks go straight to the list, with
+        # no Python call per 16 KB. An older libcurl gets the counting callback.
+        enforced = pycurl.version_info()[2] >= _CURL_LIMITS_BODIES
+        curl.setopt(pycurl.WRITEFUNCTION, self.chunks.append if enforced else self._write)
         if settings.ca_file:
             curl.setopt(pycurl.CAINFO, settings.ca_file)
         if settings.insecure_skip_verify:
@@ -283,14 +288,20 @@ class _Transfer:
         self._pycurl = pycurl
 
     def _write(self, chunk: bytes) -> int | None:
-        self.size += len(chunk)
-        if self.size > self.settings.max_body_bytes:
+        self._size += len(chunk)
+        if self._size > self.settings.max_body_bytes:
             return 0  # libcurl aborts the transfer (error 23); error() reports it as too_large
         self.chunks.append(chunk)
         return None
 
+    @property
+    def size(self) -> int:
+        """Body bytes received so far in this GET."""
+        return max(self._size, sum(map(len, self.chunks)))
+
     def begin(self, start_ns: int) -> None:
-        self.chunks, self.size, self.start_ns = [], 0, start_ns
+        self.chunks.clear()
+        self._size, self.start_ns = 0, start_ns
 
     def closed_error(self) -> FetchError:
         return FetchError("connect", f"{self.redacted} was not scraped: the fetcher is closed")
@@ -299,7 +310,7 @@ class _Transfer:
         """The page of a GET that ended without a transport error, or what is wrong with it."""
         pycurl, curl = self._pycurl, self.curl
         body = b"".join(self.chunks)
-        self.chunks = []
+        self.chunks.clear()
         status = curl.getinfo(pycurl.RESPONSE_CODE)
         content_type = curl.getinfo(pycurl.CONTENT_TYPE) or ""
         if status != 200:
@@ -312,10 +323,11 @@ class _Transfer:
         return FetchedPage(body, self.start_ns, end_ns, content_type)
 
     def error(self, code: int, text: str) -> FetchError:
-        self.chunks = []
+        size = self.size
+        self.chunks.clear()
         where, limit = self.redacted, self.settings.max_body_bytes
         reason = scrub(text, secret_list(url_secrets(self.url)))  # libcurl's message names host and port only
-        if code == _FILE_TOO_LARGE or code == _WRITE_ABORTED and self.size > limit:
+        if code == _FILE_TOO_LARGE or code == _WRITE_ABORTED and size > limit:
             return FetchError("too_large", f"{where} sent more than the {limit:,}-byte limit "
                               "(DCGM_BRIDGE_MAX_BODY_BYTES)")
         if code == _TIMEOUT:
@@ -324,11 +336,11 @@ class _Transfer:
             reused = self.curl.getinfo(self._pycurl.NUM_CONNECTS) == 0
             if not reused and not self.curl.getinfo(self._pycurl.CONNECT_TIME):
                 return FetchError("timeout", f"connect to {where} timed out")
-            if self.size:
+            if size:
                 return FetchError("timeout", f"{where} stalled mid-body: the scrape took more than "
                                   f"{self.settings.read_timeout:g} s")
             return FetchError("timeout", f"{where} did not answer within {self.settings.read_timeout:g} s")
-        if code in _TRUNCATED_ERRORS and (self.size or code != 56):
+        if code in _TRUNCATED_ERRORS and (size or code != 56):
             return FetchError("truncated", f"{where} sent an incomplete body: {reason}")
         return FetchError("connect", f"cannot connect to {where}: {reason}{_TLS_HINTS.get(code, '')}")
 

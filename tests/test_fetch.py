@@ -88,8 +88,16 @@ def chunked(handler: BaseHTTPRequestHandler, chunks: Iterator[bytes]) -> None:
         pass  # the client hung up, as it should past the limit
 
 
+@pytest.fixture(params=["libcurl", "callback"])
+def body_limit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Who stops a body over the limit: libcurl itself (8.20+), or the counting write callback (older)."""
+    if request.param == "callback":
+        monkeypatch.setattr("bridge.fetch._CURL_LIMITS_BODIES", 1 << 32)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("declared", [True, False], ids=["Content-Length", "chunked"])
-def test_a_body_over_the_limit_is_refused_whether_declared_or_streamed(declared: bool) -> None:
+def test_a_body_over_the_limit_is_refused_whether_declared_or_streamed(declared: bool, body_limit: str) -> None:
     big = PAGE * 100  # ~170 KB
 
     def respond(handler: BaseHTTPRequestHandler) -> None:
@@ -104,7 +112,7 @@ def test_a_body_over_the_limit_is_refused_whether_declared_or_streamed(declared:
     assert "65,536-byte limit" in error.message and "DCGM_BRIDGE_MAX_BODY_BYTES" in error.message
 
 
-def test_a_gzip_bomb_is_measured_decoded() -> None:
+def test_a_gzip_bomb_is_measured_decoded(body_limit: str) -> None:
     def bomb(handler: BaseHTTPRequestHandler) -> None:
         send(handler, gzip.compress(b"#" * 4_000_000), headers={"Content-Encoding": "gzip"})
 

@@ -336,6 +336,44 @@ def test_the_pipeline_writes_the_same_log_series_and_live_view_with_and_without_
 
 
 
+@pytest.mark.parametrize("block_bytes", [1, 6000, 1 << 20], ids=["every page", "a few pages", "until the end"])
+def test_the_live_series_hands_out_held_pages_in_time_order_whatever_comes_between(tmp_path, monkeypatch,
+                                                                                  block_bytes):
+    """An endpoint's pages of one plan wait as one block before they go to their series: a plan change, a page
+    that comes as records, the block filling up and the end each hand them out first. The series come out as
+    those of every page added record by record, with spooling on the way (small flush thresholds)."""
+    from bridge.fields import default_table
+    from bridge.normalize import Normalizer
+    from bridge.report import spool
+    from tests.test_hostile import _simulated
+
+    monkeypatch.setattr(spool, "_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(spool, "_FLUSH_BYTES", 2048)
+    first = _simulated("current", mig=2)
+    bodies = [first] * 7 + [first.replace(b"GPU-", b"GPU-X")] * 3 + [first] * 6
+    normalizer, parser = Normalizer(default_table()), PageParser()
+    held, reference = spool.LiveSeries(tmp_path / "held"), spool.LiveSeries(tmp_path / "reference")
+    for n, body in enumerate(bodies):
+        t_ns = 1_000_000_000 * (n + 1)
+        compiled = normalizer.compiled(parser.parse(body), source_url="http://gpu-node-7:9400/metrics",
+                                       timestamp_ns=t_ns, run_id="r", phase="profiling", scrape_end_ns=t_ns + 5)
+        assert compiled is not None
+        if n in (4, 12):
+            held.add(compiled.records(), "gpu-node-7:9400")
+        else:
+            held.add_compiled(compiled, "gpu-node-7:9400")
+        reference.add(compiled.records(), "gpu-node-7:9400")
+
+    def summary(live: spool.LiveSeries) -> list:
+        return sorted(((s.endpoint, s.meta, s.timestamps.tolist(), {k: bits(tuple(v)) for k, v in s.values.items()})
+                       for s in live.finish()), key=repr)
+
+    assert held.records == reference.records
+    result = summary(held)
+    assert result == summary(reference) and len(result) >= 4
+    assert any((tmp_path / "held").glob("*.rows"))  # (the flushes ran)
+
+
 def test_the_live_view_keeps_each_gpus_latest_page_when_a_gpu_comes_and_goes(tmp_path, monkeypatch):
     """LatestRecords only swaps the page while pages keep the same plan (the same GPUs in the same places): a GPU
     missing from some pages keeps its last record, and one that comes back has the newest, as with no shortcut."""

@@ -32,6 +32,10 @@ def test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_whole_run(tmp
         start = time.time_ns()
         _post(base, "/phases", {"name": "profiling", "kind": "profiling", "event": "start", "time_ns": start})
         time.sleep(4)
+        spooled = out / ".dcgm-bridge-spool-job-1"
+        deadline = time.monotonic() + 20  # (rows reach the spool a few seconds' worth at a time)
+        while not any(spooled.glob("*.rows")) and time.monotonic() < deadline:
+            time.sleep(0.1)
         first.send_signal(signal.SIGKILL)
         first.wait()
         time.sleep(1)  # the kubelet's restart: no scrape meanwhile
@@ -47,7 +51,7 @@ def test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_whole_run(tmp
     first_log, second_log = (log.read_text() for log in logs)
     removed = "the live report's spool of a process that did not finish"
     assert first_log.count(removed) == 2  # the two left before the run
-    # The killed process had spooled its rows (20 scrapes a second): the restarted one removed that spool too.
+    # The killed process had spooled rows (waited for above): the restarted one removed that spool too.
     assert "carries on" in second_log and second_log.count(removed) == 1 and ".dcgm-bridge-spool-job-1" in second_log
     report = json.loads((out / "profile_export_aiperf.json").read_text())
     gpus = next(iter(report["telemetry_data"]["endpoints"].values()))["gpus"]

@@ -184,6 +184,18 @@ class SeriesRows:
                 self._set_keys(keys)
         self.append(row)
 
+    def add_rows(self, ts: Sequence[int], keys: tuple[str, ...], rows: bytes | memoryview) -> None:
+        """`add_row` for several records of the same keys at once: their times and their rows one after the
+        other (the live series hands out an endpoint's pages of one plan this way)."""
+        if (keys is self.keys or keys == self.keys) and self.blocks:
+            self.ts.extend(ts)
+            self.append(rows)
+            return
+        width = 8 * len(keys)
+        view = memoryview(rows)
+        for k, t_ns in enumerate(ts):
+            self.add_row(t_ns, keys, view[k * width: (k + 1) * width])
+
     def append(self, rows: bytes | bytearray | memoryview) -> None:
         """Rows already packed as native float64 in the current block's key order, after the ones held."""
         size = len(rows)

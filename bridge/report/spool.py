@@ -24,6 +24,7 @@ import os
 import shutil
 import threading
 import weakref
+from array import array
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -46,6 +47,9 @@ _FLUSH_BYTES = 16 * 1024  # per series and file: ~8 s of one GPU at 3 Hz
 # is staggered by up to this many eighths of it, and every later one is the same: the series keep the phases
 # they were given, and their writes stay spread over that many scrapes.
 _FLUSH_STAGGER = 8
+# An endpoint's pages held before they go to their series: ~4 s of 8 GPUs at 3 Hz, well under a series' flush
+# threshold, so the series' staggered flushes stay spread over scrapes (a page over it goes out at once).
+_BLOCK_BYTES = 64 * 1024
 _MAX_UNSPOOLED_BYTES = 64 * 1024 * 1024  # held in memory while the spool cannot be written; past it: give up
 
 
@@ -68,6 +72,19 @@ class _Spooled:
         self.meta: GpuMeta | None = None  # the metadata the missing fields were last filled from
 
 
+class _PlanBlock:
+    """An endpoint's latest pages of one kernel plan: their rows one after the other (each page's the same
+    width), their times, and each record's series, entry and row width in page order."""
+
+    __slots__ = ("entries", "targets", "rows", "ts")
+
+    def __init__(self, entries: tuple[_Entry, ...], targets: list[tuple[_Spooled, _Entry, int]]) -> None:
+        self.entries = entries
+        self.targets = targets
+        self.rows = bytearray()
+        self.ts: array[int] = array("q")
+
+
 class LiveSeries:
     """Records → per-series spool files → `build_report`'s series (its `records` and `finish()`).
     Thread-safe (one lock)."""
@@ -75,7 +92,7 @@ class LiveSeries:
     def __init__(self, spool_dir: Path) -> None:
         self.spool_dir = spool_dir
         self._series: dict[tuple[str, str, str | None], _Spooled] = {}
-        self._targets: dict[str, tuple[tuple[_Entry, ...], list[tuple[_Spooled, _Entry, int]]]] = {}
+        self._blocks: dict[str, _PlanBlock] = {}  # endpoint -> its latest pages of one plan, not handed out yet
         self._lock = threading.Lock()
         self.records = 0
         self.complete = True  # False once a record could not be kept: the report re-reads the log
@@ -87,34 +104,56 @@ class LiveSeries:
         if not self.complete or not records:
             return
         with self._lock:
+            self._hand_out_all()  # (finish sorts each series by time; its blocks of keys stay whole)
             for record in records:
                 self._add(record, endpoint or display_key(record.telemetry_source_url))
             self.records += len(records)
 
     def add_compiled(self, compiled: CompiledRecords, endpoint: str) -> None:
-        """The records of one scrape as the kernel wrote them (bridge/normalize.py `CompiledRecords`): each
-        record's row goes in as it is; a record is built only for a series' first (its metadata). The series of
-        a page's records are looked up once per endpoint and plan (its `entries`, the same tuple page after page)."""
+        """The records of one scrape as the kernel wrote them (bridge/normalize.py `CompiledRecords`): the page's
+        rows are appended as one block to its endpoint's pages of the same plan (its `entries`, the same tuple
+        page after page), which are handed out to their series every `_BLOCK_BYTES` (`_hand_out`): a page costs
+        one copy, not a call per record. A record is built only for a series' first (its metadata)."""
         if not self.complete or not compiled.entries:
             return
-        t_ns = compiled.timestamp_ns
-        view = memoryview(compiled.rows)
         with self._lock:
-            cached = self._targets.get(endpoint)
-            if cached is None or cached[0] is not compiled.entries:
-                cached = self._targets[endpoint] = (compiled.entries, self._targets_of(compiled, endpoint))
-            offset = 0
-            for spooled, entry, width in cached[1]:
-                rows = spooled.rows
-                row = view[offset: offset + width]
-                offset += width
-                rows.add_row(t_ns, entry.keys, row)
-                if rows.missing and spooled.meta is not entry.meta:  # (a plan's entries keep their metadata)
-                    spooled.meta = entry.meta
-                    rows.fill(partial(_meta_field, entry.meta))
-                if rows.used >= spooled.flush_at:
-                    self._spool(spooled)
+            block = self._blocks.get(endpoint)
+            if block is None or block.entries is not compiled.entries:
+                if block is not None:
+                    self._hand_out(block)
+                block = self._blocks[endpoint] = _PlanBlock(compiled.entries, self._targets_of(compiled, endpoint))
+            block.rows += compiled.rows
+            block.ts.append(compiled.timestamp_ns)
+            if len(block.rows) >= _BLOCK_BYTES:
+                self._hand_out(block)
             self.records += len(compiled.entries)
+
+    def _hand_out(self, block: _PlanBlock) -> None:
+        """A plan's pages to their series: each series takes its column of the block's rows in one piece."""
+        pages = len(block.ts)
+        if not pages:
+            return
+        view = memoryview(block.rows)
+        stride = len(block.rows) // pages
+        offset = 0
+        for spooled, entry, width in block.targets:
+            rows = spooled.rows
+            column = view[offset: offset + width] if pages == 1 else \
+                b"".join([view[at: at + width] for at in range(offset, len(view), stride)])
+            offset += width
+            rows.add_rows(block.ts, entry.keys, column)
+            if rows.missing and spooled.meta is not entry.meta:  # (a plan's entries keep their metadata)
+                spooled.meta = entry.meta
+                rows.fill(partial(_meta_field, entry.meta))
+            if rows.used >= spooled.flush_at:
+                self._spool(spooled)
+        view.release()
+        block.rows = bytearray()
+        block.ts = array("q")
+
+    def _hand_out_all(self) -> None:
+        for block in self._blocks.values():
+            self._hand_out(block)
 
     def _targets_of(self, compiled: CompiledRecords, endpoint: str) -> list[tuple[_Spooled, _Entry, int]]:
         """Each record's series (made, from the record, for one seen first), its entry and its row's bytes."""
@@ -185,7 +224,7 @@ class LiveSeries:
         logger.warning("the live report gave up holding series in memory; the report will re-read the record log")
         self.complete = False
         self._series.clear()
-        self._targets.clear()
+        self._blocks.clear()
 
     def finish(self) -> list[Series]:
         """Every series, time-sorted, its arrays memory-mapped from the spool (in memory what could not be
@@ -194,6 +233,7 @@ class LiveSeries:
 
         out: list[Series] = []
         with self._lock:
+            self._hand_out_all()
             for (endpoint, _uuid, _instance), spooled in self._series.items():
                 if len(spooled.rows.ts):
                     self._spool(spooled)
