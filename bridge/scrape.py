@@ -206,42 +206,54 @@ class ScrapeGroup:
     def _loop(self, transfers: Transfers) -> None:
         interval = self.interval_s
         self.origin = origin = self.monotonic()
+        wake_at = -math.inf  # when the schedule is due a look: a tick, a start gap, a boundary, a GET's end
+        look = True  # a wake-up asked for a look (a boundary, stop)
         while True:
             starts: list[ScrapeLoop] = []
-            with self.cond:
-                if self._stopping:
-                    return
-                now, now_ns = self.monotonic(), self.now_ns()
-                current = math.floor((now - origin) / interval)
-                wake_at = now + interval
-                for loop in self.loops.values():
-                    if loop.in_flight_start_ns is not None:
-                        continue  # its tick is reckoned when its GET ends
-                    if now - loop.began < MIN_START_GAP_S:  # its previous scrape started under a millisecond ago
-                        wake_at = min(wake_at, loop.began + MIN_START_GAP_S)
-                        continue
-                    if loop.boundary_due(now_ns):
-                        loop.begin(now_ns, boundary=True)
-                        starts.append(loop)
-                    elif loop.next_tick <= current:
-                        if current > loop.next_tick:  # this thread was held up: those ticks are missed
-                            loop.stats.missed_ticks += current - loop.next_tick
-                        loop.record_lateness(now - (origin + current * interval))
-                        loop.next_tick = current + 1
-                        loop.begin(now_ns, boundary=False)
-                        starts.append(loop)
-                    else:
-                        wake_at = min(wake_at, origin + loop.next_tick * interval, loop.next_boundary_at(now, now_ns))
+            if look or self.monotonic() >= wake_at:  # (most wake-ups are a GET's bytes: nothing to schedule)
+                with self.cond:
+                    if self._stopping:
+                        return
+                    now, now_ns = self.monotonic(), self.now_ns()
+                    current = math.floor((now - origin) / interval)
+                    wake_at = now + interval
+                    for loop in self.loops.values():
+                        if loop.in_flight_start_ns is not None:
+                            continue  # its tick is reckoned when its GET ends
+                        if now - loop.began < MIN_START_GAP_S:  # its previous scrape started under a millisecond ago
+                            wake_at = min(wake_at, loop.began + MIN_START_GAP_S)
+                            continue
+                        if loop.boundary_due(now_ns):
+                            loop.begin(now_ns, boundary=True)
+                            starts.append(loop)
+                        elif loop.next_tick <= current:
+                            if current > loop.next_tick:  # this thread was held up: those ticks are missed
+                                loop.stats.missed_ticks += current - loop.next_tick
+                            loop.record_lateness(now - (origin + current * interval))
+                            loop.next_tick = current + 1
+                            loop.begin(now_ns, boundary=False)
+                            starts.append(loop)
+                        else:
+                            wake_at = min(wake_at, origin + loop.next_tick * interval,
+                                          loop.next_boundary_at(now, now_ns))
             for loop in starts:
                 transfers.begin(loop.url)
             ended = transfers.wait(max(0.0, wake_at - self.monotonic()), self._wake_read)
-            if self._woken:  # (most wake-ups are a GET's bytes or a tick: no syscall to find the pipe empty)
+            look = self._woken
+            if look:  # (most wake-ups are a GET's bytes or a tick: no syscall to find the pipe empty)
                 self._woken = False
                 with contextlib.suppress(BlockingIOError):
                     while os.read(self._wake_read, 4096):
                         pass
+            if not ended:
+                continue
             for url, outcome in ended:
                 self.loops[url].end(outcome)
+            with self.cond:  # an ended endpoint's next tick or waiting boundary, which the last look skipped
+                now, now_ns = self.monotonic(), self.now_ns()
+                for url, _ in ended:
+                    loop = self.loops[url]
+                    wake_at = min(wake_at, origin + loop.next_tick * interval, loop.next_boundary_at(now, now_ns))
 
 
 class ScrapeLoop:
@@ -305,7 +317,7 @@ class ScrapeLoop:
 
     # -- the group's side (under its lock where noted) ----------------------------------------------
     def boundary_due(self, now_ns: int) -> bool:
-        return any(b.time_ns <= now_ns for b in self._pending)
+        return bool(self._pending) and any(b.time_ns <= now_ns for b in self._pending)
 
     def next_boundary_at(self, now: float, now_ns: int) -> float:
         if not self._pending:

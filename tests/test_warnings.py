@@ -64,16 +64,17 @@ def test_lost_otlp_points_are_counted_in_one_line(caplog: pytest.LogCaptureFixtu
 
 def test_an_unreachable_otlp_receiver_is_said_during_the_run_once_a_minute_at_most(
         capsys: pytest.CaptureFixture[str]) -> None:
+    from bridge.otlp import ExportStats
     from bridge.sidecar.cli import OtlpLossWatch
 
     clock = [0.0]
     watch = OtlpLossWatch(monotonic=lambda: clock[0])
-    assert watch.check({"dropped_points": 0, "sent_points": 5}) is None
-    first = watch.check({"dropped_points": 120, "sent_points": 5, "last_error": "cannot connect"})
+    assert watch.check(ExportStats(dropped_points=0, sent_points=5)) is None
+    first = watch.check(ExportStats(dropped_points=100, rejected_points=20, sent_points=5, last_error="cannot connect"))
     clock[0] = 30.0
-    assert watch.check({"dropped_points": 240}) is None  # within the minute
+    assert watch.check(ExportStats(dropped_points=240)) is None  # within the minute
     clock[0] = 61.0
-    later = watch.check({"dropped_points": 2880, "sent_points": 5})
+    later = watch.check(ExportStats(dropped_points=2880, sent_points=5))
     assert first == ("warning: OTLP receiver is losing data: 120 points dropped or rejected so far, 5 sent "
                      "(last error: cannot connect)")
     assert later is not None and "2880 points" in later

@@ -210,7 +210,7 @@ def sidecar(live: bool, **flags: Any) -> None:
             finished_by_file = True
             break
         if session.forwarder is not None:
-            watch.check(session.forwarder.stats().as_dict())
+            watch.check(session.forwarder.stats())
     # Complete: a SIGTERM now (the kubelet's, as the pod ends) has nothing left to stop, and once the interpreter
     # is exiting its handler is gone, so the default action would end a finished run with -15.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+
+from bridge.otlp.export import ExportStats
 
 
 class OtlpLossWatch:
@@ -18,13 +19,14 @@ class OtlpLossWatch:
         self._reported = 0
         self._last = -every_s
 
-    def check(self, stats: dict[str, Any]) -> str | None:
-        lost = int(stats.get("dropped_points", 0)) + int(stats.get("rejected_points", 0))
+    def check(self, stats: ExportStats) -> str | None:
+        """Once a second: the forwarder's counters as they are (no dict of them: this runs all run long)."""
+        lost = stats.dropped_points + stats.rejected_points
         now = self._monotonic()
         if lost <= self._reported or now - self._last < self.every_s and self._reported:
             return None
         self._reported, self._last = lost, now
         line = (f"warning: OTLP receiver is losing data: {lost} points dropped or rejected so far, "
-                f"{stats.get('sent_points', 0)} sent (last error: {stats.get('last_error') or '-'})")
+                f"{stats.sent_points} sent (last error: {stats.last_error or '-'})")
         print(line, file=sys.stderr, flush=True)
         return line

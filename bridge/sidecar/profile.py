@@ -152,7 +152,7 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
         watch = OtlpLossWatch()  # an OTLP receiver losing data is said during the run, at most once a minute
         forwarder = session.forwarder
         relay = _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout, view=view,
-                           every_second=(lambda: watch.check(forwarder.stats().as_dict())) if forwarder else None)
+                           every_second=(lambda: watch.check(forwarder.stats())) if forwarder else None)
     finally:
         if view is not None:
             if relay is not None:
