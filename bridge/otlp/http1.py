@@ -96,8 +96,9 @@ class Http1Connection:
         try:
             if self._sock is None:
                 self._connect(deadline)
-            self._send(head, parts, deadline)
+            sent = self._send(head, parts, deadline)
             response, keep = self._read_response(deadline)
+            keep = keep and sent
         except (_ClosedBeforeAnswer, ConnectFailed):
             raise
         except TimedOut:
@@ -132,7 +133,9 @@ class Http1Connection:
                 raise ConnectFailed(f"TLS with {self.authority}: {_describe(exc)}") from None
         self._sock, self._buffer = sock, b""
 
-    def _send(self, head: bytes, parts: Sequence[bytes], deadline: float) -> None:
+    def _send(self, head: bytes, parts: Sequence[bytes], deadline: float) -> bool:
+        """The request on the wire; False when the receiver closed its side before taking all of it (it may have
+        answered first, as a receiver refusing a body too large does: that answer is then read)."""
         sock = self._sock
         assert sock is not None
         try:
@@ -140,19 +143,31 @@ class Http1Connection:
                 for data in (head, *parts):
                     sock.settimeout(_left(deadline))
                     sock.sendall(data)
-                return
+                return True
             views = [memoryview(data) for data in (head, *parts) if data]
+            poller = select.poll()
+            poller.register(sock, select.POLLOUT | select.POLLIN)
+            sock.settimeout(0)
             while views:
-                sock.settimeout(_left(deadline))
-                sent = sock.sendmsg(views[:_IOV_MAX])
+                try:
+                    sent = sock.sendmsg(views[:_IOV_MAX])
+                except BlockingIOError:
+                    sent = 0
                 while sent and views:
                     if sent >= len(views[0]):
                         sent -= len(views[0])
                         views.pop(0)
                     else:
                         views[0], sent = views[0][sent:], 0
+                if views:  # the socket is full: wait for room, or for an answer that comes before the end
+                    ready = poller.poll(max(1, int(_left(deadline) * 1000)))
+                    if not ready:
+                        raise TimedOut(f"the request was not taken within {self.timeout_s:g} s")
+                    if any(events & (select.POLLIN | select.POLLHUP | select.POLLERR) for _, events in ready):
+                        return False
         except (BrokenPipeError, ConnectionResetError):
-            raise _ClosedBeforeAnswer from None
+            return False  # (no answer waiting: the read finds the close, and the request goes again)
+        return True
 
     def _read_response(self, deadline: float) -> tuple[Response, bool]:
         while True:  # 1xx answers (100 Continue, 103 Early Hints) come before the real one

@@ -182,6 +182,40 @@ def test_a_request_the_receiver_drops_unanswered_is_sent_once_more_only_on_a_reu
     assert dropper.connections == 1 and "without an answer" in result.message
 
 
+@pytest.mark.parametrize("then", ["closes", "stops reading"])
+def test_an_answer_before_the_whole_body_is_read_as_the_answer(then: str):
+    """A receiver refusing a body too large answers at its head without reading the rest (the Collector's
+    max_request_body_size), then closes or just stops reading: either way its 413 is the result, not a retry
+    or a timeout."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    connections = []
+
+    def refuse() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            connections.append(conn)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\nContent-Length: 13\r\n\r\n"
+                         b"body too big\n")
+            if then == "closes":
+                conn.close()
+
+    threading.Thread(target=refuse, daemon=True).start()
+    sender = sender_for(f"http://127.0.0.1:{listener.getsockname()[1]}/v1/metrics", timeout_s=5)
+    started = time.monotonic()
+    result = sender.send([b"x" * (16 << 20)])
+    assert time.monotonic() - started < 2
+    listener.close()
+    for conn in connections:
+        conn.close()
+    assert (result.ok, result.retryable, result.status, result.message) == (False, False, "413", "body too big")
+
+
 def test_a_receiver_that_never_answers_is_a_timeout_within_the_budget(raw_server):
     server = raw_server(lambda conn, body: (time.sleep(3), False)[1])
     started = time.monotonic()
