@@ -374,6 +374,33 @@ def test_the_live_series_hands_out_held_pages_in_time_order_whatever_comes_betwe
     assert any((tmp_path / "held").glob("*.rows"))  # (the flushes ran)
 
 
+def test_a_spool_that_cannot_be_written_gives_up_cleanly_while_pages_are_held(tmp_path, monkeypatch, caplog):
+    """Past its in-memory bound an unwritable spool gives up (the report then re-reads the record log), also in
+    the middle of handing two endpoints' held pages out: no exception reaches the scrape thread."""
+    from bridge.fields import default_table
+    from bridge.normalize import Normalizer
+    from bridge.report import spool
+    from tests.test_hostile import _simulated
+
+    monkeypatch.setattr(spool, "_FLUSH_BYTES", 1024)
+    monkeypatch.setattr(spool, "_MAX_UNSPOOLED_BYTES", 20_000)
+    (tmp_path / "a-file").write_text("not a folder")
+    live = spool.LiveSeries(tmp_path / "a-file" / "spool")
+    normalizer, parsers = Normalizer(default_table()), {"a": PageParser(), "b": PageParser()}
+    body = _simulated("current", mig=2)
+    for n in range(30):
+        for endpoint, parser in parsers.items():
+            compiled = normalizer.compiled(parser.parse(body), source_url=f"http://{endpoint}:9400/metrics",
+                                           timestamp_ns=10**9 * (n + 1), run_id="r", phase=None)
+            assert compiled is not None
+            live.add_compiled(compiled, f"{endpoint}:9400")
+    assert live.complete  # held in blocks, nothing spooled yet
+    live.add(compiled.records(), "b:9400")  # hands both endpoints' blocks out: the spool fails and gives up
+    assert not live.complete and live.error is not None and "cannot write" in live.error
+    live.add_compiled(compiled, "b:9400")  # and later pages are simply not kept
+    assert any("gave up" in message for message in caplog.messages)
+
+
 def test_the_live_view_keeps_each_gpus_latest_page_when_a_gpu_comes_and_goes(tmp_path, monkeypatch):
     """LatestRecords only swaps the page while pages keep the same plan (the same GPUs in the same places): a GPU
     missing from some pages keeps its last record, and one that comes back has the newest, as with no shortcut."""

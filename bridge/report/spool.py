@@ -137,6 +137,8 @@ class LiveSeries:
         stride = len(block.rows) // pages
         offset = 0
         for spooled, entry, width in block.targets:
+            if not self.complete:  # a failed spool gave up (`_give_up`): the report re-reads the log
+                break
             rows = spooled.rows
             column = view[offset: offset + width] if pages == 1 else \
                 b"".join([view[at: at + width] for at in range(offset, len(view), stride)])
@@ -152,7 +154,7 @@ class LiveSeries:
         block.ts = array("q")
 
     def _hand_out_all(self) -> None:
-        for block in self._blocks.values():
+        for block in list(self._blocks.values()):  # (a spool that gives up empties the dict)
             self._hand_out(block)
 
     def _targets_of(self, compiled: CompiledRecords, endpoint: str) -> list[tuple[_Spooled, _Entry, int]]:
