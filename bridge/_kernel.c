@@ -199,11 +199,16 @@ static int parse_token(const char *start, Py_ssize_t size, double *out) {
 }
 
 static PyObject *values_of_bytes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyTuple_Check(args[0]) || !PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "values_of_bytes(segments: tuple[bytes, ...], body: bytes)");
+    if (nargs < 2 || nargs > 3 || !PyTuple_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "values_of_bytes(segments: tuple[bytes, ...], body: bytes, "
+                                         "previous: tuple[float, ...] = ())");
         return NULL;
     }
     PyObject *segments = args[0];
+    /* The previous page's values: a value with the same bits is that float object again, not a new one (most
+     * of a page's values repeat from one scrape to the next: clocks, totals, zero error counters). */
+    PyObject *previous = nargs == 3 && PyTuple_Check(args[2]) &&
+                         PyTuple_GET_SIZE(args[2]) == PyTuple_GET_SIZE(segments) - 1 ? args[2] : NULL;
     const char *body = PyBytes_AS_STRING(args[1]);
     Py_ssize_t size = PyBytes_GET_SIZE(args[1]);
     Py_ssize_t count = PyTuple_GET_SIZE(segments);
@@ -239,7 +244,20 @@ static PyObject *values_of_bytes(PyObject *module, PyObject *const *args, Py_ssi
         if (parse_token(body + position, end - position, &value) < 0) {
             goto miss;
         }
-        PyObject *number = PyFloat_FromDouble(value);
+        PyObject *number = NULL;
+        if (previous != NULL) {
+            PyObject *old = PyTuple_GET_ITEM(previous, index);
+            if (PyFloat_CheckExact(old)) {
+                double was = PyFloat_AS_DOUBLE(old);
+                if (memcmp(&was, &value, sizeof(double)) == 0) {
+                    Py_INCREF(old);
+                    number = old;
+                }
+            }
+        }
+        if (number == NULL) {
+            number = PyFloat_FromDouble(value);
+        }
         if (number == NULL) {
             Py_DECREF(values);
             return NULL;

@@ -105,6 +105,27 @@ def test_any_number_token_reads_as_float_reads_it(token: str) -> None:
     assert bits(kernel.values_of_bytes(segments, body)) == bits(_python(segments, body))
 
 
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(NUMBER_TOKENS, min_size=2, max_size=2), st.lists(NUMBER_TOKENS, min_size=2, max_size=2))
+def test_a_value_with_the_previous_pages_bits_is_the_previous_float(before: list[str], after: list[str]) -> None:
+    """Given the previous page's values, the kernel reads the same values to the bit, and a value whose bits
+    are the previous one's is that very float object (no new one a scrape)."""
+    template = TEMPLATES[0]
+    assert template.segments is not None and len(template.segments) > 3
+    segments = template.segments[:3]
+
+    def body(tokens: list[str]) -> bytes:
+        return segments[0] + tokens[0].encode() + segments[1] + tokens[1].encode() + segments[2]
+
+    previous = kernel.values_of_bytes(segments, body(before))
+    values = kernel.values_of_bytes(segments, body(after), previous or ())
+    assert bits(values) == bits(_python(segments, body(after)))
+    if previous is not None and values is not None:
+        for was, now in zip(previous, values, strict=True):
+            assert (was is now) == (struct.pack("<d", was) == struct.pack("<d", now))
+    assert bits(kernel.values_of_bytes(segments, body(after), (1.0,))) == bits(values)  # a wrong length: ignored
+
+
 def _python(segments: tuple[bytes, ...], body: bytes) -> tuple[float, ...] | None:
     """The reference for an arbitrary segment tuple (values_of_bytes_python reads a template's own)."""
     template = object.__new__(PageTemplate)

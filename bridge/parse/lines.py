@@ -76,7 +76,7 @@ class PageParser:
         if template is not None and isinstance(body, bytes) and b"\r" not in body \
                 and template.openmetrics == (template.detected if openmetrics is None else openmetrics):
             walked = True
-            values = template.values_of_bytes(body)
+            values = template.values_of_bytes(body, self._last_values)  # (a repeated value: the same float)
             if values is not None:
                 self._misses = 0
                 return TemplatedPage(template, values)

@@ -76,16 +76,17 @@ class PageTemplate:
 
     __delattr__ = __setattr__  # type: ignore[assignment]
 
-    def values_of_bytes(self, body: bytes) -> tuple[float, ...] | None:
+    def values_of_bytes(self, body: bytes, previous: tuple[float, ...] = ()) -> tuple[float, ...] | None:
         """`values_of` on the raw bytes, without decoding or splitting the page: the bytes between the
         values must be the template's, and each value runs to the end of its line. Touching the page
         once instead of three times matters more than the instruction count (caches are cold between
-        scrapes)."""
+        scrapes). `previous` (the last page's values): the kernel gives a value with the same bits as the same
+        float object, not a new one."""
         segments = self.segments
         if segments is None:
             return None
         if _compiled_values_of_bytes is not None:
-            values: tuple[float, ...] | None = _compiled_values_of_bytes(segments, body)
+            values: tuple[float, ...] | None = _compiled_values_of_bytes(segments, body, previous)
             return values
         return self.values_of_bytes_python(body)
 
