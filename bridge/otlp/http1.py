@@ -19,6 +19,7 @@ from __future__ import annotations
 import select
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -28,6 +29,7 @@ MAX_HEAD = 64 * 1024  # status line and header fields
 MAX_BODY = 4 * 1024 * 1024  # an OTLP answer is a few bytes; an error page is cut here
 _NO_BODY = frozenset([204, 304])
 _IOV_MAX = 1024  # sendmsg's vector bound (Linux UIO_MAXIOV)
+_SEND_STEP_S = 1.0  # the longest a send waits for room before it looks for an early answer
 
 
 class ConnectFailed(OSError):
@@ -145,13 +147,20 @@ class Http1Connection:
                     sock.sendall(data)
                 return True
             views = [memoryview(data) for data in (head, *parts) if data]
+            # A blocking sendmsg: the kernel takes the whole request in one call, with the GIL released
+            # throughout (a non-blocking loop would take the GIL back at every buffer's worth and hold up the
+            # scrape thread). SO_SNDTIMEO bounds each call; between calls, an answer that came before the end
+            # of the body (413 from a receiver that stops reading) ends the send.
+            sock.settimeout(None)
             poller = select.poll()
-            poller.register(sock, select.POLLOUT | select.POLLIN)
-            sock.settimeout(0)
+            poller.register(sock, select.POLLIN)
             while views:
+                step = max(0.001, min(_SEND_STEP_S, _left(deadline)))  # (a zero timeval would mean no bound)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                                struct.pack("ll", int(step), int(step % 1 * 1_000_000)))
                 try:
                     sent = sock.sendmsg(views[:_IOV_MAX])
-                except BlockingIOError:
+                except BlockingIOError:  # SO_SNDTIMEO ran out with nothing taken
                     sent = 0
                 while sent and views:
                     if sent >= len(views[0]):
@@ -159,12 +168,8 @@ class Http1Connection:
                         views.pop(0)
                     else:
                         views[0], sent = views[0][sent:], 0
-                if views:  # the socket is full: wait for room, or for an answer that comes before the end
-                    ready = poller.poll(max(1, int(_left(deadline) * 1000)))
-                    if not ready:
-                        raise TimedOut(f"the request was not taken within {self.timeout_s:g} s")
-                    if any(events & (select.POLLIN | select.POLLHUP | select.POLLERR) for _, events in ready):
-                        return False
+                if views and poller.poll(0):
+                    return False
         except (BrokenPipeError, ConnectionResetError):
             return False  # (no answer waiting: the read finds the close, and the request goes again)
         return True
