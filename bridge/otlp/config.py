@@ -20,6 +20,7 @@ follows `..._INSECURE` (default false: TLS, as the spec says).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -205,7 +206,26 @@ def _grpc_target(url: str, insecure: bool, problems: list[str]) -> tuple[str, bo
     return url, insecure
 
 
+# RFC 9110 §5.1 field names (tokens) and §5.5 field values: a line break or a control character in a value
+# (percent-decoded: `%0D%0A`) would end the header and start another on the OTLP/HTTP client's request.
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
+_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\xff]")
+
+
 def _resolve_headers(
+    flag: str | Mapping[str, str] | None, env_value: str | None, problems: list[str]
+) -> tuple[tuple[str, str], ...]:
+    pairs = _header_pairs(flag, env_value, problems)
+    for name, value in pairs:
+        if not _FIELD_NAME.fullmatch(name):
+            problems.append(f"OTLP header {name!r}: not a valid HTTP header name (letters, digits, !#$%&'*+-.^_`|~)")
+        elif _BAD_VALUE.search(value):  # never echo the value: it may hold a token
+            problems.append(f"OTLP header {name!r}: its value holds a line break, a control character or a "
+                            "character outside Latin-1 (the value is not shown)")
+    return pairs
+
+
+def _header_pairs(
     flag: str | Mapping[str, str] | None, env_value: str | None, problems: list[str]
 ) -> tuple[tuple[str, str], ...]:
     if isinstance(flag, Mapping):

@@ -98,6 +98,15 @@ def test_bad_settings_are_all_reported_sorted_and_never_echo_a_header_value():
     assert "http/json" in str(info.value)
 
 
+@pytest.mark.parametrize("headers", ["x-token=abc%0D%0AX-Injected: 1", "x-token=a%00b", "bad name=v",
+                                     "x-token=caf%C3%A9%E2%82%AC"])
+def test_a_header_that_would_break_the_request_is_refused_without_showing_its_value(headers: str):
+    with pytest.raises(OtlpConfigError) as info:
+        resolve_config({}, endpoint="http://c:1", headers=headers)
+    message = str(info.value)
+    assert "OTLP header" in message and "abc" not in message and "Injected" not in message
+
+
 def test_the_config_repr_hides_header_values():
     config = resolve_config({}, endpoint="http://c:1", headers="authorization=Bearer s3cret")
     assert "s3cret" not in repr(config) and config.header_names == ["authorization"]
