@@ -179,7 +179,7 @@ def in_situ_profile(urls: list[str], out: Path, rounds: int = 25) -> dict[str, f
             records = None if compiled is not None else normalizer.records(parsed, **options)
             d = clock()
             if compiled is not None:
-                session.records.write_block(compiled.lines)
+                session.records.write_block(compiled.lines, len(compiled.entries))
             else:
                 session.records.write_records(records)
             e = clock()

@@ -234,8 +234,7 @@ class ScrapeGroup:
                             loop.begin(now_ns, boundary=False)
                             starts.append(loop)
                         else:
-                            wake_at = min(wake_at, origin + loop.next_tick * interval,
-                                          loop.next_boundary_at(now, now_ns))
+                            wake_at = min(wake_at, loop.due_at(origin, interval, now, now_ns))
             for loop in starts:
                 transfers.begin(loop.url)
             ended = transfers.wait(max(0.0, wake_at - self.monotonic()), self._wake_read)
@@ -251,9 +250,7 @@ class ScrapeGroup:
                 self.loops[url].end(outcome)
             with self.cond:  # an ended endpoint's next tick or waiting boundary, which the last look skipped
                 now, now_ns = self.monotonic(), self.now_ns()
-                for url, _ in ended:
-                    loop = self.loops[url]
-                    wake_at = min(wake_at, origin + loop.next_tick * interval, loop.next_boundary_at(now, now_ns))
+                wake_at = min(wake_at, *(self.loops[url].due_at(origin, interval, now, now_ns) for url, _ in ended))
 
 
 class ScrapeLoop:
@@ -318,6 +315,10 @@ class ScrapeLoop:
     # -- the group's side (under its lock where noted) ----------------------------------------------
     def boundary_due(self, now_ns: int) -> bool:
         return bool(self._pending) and any(b.time_ns <= now_ns for b in self._pending)
+
+    def due_at(self, origin: float, interval: float, now: float, now_ns: int) -> float:
+        """When this endpoint's next scrape is due (monotonic): its next tick, or a waiting boundary before it."""
+        return min(origin + self.next_tick * interval, self.next_boundary_at(now, now_ns))
 
     def next_boundary_at(self, now: float, now_ns: int) -> float:
         if not self._pending:

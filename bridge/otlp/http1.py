@@ -76,17 +76,14 @@ class Http1Connection:
         reused = self._sock is not None and self._idle_and_open()
         if not reused:
             self.close()
-        try:
-            return self._exchange(head, parts, deadline)
-        except _ClosedBeforeAnswer:
-            self.close()
-            if not reused:
-                raise ConnectFailed("the receiver closed the connection without an answer") from None
-        try:  # the kept-alive connection was closed under the request: once more on a new one
-            return self._exchange(head, parts, deadline)
-        except _ClosedBeforeAnswer:
-            self.close()
-            raise ConnectFailed("the receiver closed the connection without an answer") from None
+        while True:
+            try:
+                return self._exchange(head, parts, deadline)
+            except _ClosedBeforeAnswer:
+                self.close()
+                if not reused:
+                    raise ConnectFailed("the receiver closed the connection without an answer") from None
+                reused = False  # closed under the request: once more on a new connection
 
     def close(self) -> None:
         if self._sock is not None:
@@ -197,29 +194,25 @@ class Http1Connection:
         return Response(status, headers, self._read_to_close(deadline)), False
 
     def _read_head(self, deadline: float) -> bytes:
-        first = True
         while (end := self._buffer.find(b"\r\n\r\n")) < 0:
             if len(self._buffer) > MAX_HEAD:
                 raise ValueError("an answer's header is over 64 KiB")
-            try:
-                data = self._recv(deadline)
-            except ConnectionResetError:
-                data = b""
-            if not data:
-                if first and not self._buffer:
+            if not self._buffer:  # no byte of an answer yet: a close or a reset here is a stale connection's
+                try:
+                    data = self._recv(deadline)
+                except ConnectionResetError:
+                    data = b""
+                if not data:
                     raise _ClosedBeforeAnswer
-                raise ValueError("the connection closed inside an answer's header")
-            self._buffer += data
-            first = False
+                self._buffer = data
+                continue
+            self._more(deadline, "an answer's header")
         head, self._buffer = self._buffer[:end], self._buffer[end + 4:]
         return head
 
     def _read_exactly(self, size: int, deadline: float) -> bytes:
         while len(self._buffer) < min(size, MAX_BODY):
-            data = self._recv(deadline)
-            if not data:
-                raise ValueError("the connection closed inside an answer's body")
-            self._buffer += data
+            self._more(deadline, "an answer's body")
         if size > MAX_BODY:  # an answer this big is not OTLP: keep its start, drop the connection
             raise _Oversized(self._buffer[:MAX_BODY])
         body, self._buffer = self._buffer[:size], self._buffer[size:]
@@ -229,10 +222,7 @@ class Http1Connection:
         while (end := self._buffer.find(b"\r\n")) < 0:
             if len(self._buffer) > MAX_HEAD:
                 raise ValueError("a chunk header is over 64 KiB")
-            data = self._recv(deadline)
-            if not data:
-                raise ValueError("the connection closed inside a chunked answer")
-            self._buffer += data
+            self._more(deadline, "a chunked answer")
         line, self._buffer = self._buffer[:end], self._buffer[end + 2:]
         return line
 
@@ -257,6 +247,13 @@ class Http1Connection:
         while len(body) < MAX_BODY and (data := self._recv(deadline)):
             body += data
         return bytes(body[:MAX_BODY])
+
+    def _more(self, deadline: float, inside: str) -> None:
+        """The next bytes of an answer that has begun onto the buffer; the connection closing is a malformed answer."""
+        data = self._recv(deadline)
+        if not data:
+            raise ValueError(f"the connection closed inside {inside}")
+        self._buffer += data
 
     def _recv(self, deadline: float) -> bytes:
         sock = self._sock
