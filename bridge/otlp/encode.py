@@ -76,6 +76,10 @@ from bridge.samples import ParsedPage
 # Family kinds.
 GAUGE, MONOTONIC_SUM, SUM, HISTOGRAM, SUMMARY, SKIP = range(6)
 _SCALAR = (GAUGE, MONOTONIC_SUM, SUM)
+# A point's time is a fixed64 of nanoseconds (opentelemetry-proto metrics.proto, `time_unix_nano`): a sample's own
+# millisecond timestamp past it (year 2554; the text format allows any int64) cannot be sent, like a point out of
+# order. The struct packing would otherwise raise and lose the whole batch.
+MAX_TIME_NS = 2**64 - 1
 
 _NO_SUFFIX_CODES = re.compile(r"(XID_ERRORS|^DCGM_EXP_.*_COUNT)$", re.IGNORECASE)
 _HELP_UNIT = re.compile(r"\(in ([^)]+)\)")
@@ -213,7 +217,7 @@ class EndpointEncoder:
                     target = self._family_of(families, series.out_name, kind).points
             series.seen = gen  # present on the page (even if its point is not sent): not stale
             t = ts_ns if ts_ms is None else ts_ms * 1_000_000
-            if t <= series.last_ts:
+            if t <= series.last_ts or t > MAX_TIME_NS:
                 out_of_order += 1
                 continue
             if series.ctx is not ctx:  # first point, or a new phase / run: new attributes
@@ -515,7 +519,7 @@ class EndpointEncoder:
                 labels = dict(rest)
                 series = Series(family, labels, relabel(self.relabel, family, labels))
                 self._complex[(family, rest)] = series
-            if group.count is None or group.t <= series.last_ts or series.route == ROUTE_DROP:
+            if group.count is None or not series.last_ts < group.t <= MAX_TIME_NS or series.route == ROUTE_DROP:
                 continue  # the spec: no _count, no point
             series.last_ts, series.seen = group.t, gen
             start = series.start_for(group.count, group.t, self.start_mode)

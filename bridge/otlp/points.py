@@ -57,5 +57,6 @@ class EncodedPage(NamedTuple):
     points: int  # data points, staleness markers included
     stale: int  # NoRecordedValue markers among them
     blank: int  # sentinel values not sent
-    out_of_order: int  # points not newer than the series' last one (or a duplicate series), not sent
+    out_of_order: int  # points not newer than the series' last one (or a duplicate series), or with a time past
+    # what OTLP's uint64 nanoseconds hold: not sent
     dropped: int  # points of series a relabel rule dropped

@@ -247,6 +247,19 @@ def test_a_staleness_marker_never_shares_the_millisecond_of_its_series_last_poin
     assert marker.time_unix_nano == last + 9_000_000
 
 
+def test_a_sample_time_past_what_otlp_nanoseconds_hold_is_not_sent_and_the_rest_of_the_page_is():
+    """The text format allows any int64 millisecond timestamp; OTLP's time is a uint64 of nanoseconds (to 2554).
+    A sample past it (a flipped byte in a value can make one: `9\r2337...` reads as value 9 and a timestamp) is
+    counted and not sent, gauge or histogram; the page's other points go out."""
+    far = 2**64 // 1_000_000 + 1  # ms
+    page = parse_page(f'G{{gpu="0"}} 1 {far}\nG{{gpu="1"}} 2\n# TYPE h histogram\n'
+                      f'h_bucket{{le="+Inf"}} 3 {far}\nh_count 3 {far}\nh_sum 4 {far}\n')
+    encoded = EndpointEncoder(RESOURCE).encode(page, ctx(), 10 * S)
+    metrics = metrics_of(decode(encoded.chunk))
+    assert [attrs(p)["gpu"] for p in points(metrics["G"])] == ["1"] and "h" not in metrics
+    assert encoded.out_of_order == 1
+
+
 def test_start_time_unset_mode_leaves_the_start_empty():
     encoder = EndpointEncoder(RESOURCE, start_time="unset")
     page = parse_page('# TYPE E counter\nE{gpu="0"} 1\n')
