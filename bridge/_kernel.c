@@ -1,36 +1,42 @@
 /* The compiled per-page kernel: the template check and the values of a page that follows its template.
  *
- * The same function as bridge/parse/template.py's `PageTemplate.values_of_bytes` in Python, which stays
- * the reference and the fallback (a machine without a compiler installs and runs without this module).
- * tests/test_kernel.py feeds both the same real and mutated pages and compares the results exactly.
+ * The same functions as their Python references (named below), which stay the fallback (a machine without a
+ * compiler installs and runs without this module). tests/test_kernel.py feeds both the same real and mutated
+ * pages and compares the results exactly.
  *
- * values_of_bytes(segments: tuple[bytes, ...], body: bytes) -> tuple[float, ...] | None
+ * Arguments are flat: a page's values are one bytes of native float64 (`values`), a plan's numbers one bytes
+ * of native int32 (`lengths`, `layout`, `positions`), its constant text one bytes. Between scrapes the caches
+ * are cold, and a thousand small Python objects per page (a float per value, a bytes per piece of text) cost
+ * more in cache misses than the work itself; three buffers read front to back do not. Every number is checked
+ * against the buffer it points into: arguments that disagree are an exception, never a read outside a buffer.
  *
- * `segments` are the page's bytes between its values (the first runs from the start of the page to the
- * first value, each next one from a value's line end to the next value, the last to the end of the
- * page). The body follows the template when it is exactly segment, value, segment, ..., segment, and
- * no value holds a newline. Each value is read as Python's float() reads bytes (surrounding ASCII white
+ * values_of_bytes(text: bytes, lengths: bytes, body: bytes) -> bytes | None
+ *
+ * bridge/parse/template.py `PageTemplate.values_of_bytes_python`. `text` is the page's bytes between its
+ * values, cut into segments of `lengths` (the first runs from the start of the page to the first value, each
+ * next one from a value's line end to the next value, the last to the end of the page). The body follows
+ * the template when it is exactly segment, value, segment, ..., segment, and no value holds a newline. Each value is read as Python's float() reads bytes (surrounding ASCII white
  * space allowed, "inf"/"nan" in any case, overflow to ±inf), except that an underscore makes the page
  * miss the template (float() reads "1_000"; the exposition format does not). Any miss returns None and
  * the caller reads the page line by line.
  *
- * records_of(program, values, start_ns, end_ns) -> tuple[bytes, bytes]
+ * records_of(text, layout, scales, values, start_ns, end_ns) -> tuple[bytes, bytes]
  *
  * A page's record lines (gpu_telemetry_export.jsonl) and the live report's rows, from its values and the
- * record program the normaliser compiled for its template (bridge/normalize.py `RecordProgram`): per record,
- * the JSON text around the values, the sample position and scale of each value. The lines are the bytes
+ * record program the normaliser compiled for its template (bridge/normalize.py `RecordProgram`, laid out by
+ * `flat_program`): per record, the JSON text around the values, the sample position and scale of each value. The lines are the bytes
  * `orjson.dumps(record_to_dict(record)) + b"\n"` gives for each record (bridge/record_log.py, the reference;
  * tests/test_kernel.py compares them byte for byte); the rows are each record's values as native float64,
  * record after record. A float is written as orjson 3 writes it: the shortest digits that read back to the
  * same double (Ryu, vendored in bridge/ryu/ from github.com/ulfjack/ryu), fixed notation for decimal
  * exponents -5..15 ("0.00001", "1000000000000000.0"), otherwise "1e-6" / "1e+16"; not finite: null.
  *
- * points_of(pieces, value_at, values, ts_ns) -> bytes
+ * points_of(frame, layout, values, ts_ns) -> bytes
  *
- * An OTLP page chunk from its plan (bridge/otlp/plan.py `PagePlan`): pieces[3k] is the constant before
- * point k, each point then `0x19 ts_ns 0x21 value` (fixed64 little-endian, double little-endian), and the
- * last piece closes the chunk: the bytes `b"".join` of the plan's pieces gives after filling them with
- * struct.pack (the reference, kept in plan.py).
+ * An OTLP page chunk from its plan (bridge/otlp/plan.py `PagePlan`): a copy of `frame`, the plan's chunk with
+ * placeholder points, with each point of `layout` ((offset, sample position) pairs) written at its offset as
+ * `0x19 ts_ns 0x21 value` (fixed64 little-endian, double little-endian): the bytes `b"".join` of the plan's
+ * pieces gives after filling them with struct.pack (the reference, kept in plan.py).
  *
  * line_shape(line) -> tuple[int, tuple[bytes, ...], tuple[bytes, ...]] | None
  * scan_lines(batch, position, shapes) -> tuple[int, int]
@@ -67,6 +73,44 @@
 #include "ryu/s2d.c"
 
 #define SHORT_TOKEN 128
+
+
+/* ---- flat arguments ----------------------------------------------------------------------------------- */
+
+/* A page's values as the kernel passes them around: bytes of native float64, one per sample line. */
+static int doubles_of(PyObject *raw, const double **out, Py_ssize_t *count) {
+    if (!PyBytes_Check(raw) || PyBytes_GET_SIZE(raw) % (Py_ssize_t)sizeof(double) != 0) {
+        PyErr_SetString(PyExc_TypeError, "values are bytes of native float64");
+        return -1;
+    }
+    *out = (const double *)PyBytes_AS_STRING(raw);
+    *count = PyBytes_GET_SIZE(raw) / (Py_ssize_t)sizeof(double);
+    return 0;
+}
+
+/* A plan's numbers (lengths, offsets, positions): bytes of native int32, never negative. */
+static int ints_of(PyObject *raw, const int32_t **out, Py_ssize_t *count) {
+    if (!PyBytes_Check(raw) || PyBytes_GET_SIZE(raw) % (Py_ssize_t)sizeof(int32_t) != 0) {
+        PyErr_SetString(PyExc_TypeError, "a plan's numbers are bytes of native int32");
+        return -1;
+    }
+    *out = (const int32_t *)PyBytes_AS_STRING(raw);
+    *count = PyBytes_GET_SIZE(raw) / (Py_ssize_t)sizeof(int32_t);
+    for (Py_ssize_t k = 0; k < *count; k++) {
+        if ((*out)[k] < 0) {
+            PyErr_SetString(PyExc_ValueError, "a plan's numbers are never negative");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A double as read from unaligned bytes. */
+static double double_at(const double *values, Py_ssize_t index) {
+    double value;
+    memcpy(&value, (const char *)values + index * (Py_ssize_t)sizeof(double), sizeof(double));
+    return value;
+}
 
 /* A plain decimal token ("501.073", "-42", "1.5e3", "457.62929649600005") of at most 17 significant digits,
  * read as float() reads it. Clinger's fast path: when its digits make an integer m <= 2^53 and its power of
@@ -199,39 +243,41 @@ static int parse_token(const char *start, Py_ssize_t size, double *out) {
 }
 
 static PyObject *values_of_bytes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 2 || nargs > 3 || !PyTuple_Check(args[0]) || !PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "values_of_bytes(segments: tuple[bytes, ...], body: bytes, "
-                                         "previous: tuple[float, ...] = ())");
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "values_of_bytes(text: bytes, lengths: bytes, body: bytes)");
         return NULL;
     }
-    PyObject *segments = args[0];
-    /* The previous page's values: a value with the same bits is that float object again, not a new one (most
-     * of a page's values repeat from one scrape to the next: clocks, totals, zero error counters). */
-    PyObject *previous = nargs == 3 && PyTuple_Check(args[2]) &&
-                         PyTuple_GET_SIZE(args[2]) == PyTuple_GET_SIZE(segments) - 1 ? args[2] : NULL;
-    const char *body = PyBytes_AS_STRING(args[1]);
-    Py_ssize_t size = PyBytes_GET_SIZE(args[1]);
-    Py_ssize_t count = PyTuple_GET_SIZE(segments);
+    const char *text = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t text_size = PyBytes_GET_SIZE(args[0]);
+    const int32_t *lengths;
+    Py_ssize_t count;
+    if (ints_of(args[1], &lengths, &count) < 0) {
+        return NULL;
+    }
+    const char *body = PyBytes_AS_STRING(args[2]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[2]);
     if (count == 0) {
         Py_RETURN_NONE;
     }
-    PyObject *values = PyTuple_New(count - 1);
+    PyObject *values = PyBytes_FromStringAndSize(NULL, (count - 1) * (Py_ssize_t)sizeof(double));
     if (values == NULL) {
         return NULL;
     }
+    char *out = PyBytes_AS_STRING(values);
     Py_ssize_t position = 0;
+    Py_ssize_t cursor = 0;  /* in `text` */
     for (Py_ssize_t index = 0; index < count; index++) {
-        PyObject *segment = PyTuple_GET_ITEM(segments, index);
-        if (!PyBytes_Check(segment)) {
+        Py_ssize_t length = lengths[index];
+        if (length > text_size - cursor) {
             Py_DECREF(values);
-            PyErr_SetString(PyExc_TypeError, "segments must be bytes");
+            PyErr_SetString(PyExc_ValueError, "values_of_bytes: the lengths run past the text");
             return NULL;
         }
-        Py_ssize_t length = PyBytes_GET_SIZE(segment);
-        if (length > size - position || memcmp(body + position, PyBytes_AS_STRING(segment), length) != 0) {
+        if (length > size - position || memcmp(body + position, text + cursor, length) != 0) {
             goto miss;
         }
         position += length;
+        cursor += length;
         if (index == count - 1) {
             break;
         }
@@ -244,28 +290,10 @@ static PyObject *values_of_bytes(PyObject *module, PyObject *const *args, Py_ssi
         if (parse_token(body + position, end - position, &value) < 0) {
             goto miss;
         }
-        PyObject *number = NULL;
-        if (previous != NULL) {
-            PyObject *old = PyTuple_GET_ITEM(previous, index);
-            if (PyFloat_CheckExact(old)) {
-                double was = PyFloat_AS_DOUBLE(old);
-                if (memcmp(&was, &value, sizeof(double)) == 0) {
-                    Py_INCREF(old);
-                    number = old;
-                }
-            }
-        }
-        if (number == NULL) {
-            number = PyFloat_FromDouble(value);
-        }
-        if (number == NULL) {
-            Py_DECREF(values);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(values, index, number);
+        memcpy(out + index * (Py_ssize_t)sizeof(double), &value, sizeof(double));
         position = end;
     }
-    if (position != size) {
+    if (position != size || cursor != text_size) {
         goto miss;
     }
     return values;
@@ -277,46 +305,6 @@ miss:
 
 /* ---- record lines ---------------------------------------------------------------------------------- */
 
-typedef struct {
-    char *data;
-    Py_ssize_t size;
-    Py_ssize_t capacity;
-} Buffer;
-
-static int buffer_reserve(Buffer *buffer, Py_ssize_t more) {
-    if (buffer->size + more <= buffer->capacity) {
-        return 0;
-    }
-    Py_ssize_t capacity = buffer->capacity ? buffer->capacity : 4096;
-    while (capacity < buffer->size + more) {
-        capacity *= 2;
-    }
-    char *grown = PyMem_Realloc(buffer->data, capacity);
-    if (grown == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    buffer->data = grown;
-    buffer->capacity = capacity;
-    return 0;
-}
-
-static int buffer_add(Buffer *buffer, const char *bytes, Py_ssize_t size) {
-    if (buffer_reserve(buffer, size) < 0) {
-        return -1;
-    }
-    memcpy(buffer->data + buffer->size, bytes, size);
-    buffer->size += size;
-    return 0;
-}
-
-static int buffer_add_bytes(Buffer *buffer, PyObject *bytes) {
-    if (!PyBytes_Check(bytes)) {
-        PyErr_SetString(PyExc_TypeError, "a record program's text must be bytes");
-        return -1;
-    }
-    return buffer_add(buffer, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
-}
 
 /* An int64 in decimal, as orjson writes an int. At most 20 characters. */
 static int write_int64(char *out, long long value) {
@@ -421,104 +409,114 @@ static int as_double(PyObject *number, double *out) {
     return -1;
 }
 
-static int value_at(PyObject *values, PyObject *position, double *out) {
-    Py_ssize_t index = PyLong_AsSsize_t(position);
-    if (index == -1 && PyErr_Occurred()) {
-        return -1;
-    }
-    if (index < 0 || index >= PyTuple_GET_SIZE(values)) {
-        PyErr_SetString(PyExc_IndexError, "a program's sample position is outside the page's values");
-        return -1;
-    }
-    return as_double(PyTuple_GET_ITEM(values, index), out);
-}
 
-/* One record: (head, middle, keys, positions, scales, tail, end). */
-static int write_record(Buffer *lines, Buffer *rows, PyObject *entry, PyObject *values, long long start_ns,
-                        int has_end, long long end_ns) {
-    if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 7) {
-        PyErr_SetString(PyExc_TypeError, "a record program entry is (head, middle, keys, positions, scales, tail, end)");
-        return -1;
-    }
-    PyObject *keys = PyTuple_GET_ITEM(entry, 2);
-    PyObject *positions = PyTuple_GET_ITEM(entry, 3);
-    PyObject *scales = PyTuple_GET_ITEM(entry, 4);
-    if (!PyTuple_Check(keys) || !PyTuple_Check(positions) || !PyTuple_Check(scales) ||
-        PyTuple_GET_SIZE(positions) != PyTuple_GET_SIZE(keys) || PyTuple_GET_SIZE(scales) != PyTuple_GET_SIZE(keys)) {
-        PyErr_SetString(PyExc_TypeError, "a record program's keys, positions and scales are tuples of one length");
-        return -1;
-    }
-    char number[32];
-    if (buffer_add_bytes(lines, PyTuple_GET_ITEM(entry, 0)) < 0 ||
-        buffer_add(lines, number, write_int64(number, start_ns)) < 0 ||
-        buffer_add_bytes(lines, PyTuple_GET_ITEM(entry, 1)) < 0) {
-        return -1;
-    }
-    Py_ssize_t width = PyTuple_GET_SIZE(keys);
-    if (buffer_reserve(rows, width * (Py_ssize_t)sizeof(double)) < 0) {
-        return -1;
-    }
-    for (Py_ssize_t k = 0; k < width; k++) {
-        double value;
-        if (value_at(values, PyTuple_GET_ITEM(positions, k), &value) < 0) {
-            return -1;
-        }
-        double factor;
-        if (as_double(PyTuple_GET_ITEM(scales, k), &factor) < 0) {
-            return -1;
-        }
-        if (factor != 1.0) {
-            value *= factor;
-        }
-        memcpy(rows->data + rows->size, &value, sizeof(double));
-        rows->size += sizeof(double);
-        if (buffer_add_bytes(lines, PyTuple_GET_ITEM(keys, k)) < 0 ||
-            buffer_add(lines, number, write_double(number, value)) < 0) {
-            return -1;
-        }
-    }
-    if (buffer_add_bytes(lines, PyTuple_GET_ITEM(entry, 5)) < 0 ||
-        buffer_add(lines, number, write_int64(number, start_ns)) < 0) {
-        return -1;
-    }
-    if (has_end) {
-        if (buffer_add_bytes(lines, PyTuple_GET_ITEM(entry, 6)) < 0 ||
-            buffer_add(lines, number, write_int64(number, end_ns)) < 0) {
-            return -1;
-        }
-    }
-    return buffer_add(lines, "}\n", 2);
-}
 
 static PyObject *records_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyTuple_Check(args[0]) || !PyTuple_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "records_of(program: tuple, values: tuple[float, ...], start_ns: int, "
-                                         "end_ns: int | None)");
+    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "records_of(text: bytes, layout: bytes, scales: bytes, values: bytes, "
+                                         "start_ns: int, end_ns: int | None)");
         return NULL;
     }
-    long long start_ns = PyLong_AsLongLong(args[2]);
+    const char *text = PyBytes_AS_STRING(args[0]);
+    Py_ssize_t text_size = PyBytes_GET_SIZE(args[0]);
+    const int32_t *layout;
+    Py_ssize_t layout_size, nscales, nvalues;
+    const double *scales, *values;
+    if (ints_of(args[1], &layout, &layout_size) < 0 || doubles_of(args[2], &scales, &nscales) < 0 ||
+        doubles_of(args[3], &values, &nvalues) < 0) {
+        return NULL;
+    }
+    long long start_ns = PyLong_AsLongLong(args[4]);
     if (start_ns == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    int has_end = args[3] != Py_None;
-    long long end_ns = has_end ? PyLong_AsLongLong(args[3]) : 0;
+    int has_end = args[5] != Py_None;
+    long long end_ns = has_end ? PyLong_AsLongLong(args[5]) : 0;
     if (end_ns == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    Buffer lines = {NULL, 0, 0};
-    Buffer rows = {NULL, 0, 0};
-    PyObject *result = NULL;
-    for (Py_ssize_t index = 0; index < PyTuple_GET_SIZE(args[0]); index++) {
-        if (write_record(&lines, &rows, PyTuple_GET_ITEM(args[0], index), args[1], start_ns, has_end, end_ns) < 0) {
-            goto done;
+    /* The size of the lines: the text, and at most 25 characters a value and 20 a time. */
+    Py_ssize_t keys = 0, records = 0;
+    for (Py_ssize_t at = 0; at < layout_size; records++) {
+        if (layout_size - at < 5 || (layout_size - at - 5) / 2 < layout[at]) {
+            PyErr_SetString(PyExc_ValueError, "records_of: a record's layout runs past the end");
+            return NULL;
         }
+        keys += layout[at];
+        at += 5 + 2 * (Py_ssize_t)layout[at];
     }
-    result = Py_BuildValue("(y#y#)", lines.data ? lines.data : "", lines.size, rows.data ? rows.data : "",
-                           rows.size);
-done:
-    PyMem_Free(lines.data);
-    PyMem_Free(rows.data);
+    if (keys != nscales) {
+        PyErr_SetString(PyExc_ValueError, "records_of: one scale per key");
+        return NULL;
+    }
+    PyObject *lines = PyBytes_FromStringAndSize(NULL, text_size + 25 * keys + 60 * records + 2 * records);
+    PyObject *rows = PyBytes_FromStringAndSize(NULL, keys * (Py_ssize_t)sizeof(double));
+    if (lines == NULL || rows == NULL) {
+        goto fail;
+    }
+    char *out = PyBytes_AS_STRING(lines);
+    char *row = PyBytes_AS_STRING(rows);
+    Py_ssize_t cursor = 0;
+    Py_ssize_t scale = 0;
+#define TEXT(length) do {                                                                              \
+        Py_ssize_t n_ = (length);                                                                      \
+        if (n_ > text_size - cursor) {                                                                 \
+            PyErr_SetString(PyExc_ValueError, "records_of: the layout runs past the text");            \
+            goto fail;                                                                                 \
+        }                                                                                              \
+        memcpy(out, text + cursor, n_);                                                                \
+        out += n_;                                                                                     \
+        cursor += n_;                                                                                  \
+    } while (0)
+    for (Py_ssize_t at = 0; at < layout_size;) {
+        const int32_t *record = layout + at;
+        Py_ssize_t width = record[0];
+        TEXT(record[1]);
+        out += write_int64(out, start_ns);
+        TEXT(record[2]);
+        for (Py_ssize_t k = 0; k < width; k++) {
+            Py_ssize_t position = record[5 + 2 * k + 1];
+            if (position >= nvalues) {
+                PyErr_SetString(PyExc_IndexError, "a program's sample position is outside the page's values");
+                goto fail;
+            }
+            double value = double_at(values, position);
+            double factor = double_at(scales, scale++);
+            if (factor != 1.0) {
+                value *= factor;
+            }
+            memcpy(row, &value, sizeof(double));
+            row += sizeof(double);
+            TEXT(record[5 + 2 * k]);
+            out += write_double(out, value);
+        }
+        TEXT(record[3]);
+        out += write_int64(out, start_ns);
+        TEXT(record[4]);
+        if (has_end) {
+            out += write_int64(out, end_ns);
+        }
+        memcpy(out, "}\n", 2);
+        out += 2;
+        at += 5 + 2 * width;
+    }
+#undef TEXT
+    if (cursor != text_size) {
+        PyErr_SetString(PyExc_ValueError, "records_of: the layout does not use the whole text");
+        goto fail;
+    }
+    if (_PyBytes_Resize(&lines, out - PyBytes_AS_STRING(lines)) < 0) {
+        lines = NULL;
+        goto fail;
+    }
+    PyObject *result = PyTuple_Pack(2, lines, rows);
+    Py_DECREF(lines);
+    Py_DECREF(rows);
     return result;
+fail:
+    Py_XDECREF(lines);
+    Py_XDECREF(rows);
+    return NULL;
 }
 
 /* ---- OTLP points ------------------------------------------------------------------------------------ */
@@ -530,32 +528,34 @@ static void put_le64(char *out, uint64_t value) {
 }
 
 static PyObject *points_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyList_Check(args[0]) || !PyTuple_Check(args[1]) || !PyTuple_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "points_of(pieces: list[bytes], value_at: tuple[int, ...], "
-                                         "values: tuple[float, ...], ts_ns: int)");
+    if (nargs != 4 || !(PyBytes_Check(args[0]) || PyByteArray_Check(args[0]))) {
+        PyErr_SetString(PyExc_TypeError, "points_of(frame: bytes | bytearray, layout: bytes, values: bytes, "
+                                         "ts_ns: int)");
         return NULL;
     }
-    PyObject *pieces = args[0];
-    PyObject *positions = args[1];
-    Py_ssize_t points = PyTuple_GET_SIZE(positions);
-    if (PyList_GET_SIZE(pieces) != 3 * points + 1) {
-        PyErr_SetString(PyExc_ValueError, "points_of: a plan has 3 pieces per point and a closing one");
+    const int32_t *layout;
+    const double *values;
+    Py_ssize_t layout_size, nvalues;
+    if (ints_of(args[1], &layout, &layout_size) < 0 || doubles_of(args[2], &values, &nvalues) < 0) {
+        return NULL;
+    }
+    if (layout_size % 2 != 0) {
+        PyErr_SetString(PyExc_ValueError, "points_of: the layout is (offset, position) pairs");
         return NULL;
     }
     unsigned long long ts_ns = PyLong_AsUnsignedLongLong(args[3]);
     if (ts_ns == (unsigned long long)-1 && PyErr_Occurred()) {
         return NULL;
     }
-    Py_ssize_t size = 18 * points;
-    for (Py_ssize_t k = 0; k <= points; k++) {
-        PyObject *piece = PyList_GET_ITEM(pieces, 3 * k);
-        if (!PyBytes_Check(piece)) {
-            PyErr_SetString(PyExc_TypeError, "points_of: a plan's constants are bytes");
+    const char *frame = PyBytes_Check(args[0]) ? PyBytes_AS_STRING(args[0]) : PyByteArray_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_Check(args[0]) ? PyBytes_GET_SIZE(args[0]) : PyByteArray_GET_SIZE(args[0]);
+    for (Py_ssize_t k = 0; k < layout_size; k += 2) {
+        if (layout[k] > size - 18 || layout[k + 1] >= nvalues) {
+            PyErr_SetString(PyExc_ValueError, "points_of: a point outside the frame or the values");
             return NULL;
         }
-        size += PyBytes_GET_SIZE(piece);
     }
-    PyObject *chunk = PyBytes_FromStringAndSize(NULL, size);
+    PyObject *chunk = PyBytes_FromStringAndSize(frame, size);
     if (chunk == NULL) {
         return NULL;
     }
@@ -564,24 +564,12 @@ static PyObject *points_of(PyObject *module, PyObject *const *args, Py_ssize_t n
     point[0] = 0x19;
     put_le64(point + 1, ts_ns);
     point[9] = 0x21;
-    for (Py_ssize_t k = 0; k <= points; k++) {
-        PyObject *piece = PyList_GET_ITEM(pieces, 3 * k);
-        memcpy(out, PyBytes_AS_STRING(piece), PyBytes_GET_SIZE(piece));
-        out += PyBytes_GET_SIZE(piece);
-        if (k == points) {
-            break;
-        }
-        double value;
-        if (value_at(args[2], PyTuple_GET_ITEM(positions, k), &value) < 0) {
-            Py_DECREF(chunk);
-            return NULL;
-        }
-        if (PyFloat_Pack8(value, point + 10, 1) < 0) {
-            Py_DECREF(chunk);
-            return NULL;
-        }
-        memcpy(out, point, 18);
-        out += 18;
+    for (Py_ssize_t k = 0; k < layout_size; k += 2) {
+        double value = double_at(values, layout[k + 1]);
+        uint64_t bits;
+        memcpy(&bits, &value, sizeof(bits));
+        put_le64(point + 10, bits);  /* little-endian on the wire, as PyFloat_Pack8(…, 1) */
+        memcpy(out + layout[k], point, 18);
     }
     return chunk;
 }
@@ -912,14 +900,21 @@ static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t 
 /* ---- absent values ---------------------------------------------------------------------------------- */
 
 static PyObject *blank_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyTuple_Check(args[0]) || !(args[1] == Py_None || PyTuple_Check(args[1])) ||
-        !PyTuple_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "blank_at(values: tuple[float, ...], positions: tuple[int, ...] | None, "
+    if (nargs != 4 || !(args[1] == Py_None || PyBytes_Check(args[1])) || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "blank_at(values: bytes, positions: bytes | None, "
                                          "blanks: tuple[float, ...], not_finite: bool)");
         return NULL;
     }
-    PyObject *values = args[0];
-    PyObject *positions = args[1];
+    const double *values;
+    Py_ssize_t nvalues;
+    if (doubles_of(args[0], &values, &nvalues) < 0) {
+        return NULL;
+    }
+    const int32_t *positions = NULL;
+    Py_ssize_t count = nvalues;
+    if (args[1] != Py_None && ints_of(args[1], &positions, &count) < 0) {
+        return NULL;
+    }
     int not_finite = PyObject_IsTrue(args[3]);
     if (not_finite < 0) {
         return NULL;
@@ -937,27 +932,18 @@ static PyObject *blank_at(PyObject *module, PyObject *const *args, Py_ssize_t na
         }
         least = fmin(least, fabs(blanks[k]));
     }
-    Py_ssize_t count = positions == Py_None ? PyTuple_GET_SIZE(values) : PyTuple_GET_SIZE(positions);
     PyObject *found = PyList_New(0);
     if (found == NULL) {
         return NULL;
     }
     for (Py_ssize_t k = 0; k < count; k++) {
-        PyObject *position = positions == Py_None ? NULL : PyTuple_GET_ITEM(positions, k);
-        Py_ssize_t index = k;
-        double value;
-        if (position != NULL) {
-            if (value_at(values, position, &value) < 0) {
-                Py_DECREF(found);
-                return NULL;
-            }
-            index = PyLong_AsSsize_t(position);
-        } else {
-            if (as_double(PyTuple_GET_ITEM(values, k), &value) < 0) {
-                Py_DECREF(found);
-                return NULL;
-            }
+        Py_ssize_t index = positions == NULL ? k : positions[k];
+        if (index >= nvalues) {
+            Py_DECREF(found);
+            PyErr_SetString(PyExc_IndexError, "blank_at: a position outside the values");
+            return NULL;
         }
+        double value = double_at(values, index);
         int blank = not_finite && !isfinite(value);
         for (Py_ssize_t b = 0; !blank && fabs(value) >= least && b < nblanks; b++) {
             blank = value == blanks[b];

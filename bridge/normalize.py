@@ -24,6 +24,7 @@ a GPU, listeners); tests/test_kernel.py holds the kernel's lines to `record_to_l
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -31,6 +32,7 @@ import orjson
 
 from bridge.fields import BLANK_VALUES, FieldSpec, FieldTable, is_blank_label, is_blank_value, spec_for_family
 from bridge.parse import PageTemplate, TemplatedPage
+from bridge.parse.template import pack_ints
 from bridge.record_log import record_to_dict, record_to_line
 from bridge.samples import GpuRecord, ParsedPage
 
@@ -107,16 +109,36 @@ class _Entry(NamedTuple):
 
 class _Plan(NamedTuple):
     candidates: tuple[int, ...]  # positions of GPU samples with a report key: where absence matters
+    candidate_at: bytes  # the same, as the kernel reads them (int32)
     entries: tuple[_Entry, ...]
     ratios: tuple[tuple[int, str], ...] = ()  # (position, family) of present `_RATIO` samples: 0-1 by name
     programs: dict[tuple[str, str | None, str | None, bool], RecordProgram | None] | None = None
 
 
-# One record of a record program, as bridge/_kernel.c reads it: the line's text before the timestamp, between
-# it and the first value, before each value (`"key":`), after the last value up to `scrape_start_ns`'s value,
-# and before `scrape_end_ns`'s value; the sample position and scale of each value.
+# One record of a record program: the line's text before the timestamp, between it and the first value, before
+# each value (`"key":`), after the last value up to `scrape_start_ns`'s value, and before `scrape_end_ns`'s
+# value; the sample position and scale of each value.
 ProgramEntry = tuple[bytes, bytes, tuple[bytes, ...], tuple[int, ...], tuple[float, ...], bytes, bytes]
-RecordProgram = tuple[ProgramEntry, ...]
+# The program as bridge/_kernel.c reads it, flat (three buffers instead of a thousand objects to chase through
+# a cold cache): every record's texts in the order they are written; per record (key count, head, middle,
+# tail and end lengths) then per key (its text's length, its sample position), int32; every key's scale, float64.
+RecordProgram = tuple[bytes, bytes, bytes]
+
+
+def flat_program(entries: Sequence[ProgramEntry]) -> RecordProgram:
+    """A record program's entries laid out as the kernel reads them."""
+    text: list[bytes] = []
+    layout: list[int] = []
+    scales: list[float] = []
+    for head, middle, keys, positions, factors, tail, end in entries:
+        text += (head, middle)
+        layout += (len(keys), len(head), len(middle), len(tail), len(end))
+        for key, position in zip(keys, positions, strict=True):
+            text.append(key)
+            layout += (len(key), position)
+        text += (tail, end)
+        scales += factors
+    return b"".join(text), pack_ints(layout), array("d", scales).tobytes()
 _START, _END = -(2**62), -(2**62) + 1  # placeholder times, cut out of the reference line
 
 
@@ -230,12 +252,12 @@ class Normalizer:
         out, self._anomalies = self._anomalies, []
         return out
 
-    def _check_ratios(self, plan: _Plan, values: Sequence[float], source_url: str) -> None:
+    def _check_ratios(self, plan: _Plan, value: Callable[[int], float], source_url: str) -> None:
         for position, family in plan.ratios:
-            if values[position] > 1.0 and family not in self._anomalous:
+            if value(position) > 1.0 and family not in self._anomalous:
                 self._anomalous.add(family)
                 uuid = next((e.meta.gpu_uuid for e in plan.entries if position in e.positions), "?")
-                self._anomalies.append(UnitAnomaly(family, values[position], uuid, source_url))
+                self._anomalies.append(UnitAnomaly(family, value(position), uuid, source_url))
 
     def spec_for(self, name: str) -> FieldSpec | None:
         try:
@@ -260,14 +282,14 @@ class Normalizer:
                 phase: str | None = None, scrape_end_ns: int | None = None) -> list[GpuRecord]:
         if isinstance(page, TemplatedPage):
             values: Sequence[float] = page.values
-            plan = self._plan_for(page.template, values)
+            plan = self._plan_for(page)
         else:
             values = [s.value for s in page.samples]
             names = [s.name for s in page.samples]
             labels = [s.labels for s in page.samples]
             plan = self._compile(names, labels, lambda i: _present(values[i]))
         if plan.ratios:
-            self._check_ratios(plan, values, source_url)
+            self._check_ratios(plan, values.__getitem__, source_url)
         get = values.__getitem__
         out = []
         for entry in plan.entries:
@@ -284,8 +306,7 @@ class Normalizer:
         records built only when asked. None without the kernel or for a page it does not take (then `records`)."""
         if _records_of is None or not isinstance(page, TemplatedPage):
             return None
-        values = page.values
-        plan = self._plan_for(page.template, values)
+        plan = self._plan_for(page)
         programs = plan.programs
         if programs is None:
             return None
@@ -296,26 +317,28 @@ class Normalizer:
             if len(programs) > 16:
                 programs.clear()
             entries = [_program_entry(e, *key) for e in plan.entries]
-            program = programs[key] = tuple(e for e in entries if e is not None) if None not in entries else None
+            program = programs[key] = None if None in entries else flat_program(entries)  # type: ignore[arg-type]
         if program is None:
             return None
         if plan.ratios:
-            self._check_ratios(plan, values, source_url)
-        lines, rows = _records_of(program, values, timestamp_ns, scrape_end_ns)
+            self._check_ratios(plan, page.value_getter(), source_url)
+        lines, rows = _records_of(*program, page.raw, timestamp_ns, scrape_end_ns)
         return CompiledRecords(plan.entries, lines, rows, source_url, timestamp_ns, run_id, phase, scrape_end_ns)
 
-    def _plan_for(self, template: PageTemplate, values: Sequence[float]) -> _Plan:
+    def _plan_for(self, page: TemplatedPage) -> _Plan:
+        template = page.template
         plans = self._plans
         plan = plans.get((template, frozenset()))
         if plan is None:
             if len(plans) > 256:
                 plans.clear()
             plan = plans[(template, frozenset())] = self._compile(template.names, template.labels, lambda i: True)
-        if _blank_at is not None and isinstance(values, tuple):
-            absent = frozenset(_blank_at(values, plan.candidates, _BLANKS, True))
+        if _blank_at is not None:
+            absent = frozenset(_blank_at(page.raw, plan.candidate_at, _BLANKS, True))
             if not absent:
                 return plan
         else:
+            values = page.values
             candidates = list(map(values.__getitem__, plan.candidates))
             total = sum(candidates)
             if total - total == 0.0 and BLANK_VALUES.isdisjoint(candidates):  # all finite, none a sentinel
@@ -369,7 +392,7 @@ class Normalizer:
             for identity, data in slots.items()
             if data
         )
-        return _Plan(tuple(candidates), entries, tuple(ratios), {})
+        return _Plan(tuple(candidates), pack_ints(candidates), entries, tuple(ratios), {})
 
 
 def _record(meta: GpuMeta, data: dict[str, float], source_url: str, timestamp_ns: int, run_id: str | None,

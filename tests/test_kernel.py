@@ -10,13 +10,14 @@ import shutil
 import struct
 import subprocess
 import sys
+from array import array
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.parse import PageParser
-from bridge.parse.template import COMPILED, PageTemplate, TemplatedPage
+from bridge.parse.template import COMPILED, PageTemplate, TemplatedPage, pack_ints
 from tests.test_hostile import CORPUS, mutate, ops_strategy
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
@@ -25,7 +26,16 @@ kernel = pytest.importorskip("bridge._kernel", reason="the kernel is not built h
 
 
 def bits(values: tuple[float, ...] | None) -> list[bytes] | None:
-    return None if values is None else [struct.pack("<d", v) for v in values]
+    return None if values is None else [struct.pack("=d", v) for v in values]
+
+
+def raw_bits(raw: bytes | None) -> list[bytes] | None:
+    """The kernel's values (native float64 bytes) as `bits` gives a tuple's."""
+    return None if raw is None else [raw[k: k + 8] for k in range(0, len(raw), 8)]
+
+
+def kernel_values(segments: tuple[bytes, ...], body: bytes) -> list[bytes] | None:
+    return raw_bits(kernel.values_of_bytes(b"".join(segments), pack_ints(map(len, segments)), body))
 
 
 def template_of(body: bytes) -> PageTemplate:
@@ -41,7 +51,7 @@ TEMPLATES = [template_of(body) for body in CORPUS]
 
 def both(template: PageTemplate, body: bytes) -> tuple[list[bytes] | None, list[bytes] | None]:
     assert template.segments is not None
-    return bits(kernel.values_of_bytes(template.segments, body)), bits(template.values_of_bytes_python(body))
+    return kernel_values(template.segments, body), bits(template.values_of_bytes_python(body))
 
 
 def test_a_compiler_here_means_the_compiled_path_runs() -> None:
@@ -85,7 +95,7 @@ def test_any_bytes_as_a_value_read_the_same(token: bytes) -> None:
     assert template.segments is not None
     body = template.segments[0] + token + b"".join(template.segments[1:2])
     segments = template.segments[:2]
-    assert bits(kernel.values_of_bytes(segments, body)) == bits(_python(segments, body))
+    assert kernel_values(segments, body) == bits(_python(segments, body))
 
 
 NUMBER_TOKENS = st.one_of(
@@ -102,28 +112,26 @@ def test_any_number_token_reads_as_float_reads_it(token: str) -> None:
     assert template.segments is not None
     body = template.segments[0] + token.encode() + template.segments[1]
     segments = template.segments[:2]
-    assert bits(kernel.values_of_bytes(segments, body)) == bits(_python(segments, body))
+    assert kernel_values(segments, body) == bits(_python(segments, body))
 
 
-@settings(max_examples=1000, deadline=None)
-@given(st.lists(NUMBER_TOKENS, min_size=2, max_size=2), st.lists(NUMBER_TOKENS, min_size=2, max_size=2))
-def test_a_value_with_the_previous_pages_bits_is_the_previous_float(before: list[str], after: list[str]) -> None:
-    """Given the previous page's values, the kernel reads the same values to the bit, and a value whose bits
-    are the previous one's is that very float object (no new one a scrape)."""
-    template = TEMPLATES[0]
-    assert template.segments is not None and len(template.segments) > 3
-    segments = template.segments[:3]
+def test_a_page_holds_its_values_as_the_kernel_gives_them_and_as_a_tuple() -> None:
+    """A page read by the kernel holds native float64 bytes; its tuple of values is the same numbers to the bit,
+    and a page made from a tuple gives the same bytes."""
+    for template, body in zip(TEMPLATES, CORPUS, strict=True):
+        page = template.page_of_bytes(body)
+        assert page is not None and page.value_count == len(template.names)
+        assert bits(page.values) == raw_bits(page.raw) == bits(template.values_of_bytes_python(body))
+        assert TemplatedPage(template, page.values).raw == page.raw
 
-    def body(tokens: list[str]) -> bytes:
-        return segments[0] + tokens[0].encode() + segments[1] + tokens[1].encode() + segments[2]
 
-    previous = kernel.values_of_bytes(segments, body(before))
-    values = kernel.values_of_bytes(segments, body(after), previous or ())
-    assert bits(values) == bits(_python(segments, body(after)))
-    if previous is not None and values is not None:
-        for was, now in zip(previous, values, strict=True):
-            assert (was is now) == (struct.pack("<d", was) == struct.pack("<d", now))
-    assert bits(kernel.values_of_bytes(segments, body(after), (1.0,))) == bits(values)  # a wrong length: ignored
+def test_segment_lengths_past_their_text_are_refused_not_read() -> None:
+    with pytest.raises(ValueError, match="past the text"):
+        kernel.values_of_bytes(b"ab", pack_ints([1, 5]), b"a1\nb")
+    with pytest.raises(ValueError, match="never negative"):
+        kernel.values_of_bytes(b"ab", pack_ints([-1, 1]), b"a1\nb")
+    with pytest.raises(TypeError):
+        kernel.values_of_bytes(b"ab", b"\x01", b"a1\nb")  # not int32s
 
 
 def _python(segments: tuple[bytes, ...], body: bytes) -> tuple[float, ...] | None:
@@ -236,8 +244,10 @@ TEMPLATE_PAGES = [page for page in map(_twice, CORPUS) if page is not None]
 def test_a_float_is_written_as_orjson_writes_it(value: float) -> None:
     import orjson
 
-    program = ((b"{", b"", (b'"v":',), (0,), (1.0,), b"", b""),)
-    lines, rows = kernel.records_of(program, (value,), 0, None)
+    from bridge.normalize import flat_program
+
+    program = flat_program([(b"{", b"", (b'"v":',), (0,), (1.0,), b"", b"")])
+    lines, rows = kernel.records_of(*program, doubles([value]), 0, None)
     assert lines == b"{0" + b'"v":' + orjson.dumps(value) + b"0}\n"
     assert rows == struct.pack("=d", value)
 
@@ -280,11 +290,11 @@ def test_blank_at_finds_what_the_python_finds(values: list[float], not_finite: b
 
     from bridge.fields import BLANK_VALUES
 
-    found = kernel.blank_at(tuple(values), None, tuple(BLANK_VALUES), not_finite)
+    found = kernel.blank_at(doubles(values), None, tuple(BLANK_VALUES), not_finite)
     assert found == tuple(i for i, v in enumerate(values)
                           if v in BLANK_VALUES or (not_finite and not math.isfinite(v)))
-    positions = tuple(range(0, len(values), 2))
-    assert kernel.blank_at(tuple(values), positions, tuple(BLANK_VALUES), not_finite) == tuple(
+    positions = pack_ints(range(0, len(values), 2))
+    assert kernel.blank_at(doubles(values), positions, tuple(BLANK_VALUES), not_finite) == tuple(
         i for i in found if i % 2 == 0)
 
 
@@ -451,12 +461,40 @@ class _Sneaky(float):
         raise AssertionError("the kernel called Python code")
 
 
-def test_the_kernel_reads_only_plain_floats_and_ints() -> None:
-    program = ((b"{", b"", (b'"v":',), (0,), (1.0,), b"", b""),)
-    assert kernel.records_of(program, (2,), 0, None)[0] == b'{0"v":2.00}\n'
+def test_the_kernel_refuses_arguments_that_do_not_fit_rather_than_read_past_them() -> None:
+    """Flat arguments that disagree with each other (a position past the values, a layout past its text or its
+    frame, a buffer that is not whole numbers) are an exception, never a read outside a buffer."""
+    from bridge.normalize import flat_program
+
+    program = flat_program([(b"{", b"", (b'"v":',), (1,), (1.0,), b"", b"")])
+    with pytest.raises(IndexError):
+        kernel.records_of(*program, doubles([2.0]), 0, None)  # position 1 of one value
+    text, layout, scales = program
+    with pytest.raises(ValueError, match="past the text"):
+        kernel.records_of(text[:-2], layout, scales, doubles([2.0, 3.0]), 0, None)
+    with pytest.raises(ValueError, match="whole text"):
+        kernel.records_of(text + b"x", layout, scales, doubles([2.0, 3.0]), 0, None)
+    with pytest.raises(ValueError, match="runs past the end"):
+        kernel.records_of(text, layout[:-4], scales, doubles([2.0, 3.0]), 0, None)
+    with pytest.raises(ValueError, match="one scale per key"):
+        kernel.records_of(text, layout, b"", doubles([2.0, 3.0]), 0, None)
+    with pytest.raises(TypeError, match="float64"):
+        kernel.records_of(text, layout, scales, b"\x00" * 7, 0, None)
+    assert kernel.records_of(*program, doubles([2.0, 3.0]), 0, None)[0] == b'{0"v":3.00}\n'
+    with pytest.raises(ValueError, match="outside the frame"):
+        kernel.points_of(b"\x00" * 20, pack_ints([3, 0]), doubles([1.0]), 1)  # 3 + 18 > 20
+    with pytest.raises(ValueError, match="outside the frame"):
+        kernel.points_of(b"\x00" * 20, pack_ints([0, 1]), doubles([1.0]), 1)
+    with pytest.raises(ValueError, match="pairs"):
+        kernel.points_of(b"\x00" * 20, pack_ints([0]), doubles([1.0]), 1)
+    assert kernel.points_of(bytearray(20), pack_ints([1, 0]), doubles([1.0]), 2) == \
+        b"\x00" + struct.pack("<BQBd", 0x19, 2, 0x21, 1.0) + b"\x00"
+    with pytest.raises(IndexError):
+        kernel.blank_at(doubles([1.0]), pack_ints([1]), (1.0,), True)
     with pytest.raises(TypeError, match="floats and ints"):
-        kernel.records_of(program, (_Sneaky(1.5),), 0, None)
-    with pytest.raises(TypeError, match="floats and ints"):
-        kernel.points_of([b"", b"", b"", b""], (0,), (_Sneaky(1.5),), 1)
-    with pytest.raises(TypeError, match="floats and ints"):
-        kernel.blank_at((_Sneaky(1.5),), None, (1.0,), True)
+        kernel.blank_at(doubles([1.0]), None, (_Sneaky(1.5),), True)
+
+
+def doubles(values: list[float]) -> bytes:
+    """Values as the kernel holds a page's: native float64."""
+    return array("d", values).tobytes()

@@ -107,3 +107,32 @@ def test_no_line_waits_longer_than_the_interval_for_the_flusher(tmp_path: Path) 
     writer.close()
     assert path.read_bytes() == _line(0)
     assert waited < interval + 0.5, f"the line reached the file after {waited:.2f} s (flush interval {interval} s)"
+
+
+def test_a_plain_file_takes_the_blocks_in_one_writev_and_a_short_write_goes_on_where_it_stopped(
+        tmp_path: Path, monkeypatch) -> None:
+    """The record log hands a second's blocks to the kernel as they are (no join); a write the kernel takes only
+    part of (a disk filling up, a signal) goes on from the byte it stopped at, so every line lands once, whole."""
+    import os
+
+    calls: list[int] = []
+    real = os.writev
+
+    def short(fd: int, buffers: list) -> int:
+        calls.append(len(buffers))
+        data = b"".join(bytes(b) for b in buffers)[:7]  # at most 7 bytes a call
+        return real(fd, [data])
+
+    writer = LineWriter(tmp_path / "r.jsonl", flush_interval_s=3600)  # flushed when asked
+    blocks = [b'{"a":1}\n{"a":2}\n', b'{"b":3}\n', b'{"c":44444444}\n{"c":5}\n']
+    for block in blocks:
+        writer.write_block(block)
+    monkeypatch.setattr(os, "writev", short)
+    assert writer.flush()
+    assert (tmp_path / "r.jsonl").read_bytes() == b"".join(blocks)
+    assert writer.lines_written == 5 and calls[0] == 3 and len(calls) > 3
+    monkeypatch.undo()
+    writer.write_block(b'{"d":6}\n')
+    writer.write_block(b'{"d":7}\n')
+    assert writer.close()
+    assert (tmp_path / "r.jsonl").read_bytes().endswith(b'{"d":6}\n{"d":7}\n')

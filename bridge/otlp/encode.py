@@ -160,7 +160,7 @@ class EndpointEncoder:
         if plan is not None:
             if templated is not None and plan.template is templated.template and plan.ctx is ctx \
                     and ts_ns > plan.last_t:
-                fast = plan.fill(templated.values, ts_ns, self.table, self.start_mode)
+                fast = plan.fill(templated, ts_ns, self.table, self.start_mode)
                 if fast is not None:
                     return fast
             plan.write_back()
@@ -345,8 +345,7 @@ class EndpointEncoder:
         plan.starts = [series.start for series in plan.sum_series]
         plan.last_sum = [series.last_value for series in plan.sum_series]
         plan.blanks = frozenset(blanks)
-        plan.pieces = [b""] * (3 * len(slots) + 1)
-        plan.pieces[0::3] = constants
+        plan.lay_out(constants)
         plan.last_t = ts_ns
         plan.generation = self.table.generation
         plan.points = len(slots)

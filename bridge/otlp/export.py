@@ -133,7 +133,7 @@ class OtlpForwarder:
         """Queue one scraped page of `endpoint` (its display key, host:port). Never blocks, never raises."""
         try:
             # A templated page's samples are built only on demand (parse/template.py): count its values instead.
-            points = len(page.values) if isinstance(page, TemplatedPage) else len(page.samples)
+            points = page.value_count if isinstance(page, TemplatedPage) else len(page.samples)
             item = _Item(endpoint, page, run_id, phase or "none", ts_ns, points)
             with self._lock:
                 if self._closing:

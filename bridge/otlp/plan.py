@@ -14,14 +14,14 @@ through the loop.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import lt
 
 from bridge.fields import BLANK_VALUES
 from bridge.otlp.points import EncodedPage, PointContext
 from bridge.otlp.starttime import Series, SeriesTable, StartTimeMode
-from bridge.parse import PageTemplate
+from bridge.parse import PageTemplate, TemplatedPage
+from bridge.parse.template import pack_ints
 
 try:  # the compiled kernel (bridge/_kernel.c); the struct.pack fill below is the reference and the fallback
     from bridge._kernel import blank_at as _blank_at
@@ -34,6 +34,8 @@ _BLANKS = tuple(sorted(BLANK_VALUES))
 _PACK_TIME = struct.Struct("<BQB").pack  # 0x19 time 0x21
 _PACK_VALUE = struct.Struct("<d").pack
 PACK_START = struct.Struct("<BQ").pack  # 0x11 start
+_PACK_U64_INTO = struct.Struct("<Q").pack_into
+_POINT_TAIL = 18  # 0x19 time 0x21 value
 
 
 class PagePlan:
@@ -44,14 +46,20 @@ class PagePlan:
     [constant, time, value] per point plus a closing constant, and a page fills the time and value slots.
     """
 
-    __slots__ = ("template", "ctx", "pieces", "value_at", "sum_at", "sum_slots", "sum_heads", "series",
-                 "sum_series", "starts", "last_sum", "blanks", "last_t", "generation", "dirty", "dropped", "points",
-                 "use_kernel")
+    __slots__ = ("template", "ctx", "pieces", "frame", "layout", "start_at", "value_at", "sum_at", "sum_slots",
+                 "sum_heads", "series", "sum_series", "starts", "last_sum", "blanks", "last_t", "generation", "dirty",
+                 "dropped", "points", "use_kernel")
 
     def __init__(self, template: PageTemplate, ctx: PointContext) -> None:
         self.template = template
         self.ctx = ctx
         self.pieces: list[bytes] = []
+        # The same chunk as the kernel fills it: the whole of it with placeholder points (`frame`), and where
+        # each point goes and which sample it is (`layout`: offset, position pairs, int32). One buffer to copy
+        # and patch, not a thousand pieces to chase through a cold cache.
+        self.frame = bytearray()
+        self.layout = b""
+        self.start_at: list[int] = []  # the frame offset of each sum point's start time
         self.value_at: tuple[int, ...] = ()  # sample position of each point, in output order
         self.sum_at: tuple[int, ...] = ()  # sample positions of the sum points
         self.sum_slots: list[int] = []  # their output slots
@@ -68,19 +76,22 @@ class PagePlan:
         self.points = 0
         self.use_kernel = True  # False: the struct.pack fill (tests compare the two)
 
-    def fill(self, values: Sequence[float], ts_ns: int, table: SeriesTable, start_mode: StartTimeMode
+    def fill(self, page: TemplatedPage, ts_ns: int, table: SeriesTable, start_mode: StartTimeMode
              ) -> EncodedPage | None:
         """The chunk of a page that follows the plan's template, or None when the page needs the loop."""
-        compiled = values if _points_of is not None and isinstance(values, tuple) and self.use_kernel else None
-        if compiled is not None:
-            if frozenset(_blank_at(compiled, None, _BLANKS, False)) != self.blanks:
+        kernel = _points_of is not None and self.use_kernel
+        if kernel:
+            if frozenset(_blank_at(page.raw, None, _BLANKS, False)) != self.blanks:
                 return None
-        elif BLANK_VALUES.isdisjoint(values):
-            if self.blanks:
+            get = page.value_getter()
+        else:
+            values = page.values
+            if BLANK_VALUES.isdisjoint(values):
+                if self.blanks:
+                    return None
+            elif frozenset(compress(range(len(values)), map(BLANK_VALUES.__contains__, values))) != self.blanks:
                 return None
-        elif frozenset(compress(range(len(values)), map(BLANK_VALUES.__contains__, values))) != self.blanks:
-            return None
-        get = values.__getitem__
+            get = values.__getitem__
         pieces = self.pieces
         if self.sum_at:
             sums = list(map(get, self.sum_at))
@@ -89,9 +100,10 @@ class PagePlan:
                     if value < last:  # a reset: a new interval after the previous point (starttime.py)
                         self.starts[k] = self.last_t + 1
                         pieces[3 * self.sum_slots[k]] = self.sum_heads[k] + PACK_START(0x11, self.starts[k])
+                        _PACK_U64_INTO(self.frame, self.start_at[k], self.starts[k])
             self.last_sum = sums
-        if compiled is not None:
-            chunk = _points_of(pieces, self.value_at, compiled, ts_ns)
+        if kernel:
+            chunk = _points_of(self.frame, self.layout, page.raw, ts_ns)
         else:
             pieces[1::3] = repeat(_PACK_TIME(0x19, ts_ns, 0x21), self.points)
             pieces[2::3] = map(_PACK_VALUE, map(get, self.value_at))
@@ -100,6 +112,25 @@ class PagePlan:
         self.generation = table.begin_page()
         self.dirty = True
         return EncodedPage(chunk, self.points, 0, len(self.blanks), 0, self.dropped)
+
+    def lay_out(self, constants: list[bytes]) -> None:
+        """`pieces`, `frame`, `layout` and `start_at` from the constants between the points (set `value_at` and
+        `sum_slots` first)."""
+        self.pieces = [b""] * (3 * len(self.value_at) + 1)
+        self.pieces[0::3] = constants
+        placeholder = bytes(_POINT_TAIL)
+        self.frame = bytearray(placeholder.join(constants))
+        offsets: list[int] = []
+        offset = 0
+        for constant in constants[:-1]:
+            offset += len(constant)
+            offsets.append(offset)
+            offset += _POINT_TAIL
+        layout = [0] * (2 * len(offsets))
+        layout[0::2] = offsets
+        layout[1::2] = self.value_at
+        self.layout = pack_ints(layout)
+        self.start_at = [offsets[k] - 8 for k in self.sum_slots]  # (each sum's constant ends with 0x11 start)
 
     def write_back(self) -> None:
         """Series state as the loop would have left it after the plan's last page."""

@@ -52,7 +52,7 @@ class PageParser:
         self._comments: dict[str, tuple[str, str, str] | str | None] = {}
         self._template: PageTemplate | None = None
         self._last_body: bytes | str | None = None
-        self._last_values: tuple[float, ...] = ()
+        self._last_page: TemplatedPage | None = None
         self._misses = 0  # pages in a row that did not follow the template
         self.max_cached = max_cached
         self.max_series = max_series
@@ -60,14 +60,16 @@ class PageParser:
 
     def parse(self, body: bytes | str, *, openmetrics: bool | None = None) -> ParsedPage:
         template = self._template
-        if template is not None and body == self._last_body and openmetrics in (None, template.openmetrics):
+        last = self._last_page
+        if template is not None and last is not None and last.template is template and body == self._last_body \
+                and openmetrics in (None, template.openmetrics):
             # dcgm-exporter refreshes every 30 s by default: most scrapes return the previous bytes.
-            return TemplatedPage(template, self._last_values)
+            return last.again()
         page = self._parse(body, openmetrics)
         if isinstance(page, TemplatedPage):
-            self._last_body, self._last_values = body, page.values
+            self._last_body, self._last_page = body, page
         else:
-            self._last_body = None
+            self._last_body = self._last_page = None
         return page
 
     def _parse(self, body: bytes | str, openmetrics: bool | None) -> ParsedPage:
@@ -76,10 +78,10 @@ class PageParser:
         if template is not None and isinstance(body, bytes) and b"\r" not in body \
                 and template.openmetrics == (template.detected if openmetrics is None else openmetrics):
             walked = True
-            values = template.values_of_bytes(body, self._last_values)  # (a repeated value: the same float)
-            if values is not None:
+            page = template.page_of_bytes(body)
+            if page is not None:
                 self._misses = 0
-                return TemplatedPage(template, values)
+                return page
         text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
         detected = None
         if openmetrics is None:
@@ -188,7 +190,7 @@ class PageParser:
         template = PageTemplate(all_lines, sample_at, prefixes, [s.name for s in samples],
                                 [s.labels for s in samples], types, helps, dropped, openmetrics, detected)
         self._template = template
-        return TemplatedPage(template, tuple(s.value for s in samples), samples)
+        return TemplatedPage(template, tuple(s.value for s in samples), samples=samples)
 
     def _head(self, key: str) -> tuple[str, Mapping[str, str]] | str:
         """`name{labels}` (or a bare name) → (name, read-only labels), or the reason it is bad."""

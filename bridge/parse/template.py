@@ -9,12 +9,15 @@ changed HELP line) sends the page through the line loop, which is the definition
 fast path only ever reproduces it (tests/test_parse.py compares the two on every page they read).
 
 Both are immutable: the normaliser and the OTLP encoder key their plans on the template's identity,
-and a page's values are a tuple.
+and a page's values do not change. With the compiled kernel (bridge/_kernel.c) the values come as one
+buffer of native float64 (`TemplatedPage.raw`), which the kernel's later stages (the record lines, the OTLP
+points) read as they are; the Python path's tuple of floats is made from it only when something asks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import repeat
 from operator import getitem
 from types import MappingProxyType
@@ -38,7 +41,7 @@ class PageTemplate:
     """
 
     __slots__ = ("nlines", "literal_at", "literals", "sample_at", "prefixes", "cuts", "names", "labels",
-                 "types", "helps", "dropped", "openmetrics", "detected", "segments", "__weakref__")
+                 "types", "helps", "dropped", "openmetrics", "detected", "segments", "flat", "__weakref__")
 
     nlines: int
     literal_at: tuple[int, ...]
@@ -54,6 +57,7 @@ class PageTemplate:
     openmetrics: bool  # how its page was read
     detected: bool  # whether its page had a `# EOF` line (what auto-detection finds)
     segments: tuple[bytes, ...] | None
+    flat: tuple[bytes, bytes] | None  # the segments as the kernel reads them: one text, their lengths (int32)
 
     def __init__(self, lines: list[str], sample_at: Sequence[int], prefixes: Sequence[str], names: Sequence[str],
                  labels: Sequence[Mapping[str, str]], types: Mapping[str, str], helps: Mapping[str, str],
@@ -68,6 +72,8 @@ class PageTemplate:
             "dropped": tuple(dropped), "openmetrics": openmetrics, "detected": detected,
             "segments": _segments(lines, sample_at, prefixes),
         }
+        segments = fields["segments"]
+        fields["flat"] = None if segments is None else (b"".join(segments), pack_ints(map(len, segments)))
         for name, value in fields.items():
             object.__setattr__(self, name, value)
 
@@ -76,22 +82,23 @@ class PageTemplate:
 
     __delattr__ = __setattr__  # type: ignore[assignment]
 
-    def values_of_bytes(self, body: bytes, previous: tuple[float, ...] = ()) -> tuple[float, ...] | None:
+    def page_of_bytes(self, body: bytes) -> TemplatedPage | None:
         """`values_of` on the raw bytes, without decoding or splitting the page: the bytes between the
         values must be the template's, and each value runs to the end of its line. Touching the page
         once instead of three times matters more than the instruction count (caches are cold between
-        scrapes). `previous` (the last page's values): the kernel gives a value with the same bits as the same
-        float object, not a new one."""
-        segments = self.segments
-        if segments is None:
+        scrapes). The kernel gives the values as native float64 bytes (`TemplatedPage.raw`), not as 320 float
+        objects that every later stage would chase through memory."""
+        flat = self.flat
+        if flat is None:
             return None
         if _compiled_values_of_bytes is not None:
-            values: tuple[float, ...] | None = _compiled_values_of_bytes(segments, body, previous)
-            return values
-        return self.values_of_bytes_python(body)
+            raw: bytes | None = _compiled_values_of_bytes(flat[0], flat[1], body)
+            return None if raw is None else TemplatedPage(self, raw=raw)
+        values = self.values_of_bytes_python(body)
+        return None if values is None else TemplatedPage(self, values)
 
     def values_of_bytes_python(self, body: bytes) -> tuple[float, ...] | None:
-        """`values_of_bytes` in Python: the reference the compiled kernel is tested against."""
+        """`page_of_bytes`'s values in Python: the reference the compiled kernel is tested against."""
         segments = self.segments
         if segments is None:
             return None
@@ -154,20 +161,28 @@ def _segments(lines: list[str], sample_at: Sequence[int], prefixes: Sequence[str
     return tuple(segments)
 
 
+def pack_ints(numbers: Iterable[int]) -> bytes:
+    """Numbers as the kernel reads a plan's (lengths, offsets, positions): native int32."""
+    return array("i", numbers).tobytes()
+
+
 class TemplatedPage(ParsedPage):
     """A ParsedPage that follows a PageTemplate: the template plus one value per sample line. Immutable.
 
-    `samples` is built on first use (the pull endpoint, listeners, the slow paths): the sidecar's own
-    stages read `template` and `values` and never need 320 Sample tuples per scrape.
+    The values are held as the kernel gives them, `raw` (native float64 bytes, what the kernel's later stages
+    read), or as the Python path gives them, `values` (a tuple); each is made from the other on first use.
+    `samples` is built on first use too (the pull endpoint, listeners, the slow paths): the sidecar's own
+    stages read `template` and the values and never need 320 Sample tuples per scrape.
     """
 
     template: PageTemplate
-    values: tuple[float, ...]
 
-    def __new__(cls, template: PageTemplate, values: tuple[float, ...],
+    def __new__(cls, template: PageTemplate, values: tuple[float, ...] | None = None, *, raw: bytes | None = None,
                 samples: list[Sample] | None = None) -> TemplatedPage:
+        if (values is None) == (raw is None):
+            raise TypeError("a TemplatedPage takes its values or its raw values")
         page = super().__new__(cls, [], template.types, template.helps, list(template.dropped))  # its own copy
-        page.__dict__.update(template=template, values=values)
+        page.__dict__.update(template=template, _values=values, _raw=raw)
         if samples is not None:
             page.__dict__["_samples"] = samples
         return page
@@ -176,6 +191,37 @@ class TemplatedPage(ParsedPage):
         raise AttributeError(f"a TemplatedPage is immutable (setting {name!r})")
 
     __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def again(self) -> TemplatedPage:
+        """A page of the same template and values (a scrape that returned the previous bytes)."""
+        held = self.__dict__
+        raw = held["_raw"]
+        return TemplatedPage(self.template, held["_values"]) if raw is None else TemplatedPage(self.template, raw=raw)
+
+    @property
+    def values(self) -> tuple[float, ...]:
+        values: tuple[float, ...] | None = self.__dict__["_values"]
+        if values is None:  # pure functions of each other: computing one changes nothing
+            values = self.__dict__["_values"] = tuple(memoryview(self.__dict__["_raw"]).cast("d"))
+        return values
+
+    @property
+    def raw(self) -> bytes:
+        raw: bytes | None = self.__dict__["_raw"]
+        if raw is None:
+            raw = self.__dict__["_raw"] = array("d", self.__dict__["_values"]).tobytes()
+        return raw
+
+    @property
+    def value_count(self) -> int:
+        """How many values (sample lines) the page has."""
+        raw = self.__dict__["_raw"]
+        return len(self.__dict__["_values"]) if raw is None else len(raw) >> 3
+
+    def value_getter(self) -> Callable[[int], float]:
+        """values[i] from whichever form the page holds (a few values: no tuple of all of them built)."""
+        raw = self.__dict__["_raw"]
+        return self.__dict__["_values"].__getitem__ if raw is None else memoryview(raw).cast("d").__getitem__
 
     @property
     def samples(self) -> list[Sample]:

@@ -84,7 +84,7 @@ class Page:
     def readable(self) -> bool:
         """At least one sample could be read (an HTML page or garbage answered 200 has none)."""
         parsed = self.parsed
-        return bool(parsed.values if isinstance(parsed, TemplatedPage) else parsed.samples)
+        return bool(parsed.value_count if isinstance(parsed, TemplatedPage) else parsed.samples)
 
 
 class PageSink(Protocol):
