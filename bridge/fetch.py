@@ -122,6 +122,11 @@ class Transfers(Protocol):
 
     def begin(self, url: str) -> None: ...
 
+    @property
+    def active(self) -> bool:
+        """Some GET is still in flight."""
+        ...
+
     def wait(self, timeout_s: float, wake_fd: int) -> list[Outcome]:
         """The outcomes of the GETs that ended; waits up to `timeout_s` for one, or until `wake_fd` is readable."""
         ...
@@ -141,6 +146,8 @@ class BlockingTransfers:
             self._ended.append((url, self.fetcher.fetch(url)))
         except FetchError as exc:
             self._ended.append((url, exc))
+
+    active = False
 
     def wait(self, timeout_s: float, wake_fd: int) -> list[Outcome]:
         if not self._ended:
@@ -173,6 +180,10 @@ class CurlTransfers:
         transfer.begin(self._fetcher._now_ns())
         self._active[id(transfer.curl)] = transfer
         self._multi.add_handle(transfer.curl)
+
+    @property
+    def active(self) -> bool:
+        return bool(self._active)
 
     def wait(self, timeout_s: float, wake_fd: int) -> list[Outcome]:
         ended = self._drive()

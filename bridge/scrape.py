@@ -20,11 +20,12 @@ import os
 import threading
 import time
 import zlib
+from bisect import bisect_left, insort
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bridge.fetch import FetchedPage, Fetcher, FetchError, Transfers, transfers_of
+from bridge.fetch import FetchedPage, Fetcher, FetchError, Outcome, Transfers, transfers_of
 from bridge.redact import redact_url
 
 logger = logging.getLogger(__name__)
@@ -50,13 +51,14 @@ class RefreshWatch:
     bridge/report/refresh.py).
     """
 
-    __slots__ = ("_body", "_start_ns", "_mid", "_gaps", "refreshes", "last_new_ns", "period_s")
+    __slots__ = ("_body", "_start_ns", "_mid", "_gaps", "_ordered", "refreshes", "last_new_ns", "period_s")
 
     def __init__(self) -> None:
         self._body: bytes | tuple[int, int] | None = None
         self._start_ns: int | None = None
         self._mid: float | None = None  # the latest bracket's midpoint
         self._gaps: deque[float] = deque(maxlen=32)  # between the recent midpoints
+        self._ordered: list[float] = []  # the same gaps in order (kept so, not sorted at every scrape)
         self.refreshes = 0
         self.last_new_ns: int | None = None  # start of the scrape that first saw the latest refresh
         self.period_s: float | None = None  # median spacing of the recent refreshes; None before three
@@ -75,10 +77,14 @@ class RefreshWatch:
             if self._start_ns is not None:
                 mid = (self._start_ns + start_ns) / 2
                 if self._mid is not None:
-                    self._gaps.append(mid - self._mid)
-                    if len(self._gaps) >= 2:
-                        gaps = sorted(self._gaps)
-                        self.period_s = gaps[len(gaps) // 2] / 1e9
+                    gaps, ordered = self._gaps, self._ordered
+                    if len(gaps) == gaps.maxlen:
+                        del ordered[bisect_left(ordered, gaps[0])]  # the oldest leaves both
+                    gap = mid - self._mid
+                    gaps.append(gap)
+                    insort(ordered, gap)
+                    if len(ordered) >= 2:
+                        self.period_s = ordered[len(ordered) // 2] / 1e9
                 self._mid = mid
             self.last_new_ns = start_ns
             self._body = seen
@@ -131,6 +137,12 @@ class _Boundary:
 # resolution, and a second value at the same millisecond is a duplicate sample (Prometheus refuses it,
 # VictoriaMetrics keeps one). It happened when the baseline scrape at start-up was followed at once by tick 0.
 MIN_START_GAP_S = 0.001
+# The pages of a tick are handed over together: an ended GET's page waits until the tick's other GETs have
+# ended too, for at most HOLD_S (or a tenth of the interval). Run back to back, the pages' Python and the
+# kernel find each other's code and data in the caches that a libcurl call between every two pages
+# would have cleared (bench/NOTES.md: ~0.3-0.5 millicores of ~10 at 8 endpoints); a slow endpoint holds the
+# others' pages up for that long at most, never a tick.
+HOLD_S = 0.02
 _MS = 1_000_000
 
 PageHandler = Callable[[str, FetchedPage], None]
@@ -208,49 +220,72 @@ class ScrapeGroup:
         self.origin = origin = self.monotonic()
         wake_at = -math.inf  # when the schedule is due a look: a tick, a start gap, a boundary, a GET's end
         look = True  # a wake-up asked for a look (a boundary, stop)
+        held: list[Outcome] = []  # ended GETs whose pages wait for the tick's other GETs (see HOLD_S)
+        held_since: float | None = None
+        hold = min(HOLD_S, interval / 10)
         while True:
             starts: list[ScrapeLoop] = []
             if look or self.monotonic() >= wake_at:  # (most wake-ups are a GET's bytes: nothing to schedule)
-                with self.cond:
-                    if self._stopping:
-                        return
-                    now, now_ns = self.monotonic(), self.now_ns()
-                    current = math.floor((now - origin) / interval)
-                    wake_at = now + interval
-                    for loop in self.loops.values():
-                        if loop.in_flight_start_ns is not None:
-                            continue  # its tick is reckoned when its GET ends
-                        if now - loop.began < MIN_START_GAP_S:  # its previous scrape started under a millisecond ago
-                            wake_at = min(wake_at, loop.began + MIN_START_GAP_S)
-                            continue
-                        if loop.boundary_due(now_ns):
-                            loop.begin(now_ns, boundary=True)
-                            starts.append(loop)
-                        elif loop.next_tick <= current:
-                            if current > loop.next_tick:  # this thread was held up: those ticks are missed
-                                loop.stats.missed_ticks += current - loop.next_tick
-                            loop.record_lateness(now - (origin + current * interval))
-                            loop.next_tick = current + 1
-                            loop.begin(now_ns, boundary=False)
-                            starts.append(loop)
-                        else:
-                            wake_at = min(wake_at, loop.due_at(origin, interval, now, now_ns))
+                due = self._look(origin, starts)
+                if due is None:  # stopping
+                    self._hand_over(held)  # pages that ended before the stop are kept
+                    return
+                wake_at = due
             for loop in starts:
                 transfers.begin(loop.url)
-            ended = transfers.wait(max(0.0, wake_at - self.monotonic()), self._wake_read)
+            until = wake_at if held_since is None else min(wake_at, held_since + hold)
+            ended = transfers.wait(max(0.0, until - self.monotonic()), self._wake_read)
             look = self._woken
             if look:  # (most wake-ups are a GET's bytes or a tick: no syscall to find the pipe empty)
                 self._woken = False
                 with contextlib.suppress(BlockingIOError):
                     while os.read(self._wake_read, 4096):
                         pass
-            if not ended:
-                continue
-            for url, outcome in ended:
-                self.loops[url].end(outcome)
+            if ended:
+                held += ended
+                if held_since is None:
+                    held_since = self.monotonic()
+            if held_since is None or transfers.active and self.monotonic() - held_since < hold and not look:
+                continue  # (a wake-up, for a boundary or the stop, hands them over at once)
+            ended, held, held_since = held, [], None
+            self._hand_over(ended)
             with self.cond:  # an ended endpoint's next tick or waiting boundary, which the last look skipped
                 now, now_ns = self.monotonic(), self.now_ns()
                 wake_at = min(wake_at, *(self.loops[url].due_at(origin, interval, now, now_ns) for url, _ in ended))
+
+
+    def _look(self, origin: float, starts: list[ScrapeLoop]) -> float | None:
+        """Begin the scrapes that are due (appended to `starts`); when to look again, or None once stopping."""
+        interval = self.interval_s
+        with self.cond:
+            if self._stopping:
+                return None
+            now, now_ns = self.monotonic(), self.now_ns()
+            current = math.floor((now - origin) / interval)
+            wake_at = now + interval
+            for loop in self.loops.values():
+                if loop.in_flight_start_ns is not None:
+                    continue  # its tick is reckoned when its GET ends
+                if now - loop.began < MIN_START_GAP_S:  # its previous scrape started under a millisecond ago
+                    wake_at = min(wake_at, loop.began + MIN_START_GAP_S)
+                    continue
+                if loop.boundary_due(now_ns):
+                    loop.begin(now_ns, boundary=True)
+                    starts.append(loop)
+                elif loop.next_tick <= current:
+                    if current > loop.next_tick:  # this thread was held up: those ticks are missed
+                        loop.stats.missed_ticks += current - loop.next_tick
+                    loop.record_lateness(now - (origin + current * interval))
+                    loop.next_tick = current + 1
+                    loop.begin(now_ns, boundary=False)
+                    starts.append(loop)
+                else:
+                    wake_at = min(wake_at, loop.due_at(origin, interval, now, now_ns))
+        return wake_at
+
+    def _hand_over(self, ended: list[Outcome]) -> None:
+        for url, outcome in ended:
+            self.loops[url].end(outcome)
 
 
 class ScrapeLoop:

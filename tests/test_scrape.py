@@ -202,3 +202,43 @@ def test_scrapes_on_callers_threads_take_turns_serve_every_boundary_and_stop_wit
 
 
 # -- control API --------------------------------------------------------------------------------------
+
+
+def _handed_over(urls: list[str], seconds: float) -> list[tuple[str, int, int]]:
+    """(url, the GET's end, when its page reached the handler) of every page of `seconds` of scraping."""
+    from bridge.fetch import FetchSettings, make_fetcher
+    from bridge.scrape import ScrapeGroup
+
+    fetcher = make_fetcher(FetchSettings())
+    group = ScrapeGroup(fetcher, 0.5)
+    seen: list[tuple[str, int, int]] = []
+    for url in urls:
+        ScrapeLoop(url, fetcher, 0.5, lambda u, page: seen.append((u, page.end_ns, time.time_ns())),
+                   lambda *_: None, group=group)
+    group.start()
+    time.sleep(seconds)
+    group.stop(10)
+    fetcher.close()
+    return seen
+
+
+def test_a_ticks_pages_are_handed_over_together_and_a_slow_get_holds_the_others_up_20_ms_at_most():
+    """Pages whose GETs end close together reach the pipeline one after another once the tick's last GET has
+    ended (bridge/scrape.py HOLD_S); a GET that takes longer holds the others' pages up for HOLD_S at most, and
+    every page is handed over, also those that ended just before the stop."""
+    from bridge.scrape import HOLD_S
+
+    with SimulatedExporter(SimulatorConfig(gpus=2)) as first, SimulatedExporter(SimulatorConfig(gpus=2)) as second:
+        seen = _handed_over([first.url, second.url], 1.6)
+        assert len(seen) >= 2 * 3
+        for a, b in zip(seen[0::2], seen[1::2], strict=False):  # a tick's two pages
+            assert {a[0], b[0]} == {first.url, second.url}
+            assert a[2] >= max(a[1], b[1])  # the first handed over only once both GETs had ended
+        second.add_fault(Fault("slow", delay_s=0.3))
+        seen = _handed_over([first.url, second.url], 1.6)
+    fast = [(end, at) for url, end, at in seen if url == first.url]
+    slow = [end for url, end, _ in seen if url == second.url]
+    assert len(fast) >= 3 and slow
+    for end, at in fast:  # handed over within the hold (and some scheduling slack), long before the slow GET ends
+        assert (at - end) / 1e9 < HOLD_S + 0.1
+    assert any(at < min(s for s in slow if s > end) for end, at in fast if any(s > end for s in slow))
