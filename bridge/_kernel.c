@@ -38,6 +38,12 @@
  * `0x19 ts_ns 0x21 value` (fixed64 little-endian, double little-endian): the bytes `b"".join` of the plan's
  * pieces gives after filling them with struct.pack (the reference, kept in plan.py).
  *
+ * sums_of(values, positions, last) -> tuple[bytes, tuple[int, ...]]
+ *
+ * The values at `positions` (a plan's counter points), gathered as float64 bytes, and the indices k whose value
+ * is below `last`'s k-th (the previous page's: a counter reset), as `value < last` compares two floats in
+ * Python (the reference, kept in plan.py).
+ *
  * line_shape(line) -> tuple[int, tuple[bytes, ...], tuple[bytes, ...]] | None
  * scan_lines(batch, position, shapes) -> tuple[int, int]
  *
@@ -574,6 +580,62 @@ static PyObject *points_of(PyObject *module, PyObject *const *args, Py_ssize_t n
     return chunk;
 }
 
+/* ---- counter values ---------------------------------------------------------------------------------- */
+
+static PyObject *sums_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "sums_of(values: bytes, positions: bytes, last: bytes)");
+        return NULL;
+    }
+    const double *values, *last;
+    const int32_t *positions;
+    Py_ssize_t nvalues, count, nlast;
+    if (doubles_of(args[0], &values, &nvalues) < 0 || ints_of(args[1], &positions, &count) < 0 ||
+        doubles_of(args[2], &last, &nlast) < 0) {
+        return NULL;
+    }
+    if (nlast != count) {
+        PyErr_SetString(PyExc_ValueError, "sums_of: one last value per position");
+        return NULL;
+    }
+    PyObject *gathered = PyBytes_FromStringAndSize(NULL, count * (Py_ssize_t)sizeof(double));
+    PyObject *fell = PyList_New(0);
+    if (gathered == NULL || fell == NULL) {
+        goto fail;
+    }
+    char *out = PyBytes_AS_STRING(gathered);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (positions[k] >= nvalues) {
+            PyErr_SetString(PyExc_IndexError, "sums_of: a position outside the values");
+            goto fail;
+        }
+        double value = double_at(values, positions[k]);
+        memcpy(out + k * (Py_ssize_t)sizeof(double), &value, sizeof(double));
+        if (value < double_at(last, k)) {
+            PyObject *at = PyLong_FromSsize_t(k);
+            if (at == NULL || PyList_Append(fell, at) < 0) {
+                Py_XDECREF(at);
+                goto fail;
+            }
+            Py_DECREF(at);
+        }
+    }
+    PyObject *fell_tuple = PyList_AsTuple(fell);
+    Py_DECREF(fell);
+    if (fell_tuple == NULL) {
+        Py_DECREF(gathered);
+        return NULL;
+    }
+    PyObject *result = PyTuple_Pack(2, gathered, fell_tuple);
+    Py_DECREF(gathered);
+    Py_DECREF(fell_tuple);
+    return result;
+fail:
+    Py_XDECREF(gathered);
+    Py_XDECREF(fell);
+    return NULL;
+}
+
 /* ---- record-log lines to rows ----------------------------------------------------------------------- */
 
 #define SHAPE_KEY_BYTES 160
@@ -970,6 +1032,8 @@ static PyMethodDef methods[] = {
      "A page's record lines and live-report rows from its record program (see bridge/normalize.py)."},
     {"points_of", (PyCFunction)(void (*)(void))points_of, METH_FASTCALL,
      "A page's OTLP chunk from its plan's pieces and the values (see bridge/otlp/plan.py)."},
+    {"sums_of", (PyCFunction)(void (*)(void))sums_of, METH_FASTCALL,
+     "A plan's counter values gathered, and which of them fell below the last page's (see bridge/otlp/plan.py)."},
     {"blank_at", (PyCFunction)(void (*)(void))blank_at, METH_FASTCALL,
      "The positions holding a DCGM sentinel (or, when asked, NaN/inf) among the values."},
     {"line_shape", (PyCFunction)(void (*)(void))line_shape, METH_FASTCALL,

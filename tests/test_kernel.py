@@ -298,6 +298,22 @@ def test_blank_at_finds_what_the_python_finds(values: list[float], not_finite: b
         i for i in found if i % 2 == 0)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(SENTINELS + ODD_VALUES + [-1.0, -0.0]), min_size=1, max_size=30),
+       st.data())
+def test_sums_of_gathers_the_counters_and_finds_those_that_fell_as_python_compares(values: list[float], data) -> None:
+    positions = data.draw(st.lists(st.integers(0, len(values) - 1), max_size=20))
+    last = data.draw(st.lists(st.sampled_from(SENTINELS + ODD_VALUES + [-1.0, -0.0]), min_size=len(positions),
+                              max_size=len(positions)))
+    gathered, fell = kernel.sums_of(doubles(values), pack_ints(positions), doubles(last))
+    assert raw_bits(gathered) == bits(tuple(values[p] for p in positions))
+    assert fell == tuple(k for k, p in enumerate(positions) if values[p] < last[k])  # NaN never fell
+    with pytest.raises(ValueError, match="one last value"):
+        kernel.sums_of(doubles(values), pack_ints(positions), doubles([*last, 1.0]))
+    with pytest.raises(IndexError):
+        kernel.sums_of(doubles(values), pack_ints([len(values)]), doubles([1.0]))
+
+
 # -- the sidecar's pipeline on both paths -------------------------------------------------------------------
 
 

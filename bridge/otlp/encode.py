@@ -345,6 +345,7 @@ class EndpointEncoder:
         plan.starts = [series.start for series in plan.sum_series]
         plan.last_sum = [series.last_value for series in plan.sum_series]
         plan.blanks = frozenset(blanks)
+        plan.blank_at = tuple(blanks)
         plan.lay_out(constants)
         plan.last_t = ts_ns
         plan.generation = self.table.generation

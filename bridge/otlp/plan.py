@@ -14,6 +14,8 @@ through the loop.
 from __future__ import annotations
 
 import struct
+from array import array
+from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import lt
 
@@ -26,8 +28,9 @@ from bridge.parse.template import pack_ints
 try:  # the compiled kernel (bridge/_kernel.c); the struct.pack fill below is the reference and the fallback
     from bridge._kernel import blank_at as _blank_at
     from bridge._kernel import points_of as _points_of
+    from bridge._kernel import sums_of as _sums_of
 except ImportError:
-    _points_of = _blank_at = None  # type: ignore[assignment]
+    _points_of = _blank_at = _sums_of = None  # type: ignore[assignment]
 
 _BLANKS = tuple(sorted(BLANK_VALUES))
 
@@ -47,7 +50,8 @@ class PagePlan:
     """
 
     __slots__ = ("template", "ctx", "pieces", "frame", "layout", "start_at", "value_at", "sum_at", "sum_slots",
-                 "sum_heads", "series", "sum_series", "starts", "last_sum", "blanks", "last_t", "generation", "dirty",
+                 "sum_heads", "series", "sum_series", "starts", "last_sum", "blanks", "blank_at", "sum_positions",
+                 "last_t", "generation", "dirty",
                  "dropped", "points", "use_kernel")
 
     def __init__(self, template: PageTemplate, ctx: PointContext) -> None:
@@ -67,8 +71,10 @@ class PagePlan:
         self.series: list[Series] = []  # every series with a point, for the write-back
         self.sum_series: list[Series] = []
         self.starts: list[int] = []
-        self.last_sum: list[float] = []
+        self.last_sum: list[float] | bytes = []  # the kernel keeps them as float64 bytes
         self.blanks: frozenset[int] = frozenset()  # sample positions holding a sentinel (not sent)
+        self.blank_at: tuple[int, ...] = ()  # the same, in order (as the kernel finds them)
+        self.sum_positions = b""  # sum_at, as the kernel reads it (int32)
         self.last_t = 0
         self.generation = 0
         self.dirty = False  # series state behind the plan's last page
@@ -81,9 +87,8 @@ class PagePlan:
         """The chunk of a page that follows the plan's template, or None when the page needs the loop."""
         kernel = _points_of is not None and self.use_kernel
         if kernel:
-            if frozenset(_blank_at(page.raw, None, _BLANKS, False)) != self.blanks:
+            if _blank_at(page.raw, None, _BLANKS, False) != self.blank_at:
                 return None
-            get = page.value_getter()
         else:
             values = page.values
             if BLANK_VALUES.isdisjoint(values):
@@ -91,22 +96,27 @@ class PagePlan:
                     return None
             elif frozenset(compress(range(len(values)), map(BLANK_VALUES.__contains__, values))) != self.blanks:
                 return None
-            get = values.__getitem__
         pieces = self.pieces
         if self.sum_at:
-            sums = list(map(get, self.sum_at))
-            if start_mode != "unset" and any(map(lt, sums, self.last_sum)):
-                for k, (value, last) in enumerate(zip(sums, self.last_sum, strict=True)):
-                    if value < last:  # a reset: a new interval after the previous point (starttime.py)
-                        self.starts[k] = self.last_t + 1
-                        pieces[3 * self.sum_slots[k]] = self.sum_heads[k] + PACK_START(0x11, self.starts[k])
-                        _PACK_U64_INTO(self.frame, self.start_at[k], self.starts[k])
-            self.last_sum = sums
+            fell: Sequence[int]
+            if kernel:  # (a plan's first page gives its last values as floats)
+                last = self.last_sum if isinstance(self.last_sum, bytes) else array("d", self.last_sum).tobytes()
+                self.last_sum, fell = _sums_of(page.raw, self.sum_positions, last)
+            else:
+                sums = list(map(values.__getitem__, self.sum_at))
+                last_sum = self.last_sum
+                fell = [k for k in range(len(sums)) if sums[k] < last_sum[k]] if any(map(lt, sums, last_sum)) else ()
+                self.last_sum = sums
+            if start_mode != "unset":
+                for k in fell:  # a reset: a new interval after the previous point (starttime.py)
+                    self.starts[k] = self.last_t + 1
+                    pieces[3 * self.sum_slots[k]] = self.sum_heads[k] + PACK_START(0x11, self.starts[k])
+                    _PACK_U64_INTO(self.frame, self.start_at[k], self.starts[k])
         if kernel:
             chunk = _points_of(self.frame, self.layout, page.raw, ts_ns)
         else:
             pieces[1::3] = repeat(_PACK_TIME(0x19, ts_ns, 0x21), self.points)
-            pieces[2::3] = map(_PACK_VALUE, map(get, self.value_at))
+            pieces[2::3] = map(_PACK_VALUE, map(values.__getitem__, self.value_at))
             chunk = b"".join(pieces)
         self.last_t = ts_ns
         self.generation = table.begin_page()
@@ -131,6 +141,7 @@ class PagePlan:
         layout[1::2] = self.value_at
         self.layout = pack_ints(layout)
         self.start_at = [offsets[k] - 8 for k in self.sum_slots]  # (each sum's constant ends with 0x11 start)
+        self.sum_positions = pack_ints(self.sum_at)
 
     def write_back(self) -> None:
         """Series state as the loop would have left it after the plan's last page."""
@@ -139,7 +150,8 @@ class PagePlan:
         for series in self.series:
             series.last_ts = self.last_t
             series.seen = self.generation
-        for series, start, last in zip(self.sum_series, self.starts, self.last_sum, strict=True):
+        last_sum = memoryview(self.last_sum).cast("d") if isinstance(self.last_sum, bytes) else self.last_sum
+        for series, start, last in zip(self.sum_series, self.starts, last_sum, strict=True):
             series.start = start
             series.last_value = last
         self.dirty = False
