@@ -111,6 +111,14 @@ static int ints_of(PyObject *raw, const int32_t **out, Py_ssize_t *count) {
     return 0;
 }
 
+/* (first, second), taking the caller's references to both. */
+static PyObject *pair_of(PyObject *first, PyObject *second) {
+    PyObject *pair = PyTuple_Pack(2, first, second);
+    Py_DECREF(first);
+    Py_DECREF(second);
+    return pair;
+}
+
 /* A double as read from unaligned bytes. */
 static double double_at(const double *values, Py_ssize_t index) {
     double value;
@@ -515,10 +523,7 @@ static PyObject *records_of(PyObject *module, PyObject *const *args, Py_ssize_t 
         lines = NULL;
         goto fail;
     }
-    PyObject *result = PyTuple_Pack(2, lines, rows);
-    Py_DECREF(lines);
-    Py_DECREF(rows);
-    return result;
+    return pair_of(lines, rows);
 fail:
     Py_XDECREF(lines);
     Py_XDECREF(rows);
@@ -626,10 +631,7 @@ static PyObject *sums_of(PyObject *module, PyObject *const *args, Py_ssize_t nar
         Py_DECREF(gathered);
         return NULL;
     }
-    PyObject *result = PyTuple_Pack(2, gathered, fell_tuple);
-    Py_DECREF(gathered);
-    Py_DECREF(fell_tuple);
-    return result;
+    return pair_of(gathered, fell_tuple);
 fail:
     Py_XDECREF(gathered);
     Py_XDECREF(fell);
