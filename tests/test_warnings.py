@@ -101,3 +101,48 @@ def test_profile_says_during_the_run_that_the_otlp_receiver_is_losing_data(tmp_p
     during = [line for line in result.stderr.splitlines() if line.startswith("warning: OTLP receiver is losing data")]
     assert len(during) == 1 and "points dropped or rejected so far" in during[0]  # once: the run lasts < 1 min
     assert "OTLP: " in result.stderr and " points dropped and 0 rejected" in result.stderr  # and the total at the end
+
+
+def test_the_sidecar_says_during_the_run_that_the_otlp_receiver_is_losing_data(tmp_path: Path) -> None:
+    """The sidecar's main thread sleeps until the forwarder says it lost points (no look every second), and then
+    says so at once; SIGTERM still ends the run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from bridge.simulator import SimulatedExporter, SimulatorConfig
+    from tests.conftest import free_port
+
+    closed = free_port()
+    env = {**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "AIPERF_GPU_COLLECTION_INTERVAL": "0.1",
+           "DCGM_BRIDGE_HEALTH_HOST": "127.0.0.1"}
+    with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", exporter.url, "--health-port",
+             str(free_port()), "--artifact-dir", str(tmp_path / "out"), "--otlp-endpoint",
+             f"http://127.0.0.1:{closed}", "--otlp-max-queue-points", "100"],
+            stderr=subprocess.PIPE, text=True, env=env)
+        assert proc.stderr is not None
+        lines: list[str] = []
+        said = threading.Event()
+
+        def read() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                lines.append(line)
+                if line.startswith("warning: OTLP receiver is losing data"):
+                    said.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            assert said.wait(30), "".join(lines)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(60)
+            reader.join(10)
+            proc.stderr.close()
+    assert "points dropped or rejected so far" in "".join(lines)
+    assert code in (0, 1), "".join(lines)  # (1: the run's problems are said at the end, OTLP losses among them)

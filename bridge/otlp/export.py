@@ -123,6 +123,9 @@ class OtlpForwarder:
         self._last_log = -float("inf")
         self._suppressed = 0
         self._last_export = clock()
+        # Set whenever points are dropped or rejected: a watcher (the sidecar's main thread) then looks at the
+        # counters, instead of waking every second to find nothing new.
+        self.loss_signal: threading.Event | None = None
         self._thread: threading.Thread | None = None
         if start:
             self._thread = threading.Thread(target=self._run, name="otlp-export", daemon=True)
@@ -346,6 +349,11 @@ class OtlpForwarder:
             self._queued_points -= oldest.points
             self._counts["dropped_points"] += oldest.points
             self._counts["dropped_pages"] += 1
+            self._signal_loss()
+
+    def _signal_loss(self) -> None:
+        if self.loss_signal is not None:
+            self.loss_signal.set()
 
     def _finish(
         self, *, sent: int = 0, rejected: int = 0, dropped: int = 0, dropped_pages: int = 0,
@@ -364,6 +372,8 @@ class OtlpForwarder:
             counts["dropped_pages"] += dropped_pages
             if rejected and not sent or dropped:
                 counts["failed_requests"] += 1
+            if rejected or dropped:
+                self._signal_loss()
             if sent and not rejected:
                 self._last_error = None
         if rejected:

@@ -183,18 +183,24 @@ def sidecar(live: bool, **flags: Any) -> None:
         return
     session = build_session(config, otlp)
     session.prepare_artifacts()  # an unwritable folder stops start-up (exit 2) before anything is served
-    done = threading.Event()
+    done = threading.Event()  # a signal, or POST /complete
+    look = threading.Event()  # done, or the OTLP receiver losing points: the main thread has a look
+
+    def finish() -> None:
+        done.set()
+        look.set()
+
     # A native sidecar that exits is restarted by the kubelet (and would overwrite the finished run):
     # with exit_on_complete false it stays up after POST /complete until SIGTERM.
     server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
-                           on_complete=done.set if config.exit_on_complete else None,
+                           on_complete=finish if config.exit_on_complete else None,
                            metrics_text=session.exposition)
     server.start()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id}, control API on port {server.port} "
                f"(address {config.health_host})", err=True)
 
     def _signal(signum: int, _frame: object) -> None:
-        done.set()
+        finish()
 
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
@@ -204,8 +210,15 @@ def sidecar(live: bool, **flags: Any) -> None:
     done_file = Path(config.done_file) if config.done_file else None
     watch = OtlpLossWatch()
     finished_by_file = False
-    # One look a second at the done file and the OTLP counters (each look is a wake-up of an idle process).
-    while not done.wait(1.0 if done_file is not None or session.forwarder is not None else None):
+    # A look at the done file once a second when there is one, and at the OTLP counters when the forwarder says
+    # points were lost; else the main thread sleeps until done (each look is a wake-up of an idle process).
+    if session.forwarder is not None:
+        session.forwarder.loss_signal = look
+    while not done.is_set():
+        look.wait(1.0 if done_file is not None else None)
+        look.clear()
+        if done.is_set():
+            break
         if done_file is not None and done_file.exists():
             finished_by_file = True
             break
