@@ -169,6 +169,10 @@ class CurlTransfers:
         self._multi = pycurl.CurlMulti()
         self._active: dict[int, _Transfer] = {}  # id(curl handle) -> its transfer
         self._refused: list[Outcome] = []
+        # One poll object for the thread's life: kept-alive connections keep their sockets from tick to tick, so
+        # a wait changes what is registered only when libcurl's sockets or the events it wants change.
+        self._poller = select.poll()
+        self._watched: dict[int, int] = {}  # fd -> events registered
 
     def begin(self, url: str) -> None:
         transfer = self._fetcher.transfer(url)
@@ -200,7 +204,16 @@ class CurlTransfers:
                 timeout_s = min(timeout_s, curl_timeout_ms / 1000)
             elif len(wanted) == 1:
                 timeout_s = min(timeout_s, 0.01)  # libcurl has no socket to watch yet: look again soon
-        _poll(wanted, timeout_s)
+        watched, poller = self._watched, self._poller
+        if wanted != watched:
+            for fd in [fd for fd in watched if fd not in wanted]:
+                poller.unregister(fd)  # (a socket libcurl closed: a new one may take its number)
+                del watched[fd]
+            for fd, events in wanted.items():
+                if watched.get(fd) != events:
+                    poller.register(fd, events)  # (registers, or modifies what is watched)
+                    watched[fd] = events
+        poller.poll(max(0, math.ceil(timeout_s * 1000)))
         return self._drive()
 
     def _drive(self) -> list[Outcome]:

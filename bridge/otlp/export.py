@@ -299,23 +299,22 @@ class OtlpForwarder:
                 self._inflight_pages += 1
             page = page_to_semconv(item.page) if self.config.names == "semconv" else item.page
             encoded = self._encoder(item.endpoint).encode(page, self._contexts.get(item.run_id, item.phase), item.ts_ns)
-            with self._lock:
+            over = bool(chunks and encoded.chunk) and size + len(encoded.chunk) > self.config.max_batch_bytes
+            with self._lock:  # one look at the counters a page
                 self._counts["stale_markers"] += encoded.stale
+                if not encoded.chunk or over:
+                    self._inflight_points -= item.points
+                    self._inflight_pages -= 1
+                    if over:  # carried to the next batch
+                        self._queued_points += encoded.points
+                else:  # in-flight points are counted as encoded (sentinels out, markers in)
+                    self._inflight_points += encoded.points - item.points
             if not encoded.chunk:
-                with self._lock:
-                    self._inflight_points -= item.points
-                    self._inflight_pages -= 1
                 continue
-            if chunks and (size + len(encoded.chunk) > self.config.max_batch_bytes):
+            if over:
                 self._carry.append((encoded.chunk, encoded.points, 1))
-                with self._lock:
-                    self._inflight_points -= item.points
-                    self._inflight_pages -= 1
-                    self._queued_points += encoded.points
                 break
             chunks.append(encoded.chunk)
-            with self._lock:  # in-flight points are counted as encoded (sentinels out, markers in)
-                self._inflight_points += encoded.points - item.points
             points, pages, size = points + encoded.points, pages + 1, size + len(encoded.chunk)
         with self._lock:
             if carry:
