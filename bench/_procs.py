@@ -54,8 +54,13 @@ def free_ports(n: int) -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+    """The process's CPU time, all its threads, those that ended too: its CPU clock in nanoseconds (Linux's
+    process clock of another pid, clock_getcpuclockid(3): ((~pid) << 3) | 2), else utime + stime in ticks."""
+    try:
+        return time.clock_gettime((~pid << 3) | 2)
+    except OSError:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def rss_mib(pid: int) -> float:

@@ -42,7 +42,7 @@ TARGET_MILLICORES = 25.0
 TARGET_FLOOR_RATIO = 1.5
 TARGET_RSS_MIB = 100.0
 SHUTDOWN_CPU_S = 0.75  # 30 s of grace under a 25m limit
-WINDOWS = 3  # the window's parts, for the spread of the CPU figures (read in 10 ms ticks: ±0.5 m in 20 s)
+WINDOWS = 3  # the window's parts, for the spread of the CPU figures
 START_CPU_S = 1.5  # bridge/kube/jobset.py SIDECAR_START_CPU_SECONDS (the startup probe's budget)
 
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  spread over {WINDOWS} windows of {opts.seconds / WINDOWS:.0f} s: sidecar "
           f"{min(p[0] for p in parts):.1f}-{max(p[0] for p in parts):.1f} millicores, bare loop "
           f"{min(p[1] for p in parts):.1f}-{max(p[1] for p in parts):.1f}, sidecar/floor "
-          f"{min(part_ratios):.2f}-{max(part_ratios):.2f}x (CPU read in 10 ms ticks)")
+          f"{min(part_ratios):.2f}-{max(part_ratios):.2f}x (CPU from each process's CPU clock)")
     by_thread = sorted(((name, (threads1[name] - threads0.get(name, 0.0)) / (t1 - t0) * 1000) for name in threads1),
                        key=lambda item: -item[1])
     print("  by thread (/status)     " + ", ".join(f"{name} {m:.1f}" for name, m in by_thread if m >= 0.05)

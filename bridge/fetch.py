@@ -193,12 +193,15 @@ class CurlTransfers:
         ended = self._drive()
         if ended:
             return ended
-        wanted = {wake_fd: select.POLLIN}
+        wanted = {wake_fd: _POLLIN}
         if self._active:
             reads, writes, errors = self._multi.fdset()
-            for fd in {*reads, *writes, *errors}:
-                wanted[fd] = (select.POLLIN if fd in reads else 0) | (select.POLLOUT if fd in writes else 0) \
-                    | select.POLLPRI
+            for fd in reads:
+                wanted[fd] = _POLLIN | _POLLPRI
+            for fd in writes:
+                wanted[fd] = wanted.get(fd, _POLLPRI) | _POLLOUT
+            for fd in errors:
+                wanted.setdefault(fd, _POLLPRI)
             curl_timeout_ms = self._multi.timeout()
             if curl_timeout_ms >= 0:
                 timeout_s = min(timeout_s, curl_timeout_ms / 1000)
@@ -245,6 +248,9 @@ class CurlTransfers:
         for transfer in list(self._active.values()):
             self._end(transfer.curl)
         self._multi.close()
+
+
+_POLLIN, _POLLOUT, _POLLPRI = select.POLLIN, select.POLLOUT, select.POLLPRI
 
 
 def _poll(wanted: dict[int, int], timeout_s: float) -> None:

@@ -334,9 +334,10 @@ class Normalizer:
                 plans.clear()
             plan = plans[(template, frozenset())] = self._compile(template.names, template.labels, lambda i: True)
         if _blank_at is not None:
-            absent = frozenset(_blank_at(page.raw, plan.candidate_at, _BLANKS, True))
-            if not absent:
+            blanks = _blank_at(page.raw, plan.candidate_at, _BLANKS, True)
+            if not blanks:
                 return plan
+            absent = frozenset(blanks)
         else:
             values = page.values
             candidates = list(map(values.__getitem__, plan.candidates))
