@@ -15,21 +15,23 @@
  * bridge/parse/template.py `PageTemplate.values_of_bytes_python`. `text` is the page's bytes between its
  * values, cut into segments of `lengths` (the first runs from the start of the page to the first value, each
  * next one from a value's line end to the next value, the last to the end of the page). The body follows
- * the template when it is exactly segment, value, segment, ..., segment, and no value holds a newline. Each value is read as Python's float() reads bytes (surrounding ASCII white
- * space allowed, "inf"/"nan" in any case, overflow to ±inf), except that an underscore makes the page
- * miss the template (float() reads "1_000"; the exposition format does not). Any miss returns None and
- * the caller reads the page line by line.
+ * the template when it is exactly segment, value, segment, ..., segment, and no value holds a newline. Each
+ * value is read as Python's float() reads bytes (surrounding ASCII white space allowed, "inf"/"nan" in any
+ * case, overflow to ±inf), except that an underscore makes the page miss the template (float() reads "1_000";
+ * the exposition format does not). Any miss returns None and the caller reads the page line by line. The
+ * values come back as native float64 bytes.
  *
  * records_of(text, layout, scales, values, start_ns, end_ns) -> tuple[bytes, bytes]
  *
  * A page's record lines (gpu_telemetry_export.jsonl) and the live report's rows, from its values and the
  * record program the normaliser compiled for its template (bridge/normalize.py `RecordProgram`, laid out by
- * `flat_program`): per record, the JSON text around the values, the sample position and scale of each value. The lines are the bytes
- * `orjson.dumps(record_to_dict(record)) + b"\n"` gives for each record (bridge/record_log.py, the reference;
- * tests/test_kernel.py compares them byte for byte); the rows are each record's values as native float64,
- * record after record. A float is written as orjson 3 writes it: the shortest digits that read back to the
- * same double (Ryu, vendored in bridge/ryu/ from github.com/ulfjack/ryu), fixed notation for decimal
- * exponents -5..15 ("0.00001", "1000000000000000.0"), otherwise "1e-6" / "1e+16"; not finite: null.
+ * `flat_program`): per record, the JSON text around the values, the sample position and scale of each value.
+ * The lines are the bytes `orjson.dumps(record_to_dict(record)) + b"\n"` gives for each record
+ * (bridge/record_log.py, the reference; tests/test_kernel.py compares them byte for byte); the rows are each
+ * record's values as native float64, record after record. A float is written as orjson 3 writes it: the
+ * shortest digits that read back to the same double (Ryu, vendored in bridge/ryu/ from github.com/ulfjack/ryu),
+ * fixed notation for decimal exponents -5..15 ("0.00001", "1000000000000000.0"), otherwise "1e-6" / "1e+16";
+ * not finite: null.
  *
  * points_of(frame, layout, values, ts_ns) -> bytes
  *
@@ -117,6 +119,17 @@ static PyObject *pair_of(PyObject *first, PyObject *second) {
     Py_DECREF(first);
     Py_DECREF(second);
     return pair;
+}
+
+/* `index` appended to a list of positions (what blank_at and sums_of find). */
+static int append_index(PyObject *list, Py_ssize_t index) {
+    PyObject *at = PyLong_FromSsize_t(index);
+    if (at == NULL || PyList_Append(list, at) < 0) {
+        Py_XDECREF(at);
+        return -1;
+    }
+    Py_DECREF(at);
+    return 0;
 }
 
 /* A double as read from unaligned bytes. */
@@ -319,7 +332,6 @@ miss:
 
 /* ---- record lines ---------------------------------------------------------------------------------- */
 
-
 /* An int64 in decimal, as orjson writes an int. At most 20 characters. */
 static int write_int64(char *out, long long value) {
     char digits[24];
@@ -423,10 +435,8 @@ static int as_double(PyObject *number, double *out) {
     return -1;
 }
 
-
-
 static PyObject *records_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[2])) {
+    if (nargs != 6 || !PyBytes_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "records_of(text: bytes, layout: bytes, scales: bytes, values: bytes, "
                                          "start_ns: int, end_ns: int | None)");
         return NULL;
@@ -616,13 +626,8 @@ static PyObject *sums_of(PyObject *module, PyObject *const *args, Py_ssize_t nar
         }
         double value = double_at(values, positions[k]);
         memcpy(out + k * (Py_ssize_t)sizeof(double), &value, sizeof(double));
-        if (value < double_at(last, k)) {
-            PyObject *at = PyLong_FromSsize_t(k);
-            if (at == NULL || PyList_Append(fell, at) < 0) {
-                Py_XDECREF(at);
-                goto fail;
-            }
-            Py_DECREF(at);
+        if (value < double_at(last, k) && append_index(fell, k) < 0) {
+            goto fail;
         }
     }
     PyObject *fell_tuple = PyList_AsTuple(fell);
@@ -1012,14 +1017,9 @@ static PyObject *blank_at(PyObject *module, PyObject *const *args, Py_ssize_t na
         for (Py_ssize_t b = 0; !blank && fabs(value) >= least && b < nblanks; b++) {
             blank = value == blanks[b];
         }
-        if (blank) {
-            PyObject *at = PyLong_FromSsize_t(index);
-            if (at == NULL || PyList_Append(found, at) < 0) {
-                Py_XDECREF(at);
-                Py_DECREF(found);
-                return NULL;
-            }
-            Py_DECREF(at);
+        if (blank && append_index(found, index) < 0) {
+            Py_DECREF(found);
+            return NULL;
         }
     }
     PyObject *result = PyList_AsTuple(found);
@@ -1033,7 +1033,7 @@ static PyMethodDef methods[] = {
     {"records_of", (PyCFunction)(void (*)(void))records_of, METH_FASTCALL,
      "A page's record lines and live-report rows from its record program (see bridge/normalize.py)."},
     {"points_of", (PyCFunction)(void (*)(void))points_of, METH_FASTCALL,
-     "A page's OTLP chunk from its plan's pieces and the values (see bridge/otlp/plan.py)."},
+     "A page's OTLP chunk: its plan's frame with the points written in (see bridge/otlp/plan.py)."},
     {"sums_of", (PyCFunction)(void (*)(void))sums_of, METH_FASTCALL,
      "A plan's counter values gathered, and which of them fell below the last page's (see bridge/otlp/plan.py)."},
     {"blank_at", (PyCFunction)(void (*)(void))blank_at, METH_FASTCALL,

@@ -253,7 +253,6 @@ class ScrapeGroup:
                 now, now_ns = self.monotonic(), self.now_ns()
                 wake_at = min(wake_at, *(self.loops[url].due_at(origin, interval, now, now_ns) for url, _ in ended))
 
-
     def _look(self, origin: float, starts: list[ScrapeLoop]) -> float | None:
         """Begin the scrapes that are due (appended to `starts`); when to look again, or None once stopping."""
         interval = self.interval_s

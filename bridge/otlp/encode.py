@@ -344,7 +344,6 @@ class EndpointEncoder:
         plan.sum_series = [slots[k][2] for k in plan.sum_slots]
         plan.starts = [series.start for series in plan.sum_series]
         plan.last_sum = [series.last_value for series in plan.sum_series]
-        plan.blanks = frozenset(blanks)
         plan.blank_at = tuple(blanks)
         plan.lay_out(constants)
         plan.last_t = ts_ns

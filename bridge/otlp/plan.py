@@ -50,9 +50,8 @@ class PagePlan:
     """
 
     __slots__ = ("template", "ctx", "pieces", "frame", "layout", "start_at", "value_at", "sum_at", "sum_slots",
-                 "sum_heads", "series", "sum_series", "starts", "last_sum", "blanks", "blank_at", "sum_positions",
-                 "last_t", "generation", "dirty",
-                 "dropped", "points", "use_kernel")
+                 "sum_heads", "series", "sum_series", "starts", "last_sum", "blank_at", "sum_positions", "last_t",
+                 "generation", "dirty", "dropped", "points", "use_kernel")
 
     def __init__(self, template: PageTemplate, ctx: PointContext) -> None:
         self.template = template
@@ -72,8 +71,7 @@ class PagePlan:
         self.sum_series: list[Series] = []
         self.starts: list[int] = []
         self.last_sum: list[float] | bytes = []  # the kernel keeps them as float64 bytes
-        self.blanks: frozenset[int] = frozenset()  # sample positions holding a sentinel (not sent)
-        self.blank_at: tuple[int, ...] = ()  # the same, in order (as the kernel finds them)
+        self.blank_at: tuple[int, ...] = ()  # sample positions holding a sentinel (not sent), in order
         self.sum_positions = b""  # sum_at, as the kernel reads it (int32)
         self.last_t = 0
         self.generation = 0
@@ -92,9 +90,9 @@ class PagePlan:
         else:
             values = page.values
             if BLANK_VALUES.isdisjoint(values):
-                if self.blanks:
+                if self.blank_at:
                     return None
-            elif frozenset(compress(range(len(values)), map(BLANK_VALUES.__contains__, values))) != self.blanks:
+            elif tuple(compress(range(len(values)), map(BLANK_VALUES.__contains__, values))) != self.blank_at:
                 return None
         pieces = self.pieces
         if self.sum_at:
@@ -121,7 +119,7 @@ class PagePlan:
         self.last_t = ts_ns
         self.generation = table.begin_page()
         self.dirty = True
-        return EncodedPage(chunk, self.points, 0, len(self.blanks), 0, self.dropped)
+        return EncodedPage(chunk, self.points, 0, len(self.blank_at), 0, self.dropped)
 
     def lay_out(self, constants: list[bytes]) -> None:
         """`pieces`, `frame`, `layout` and `start_at` from the constants between the points (set `value_at` and

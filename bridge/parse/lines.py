@@ -59,10 +59,8 @@ class PageParser:
         self.use_templates = True  # False: every page through the line loop (tests compare the two)
 
     def parse(self, body: bytes | str, *, openmetrics: bool | None = None) -> ParsedPage:
-        template = self._template
-        last = self._last_page
-        if template is not None and last is not None and last.template is template and body == self._last_body \
-                and openmetrics in (None, template.openmetrics):
+        last = self._last_page  # (a page of the current template, set and cleared with `_last_body`)
+        if last is not None and body == self._last_body and openmetrics in (None, last.template.openmetrics):
             # dcgm-exporter refreshes every 30 s by default: most scrapes return the previous bytes.
             return last.again()
         page = self._parse(body, openmetrics)

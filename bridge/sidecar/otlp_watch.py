@@ -20,7 +20,8 @@ class OtlpLossWatch:
         self._last = -every_s
 
     def check(self, stats: ExportStats) -> str | None:
-        """Once a second: the forwarder's counters as they are (no dict of them: this runs all run long)."""
+        """The forwarder's counters as they are (the sidecar calls it when the forwarder signals a loss, `profile`
+        once a second)."""
         lost = stats.dropped_points + stats.rejected_points
         now = self._monotonic()
         if lost <= self._reported or now - self._last < self.every_s and self._reported:
