@@ -169,6 +169,10 @@ class CurlTransfers:
         self._multi = pycurl.CurlMulti()
         self._active: dict[int, _Transfer] = {}  # id(curl handle) -> its transfer
         self._refused: list[Outcome] = []
+        # A GET was added since libcurl was last driven. Each drive (`perform`) looks at every transfer in flight,
+        # so a wait drives libcurl before its poll only when there is something to start (else it was driven at
+        # the end of the last wait): one drive per wake-up, as a bare libcurl loop does, not two.
+        self._added = False
         # One poll object for the thread's life: kept-alive connections keep their sockets from tick to tick, so
         # a wait changes what is registered only when libcurl's sockets or the events it wants change.
         self._poller = select.poll()
@@ -184,15 +188,18 @@ class CurlTransfers:
         transfer.begin(self._fetcher._now_ns())
         self._active[id(transfer.curl)] = transfer
         self._multi.add_handle(transfer.curl)
+        self._added = True
 
     @property
     def active(self) -> bool:
         return bool(self._active)
 
     def wait(self, timeout_s: float, wake_fd: int) -> list[Outcome]:
-        ended = self._drive()
-        if ended:
-            return ended
+        if self._added or self._refused:  # (else libcurl was driven at the last wait's end)
+            self._added = False
+            ended = self._drive()
+            if ended:
+                return ended
         wanted = {wake_fd: _POLLIN}
         if self._active:
             reads, writes, errors = self._multi.fdset()
