@@ -396,6 +396,7 @@ def test_the_live_series_hands_out_held_pages_in_time_order_whatever_comes_betwe
 
     monkeypatch.setattr(spool, "_BLOCK_BYTES", block_bytes)
     monkeypatch.setattr(spool, "_FLUSH_BYTES", 2048)
+    monkeypatch.setattr(spool, "_SPOOL_MEMORY", 0)
     first = _simulated("current", mig=2)
     bodies = [first] * 7 + [first.replace(b"GPU-", b"GPU-X")] * 3 + [first] * 6
     normalizer, parser = Normalizer(default_table()), PageParser()
@@ -430,6 +431,7 @@ def test_a_spool_that_cannot_be_written_gives_up_cleanly_while_pages_are_held(tm
     from tests.test_hostile import _simulated
 
     monkeypatch.setattr(spool, "_FLUSH_BYTES", 1024)
+    monkeypatch.setattr(spool, "_SPOOL_MEMORY", 0)
     monkeypatch.setattr(spool, "_MAX_UNSPOOLED_BYTES", 20_000)
     (tmp_path / "a-file").write_text("not a folder")
     live = spool.LiveSeries(tmp_path / "a-file" / "spool")

@@ -41,7 +41,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _META_NAMES = {"gpu_instance_profile": "instance_profile"}  # GpuRecord field -> bridge/normalize.py GpuMeta's
-_FLUSH_BYTES = 16 * 1024  # per series and file: ~8 s of one GPU at 3 Hz
+# A series' rows are spooled when they reach its threshold. Each spool write costs ~70 us of the scrape thread
+# however small (an open, an append and a close, two files), so after its first (staggered) spool a series holds
+# its share of _SPOOL_MEMORY before the next: 64 KiB a series at 64 series (~1 write a second at 8 x 8 GPUs and
+# 3 Hz, not 4), never less than _FLUSH_BYTES (~8 s of one GPU at 3 Hz: past 256 series the memory grows with
+# them) nor more than 8 times it.
+_SPOOL_MEMORY = 4 * 1024 * 1024
+_FLUSH_BYTES = 16 * 1024
 # Series fill at the same pace, so one threshold would spool all of them in the same scrape (512 MIG series:
 # ~1,000 file writes in one page's processing, tens of ms of the scrape thread). Each series' first threshold
 # is staggered by up to this many eighths of it, and every later one is the same: the series keep the phases
@@ -58,6 +64,11 @@ def _meta_field(meta: GpuMeta, name: str) -> Any:
     return getattr(meta, _META_NAMES.get(name, name))
 
 
+def flush_bytes(series: int) -> int:
+    """A series' spool threshold when the run has `series` series (see _SPOOL_MEMORY)."""
+    return max(_FLUSH_BYTES, min(8 * _FLUSH_BYTES, _SPOOL_MEMORY // max(1, series)))
+
+
 class _Spooled:
     """One series (endpoint × GPU identity): its rows (report/series.py's SeriesRows, holding only those not
     yet spooled) and how many float64 values its .rows file holds."""
@@ -68,7 +79,7 @@ class _Spooled:
         self.number = number
         self.rows = SeriesRows(record)
         self.rows_out = 0
-        self.flush_at = _FLUSH_BYTES + (number % _FLUSH_STAGGER) * _FLUSH_BYTES // _FLUSH_STAGGER
+        self.flush_at = _FLUSH_BYTES + (number % _FLUSH_STAGGER) * _FLUSH_BYTES // _FLUSH_STAGGER  # then flush_bytes
         self.meta: GpuMeta | None = None  # the metadata the missing fields were last filled from
 
 
@@ -203,7 +214,7 @@ class LiveSeries:
                 self._give_up()
             return
         spooled.rows_out += rows.used // 8
-        spooled.flush_at = _FLUSH_BYTES
+        spooled.flush_at = flush_bytes(len(self._series))
         rows.take()
         self._unspooled = 0
 

@@ -72,3 +72,42 @@ def test_series_filling_at_one_pace_spool_in_different_scrapes(tmp_path: Path, m
         live.add([rec(T0 + scrape * S, data, uuid=f"GPU-{n}") for n in range(SERIES)], "node:9400")
     assert sum(written) >= SERIES and max(written) <= SERIES // 8
     assert all(len(s) == 200 for s in live.finish())
+
+
+def _spool_writes(tmp_path: Path, monkeypatch, series: int, scrapes: int) -> tuple[int, int]:
+    """(spool writes, the most rows bytes the series held together) for `series` series fed one record each per
+    scrape."""
+    from bridge.report import spool
+    from tests.report.helpers import T0, S, rec
+
+    live = spool.LiveSeries(tmp_path / f"spool-{series}")
+    writes, original = [0], live._spool
+
+    def counting(spooled: spool._Spooled) -> None:
+        writes[0] += 1
+        original(spooled)
+
+    monkeypatch.setattr(live, "_spool", counting)
+    data = {f"nvidia_key_{k}": float(k) for k in range(40)}
+    held = 0
+    for scrape in range(scrapes):
+        live.add([rec(T0 + scrape * S, data, uuid=f"GPU-{n}") for n in range(series)], "node:9400")
+        held = max(held, sum(s.rows.used for s in live._series.values()))
+    assert all(len(s) == scrapes for s in live.finish())
+    return writes[0], held
+
+
+def test_few_series_spool_in_fewer_larger_writes_within_the_memory_budget(tmp_path: Path, monkeypatch) -> None:
+    """Each spool write costs an open, an append and a close whatever its size: with 64 series (8 × 8 GPUs) the
+    rows are held up to the spool's memory budget (64 KiB a series after the first, staggered spool at the 16 KiB
+    floor) and written about a quarter as often as at the floor, and together they stay within the budget."""
+    from bridge.report import spool
+
+    assert spool.flush_bytes(64) == 4 * spool.flush_bytes(512) == 4 * spool._FLUSH_BYTES
+    assert spool.flush_bytes(1) == 8 * spool._FLUSH_BYTES  # (a single series is not held past 128 KiB)
+    budget = spool._SPOOL_MEMORY
+    few, held_few = _spool_writes(tmp_path, monkeypatch, 64, 1000)  # 1000 × 328 bytes a series
+    monkeypatch.setattr(spool, "_SPOOL_MEMORY", 0)  # every series at the floor
+    floor, held_floor = _spool_writes(tmp_path, monkeypatch, 64, 1000)
+    assert 0 < few <= floor / 3
+    assert held_floor <= 64 * 2 * spool._FLUSH_BYTES < held_few <= budget + 64 * 400
