@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_for(base + "/readyz", 120, proc)
         to_ready = cpu_seconds(proc.pid)
         # Start-up, not steady state: the first pages (templates, plans), the first OTLP batches, and the live
-        # report's spool buffers filling to their 16 KB per series (~17 s at 3 Hz).
+        # report's spool buffers filling to their first threshold of 16 KB per series (~17 s at 3 Hz; later ones
+        # are 32 KB, bench/NOTES.md).
         floor = subprocess.Popen([sys.executable, str(ROOT / "bench" / "_bare_scrape.py"), "0.333", *urls],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(20.0)

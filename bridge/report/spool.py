@@ -43,10 +43,10 @@ logger = logging.getLogger(__name__)
 _META_NAMES = {"gpu_instance_profile": "instance_profile"}  # GpuRecord field -> bridge/normalize.py GpuMeta's
 # A series' rows are spooled when they reach its threshold. Each spool write costs ~70 us of the scrape thread
 # however small (an open, an append and a close, two files), so after its first (staggered) spool a series holds
-# its share of _SPOOL_MEMORY before the next: 64 KiB a series at 64 series (~1 write a second at 8 x 8 GPUs and
-# 3 Hz, not 4), never less than _FLUSH_BYTES (~8 s of one GPU at 3 Hz: past 256 series the memory grows with
+# its share of _SPOOL_MEMORY before the next: 32 KiB a series at 64 series (2 writes a second at 8 x 8 GPUs and
+# 3 Hz, not 4), never less than _FLUSH_BYTES (~8 s of one GPU at 3 Hz: past 128 series the memory grows with
 # them) nor more than 8 times it.
-_SPOOL_MEMORY = 4 * 1024 * 1024
+_SPOOL_MEMORY = 2 * 1024 * 1024
 _FLUSH_BYTES = 16 * 1024
 # Series fill at the same pace, so one threshold would spool all of them in the same scrape (512 MIG series:
 # ~1,000 file writes in one page's processing, tens of ms of the scrape thread). Each series' first threshold
