@@ -26,6 +26,7 @@ import orjson
 
 from bridge.events import Event, event_to_line
 from bridge.samples import GpuRecord
+from bridge.views import advance
 
 logger = logging.getLogger(__name__)
 
@@ -399,10 +400,7 @@ def _write_parts(file: IO[bytes], parts: list[bytes]) -> None:
         written = os.writev(fd, views[:_IOV_MAX])
         if written <= 0:
             raise OSError(errno.ENOSPC, "the write made no progress")
-        while views and written >= len(views[0]):
-            written -= len(views.pop(0))
-        if views and written:
-            views[0] = views[0][written:]
+        advance(views, written)
 
 
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 16

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
+from bridge.views import advance
+
 MAX_HEAD = 64 * 1024  # status line and header fields
 MAX_BODY = 4 * 1024 * 1024  # an OTLP answer is a few bytes; an error page is cut here
 _NO_BODY = frozenset([204, 304])
@@ -159,12 +161,7 @@ class Http1Connection:
                     sent = sock.sendmsg(views[:_IOV_MAX])
                 except BlockingIOError:  # SO_SNDTIMEO ran out with nothing taken
                     sent = 0
-                while sent and views:
-                    if sent >= len(views[0]):
-                        sent -= len(views[0])
-                        views.pop(0)
-                    else:
-                        views[0], sent = views[0][sent:], 0
+                advance(views, sent)
                 if views and poller.poll(0):
                     return False
         except (BrokenPipeError, ConnectionResetError):
