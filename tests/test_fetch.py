@@ -244,3 +244,55 @@ def test_tls_with_an_unknown_certificate_is_refused_unless_verification_is_off(c
         fetcher.close()
     assert error.kind == "connect" and "certificate" in error.message.lower()
     assert body == PAGE
+
+
+class _CountingMulti:
+    """A libcurl multi handle that counts its drives (`perform`)."""
+
+    def __init__(self, multi: object) -> None:
+        self._multi = multi
+        self.performs = 0
+
+    def perform(self) -> tuple[int, int]:
+        self.performs += 1
+        return self._multi.perform()  # type: ignore[attr-defined, no-any-return]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._multi, name)
+
+
+def test_the_scrape_thread_drives_libcurl_once_per_wake_up_and_once_more_for_new_gets() -> None:
+    """Each drive looks at every transfer in flight, so a wait drives libcurl after its poll, and before it only
+    when GETs were added since the last drive: over ticks of three GETs, drives <= waits + ticks (two per wait
+    before, one ahead of every poll)."""
+    import os
+
+    def slow(handler: BaseHTTPRequestHandler) -> None:
+        time.sleep(0.02)  # (the GETs end after a poll or two, not within the drive that starts them)
+        send(handler, PAGE)
+
+    with LoopbackServer(slow) as server:
+        fetcher = make_fetcher(FetchSettings())
+        transfers = fetcher.transfers()
+        counting = transfers._multi = _CountingMulti(transfers._multi)  # type: ignore[assignment]
+        wake_read, wake_write = os.pipe()
+        waits = ticks = pages = 0
+        try:
+            for _ in range(5):
+                ticks += 1
+                for n in range(3):
+                    transfers.begin(f"{server.url}?n={n}")
+                ended = 0
+                while ended < 3:
+                    waits += 1
+                    got = transfers.wait(2.0, wake_read)
+                    ended += len(got)
+                    pages += sum(not isinstance(outcome, FetchError) for _, outcome in got)
+        finally:
+            transfers.cancel()
+            fetcher.close()
+            os.close(wake_read)
+            os.close(wake_write)
+    assert pages == 15
+    assert waits > ticks  # (each tick took more than one wait: the count below says something)
+    assert counting.performs <= waits + ticks
