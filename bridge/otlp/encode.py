@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import struct
+from array import array
 from collections.abc import Mapping
 
 from bridge.fields import BLANK_VALUES, is_blank_label
@@ -343,7 +344,7 @@ class EndpointEncoder:
         plan.series = [slot[2] for slot in slots]
         plan.sum_series = [slots[k][2] for k in plan.sum_slots]
         plan.starts = [series.start for series in plan.sum_series]
-        plan.last_sum = [series.last_value for series in plan.sum_series]
+        plan.last_sum = array("d", [series.last_value for series in plan.sum_series]).tobytes()
         plan.blank_at = tuple(blanks)
         plan.lay_out(constants)
         plan.last_t = ts_ns

@@ -70,7 +70,7 @@ class PagePlan:
         self.series: list[Series] = []  # every series with a point, for the write-back
         self.sum_series: list[Series] = []
         self.starts: list[int] = []
-        self.last_sum: list[float] | bytes = []  # the kernel keeps them as float64 bytes
+        self.last_sum = b""  # their values on the last page, native float64 (as the kernel reads and returns them)
         self.blank_at: tuple[int, ...] = ()  # sample positions holding a sentinel (not sent), in order
         self.sum_positions = b""  # sum_at, as the kernel reads it (int32)
         self.last_t = 0
@@ -97,14 +97,13 @@ class PagePlan:
         pieces = self.pieces
         if self.sum_at:
             fell: Sequence[int]
-            if kernel:  # (a plan's first page gives its last values as floats)
-                last = self.last_sum if isinstance(self.last_sum, bytes) else array("d", self.last_sum).tobytes()
-                self.last_sum, fell = _sums_of(page.raw, self.sum_positions, last)
+            if kernel:
+                self.last_sum, fell = _sums_of(page.raw, self.sum_positions, self.last_sum)
             else:
                 sums = list(map(values.__getitem__, self.sum_at))
-                last_sum = self.last_sum
+                last_sum = memoryview(self.last_sum).cast("d")
                 fell = [k for k in range(len(sums)) if sums[k] < last_sum[k]] if any(map(lt, sums, last_sum)) else ()
-                self.last_sum = sums
+                self.last_sum = array("d", sums).tobytes()
             if start_mode != "unset":
                 for k in fell:  # a reset: a new interval after the previous point (starttime.py)
                     self.starts[k] = self.last_t + 1
@@ -148,8 +147,7 @@ class PagePlan:
         for series in self.series:
             series.last_ts = self.last_t
             series.seen = self.generation
-        last_sum = memoryview(self.last_sum).cast("d") if isinstance(self.last_sum, bytes) else self.last_sum
-        for series, start, last in zip(self.sum_series, self.starts, last_sum, strict=True):
+        for series, start, last in zip(self.sum_series, self.starts, memoryview(self.last_sum).cast("d"), strict=True):
             series.start = start
             series.last_value = last
         self.dirty = False
