@@ -81,6 +81,28 @@ def test_an_unreachable_otlp_receiver_is_said_during_the_run_once_a_minute_at_mo
     assert capsys.readouterr().err.count("warning: OTLP receiver is losing data") == 2
 
 
+def test_a_loss_held_back_by_the_minute_says_when_it_is_due(capsys: pytest.CaptureFixture[str]) -> None:
+    """The sidecar looks at the counters when the forwarder signals a loss: growth within the minute after a line
+    is held, and the watch says when it is due, so a loss that stopped meanwhile is still said during the run."""
+    from bridge.otlp import ExportStats
+    from bridge.sidecar.cli import OtlpLossWatch
+
+    clock = [0.0]
+    watch = OtlpLossWatch(monotonic=lambda: clock[0])
+    assert watch.due_in() is None
+    assert watch.check(ExportStats(dropped_points=100)) is not None
+    assert watch.due_in() is None  # (said: nothing held)
+    clock[0] = 20.0
+    assert watch.check(ExportStats(dropped_points=300)) is None
+    assert watch.due_in() == 40.0
+    clock[0] = 60.0
+    assert watch.due_in() == 0.0
+    later = watch.check(ExportStats(dropped_points=300))
+    assert later is not None and "300 points" in later
+    assert watch.due_in() is None
+    assert capsys.readouterr().err.count("warning: OTLP receiver is losing data") == 2
+
+
 def test_profile_says_during_the_run_that_the_otlp_receiver_is_losing_data(tmp_path: Path) -> None:
     import os
     import subprocess

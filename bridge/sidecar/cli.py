@@ -211,11 +211,13 @@ def sidecar(live: bool, **flags: Any) -> None:
     watch = OtlpLossWatch()
     finished_by_file = False
     # A look at the done file once a second when there is one, and at the OTLP counters when the forwarder says
-    # points were lost; else the main thread sleeps until done (each look is a wake-up of an idle process).
+    # points were lost (or a loss held back by the watch's one-a-minute limit is due); else the main thread sleeps
+    # until done (each look is a wake-up of an idle process).
     if session.forwarder is not None:
         session.forwarder.loss_signal = look
     while not done.is_set():
-        look.wait(1.0 if done_file is not None else None)
+        waits = [w for w in (1.0 if done_file is not None else None, watch.due_in()) if w is not None]
+        look.wait(min(waits) if waits else None)
         look.clear()
         if done.is_set():
             break
