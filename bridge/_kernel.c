@@ -549,9 +549,10 @@ static void put_le64(char *out, uint64_t value) {
 }
 
 static PyObject *points_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !(PyBytes_Check(args[0]) || PyByteArray_Check(args[0]))) {
+    if (nargs < 4 || nargs > 5 || !(PyBytes_Check(args[0]) || PyByteArray_Check(args[0]))
+            || (nargs == 5 && args[4] != Py_None && !PyByteArray_Check(args[4]))) {
         PyErr_SetString(PyExc_TypeError, "points_of(frame: bytes | bytearray, layout: bytes, values: bytes, "
-                                         "ts_ns: int)");
+                                         "ts_ns: int, into: bytearray | None = None)");
         return NULL;
     }
     const int32_t *layout;
@@ -576,11 +577,24 @@ static PyObject *points_of(PyObject *module, PyObject *const *args, Py_ssize_t n
             return NULL;
         }
     }
-    PyObject *chunk = PyBytes_FromStringAndSize(frame, size);
-    if (chunk == NULL) {
-        return NULL;
+    /* `into`: a buffer that already holds this frame (a chunk of the plan's sent in an earlier batch): only the
+       points are written, not the frame's ~100 KB copied again. */
+    PyObject *chunk;
+    char *out;
+    if (nargs == 5 && args[4] != Py_None) {
+        if (PyByteArray_GET_SIZE(args[4]) != size) {
+            PyErr_SetString(PyExc_ValueError, "points_of: the buffer is not the frame's size");
+            return NULL;
+        }
+        chunk = Py_NewRef(args[4]);
+        out = PyByteArray_AS_STRING(chunk);
+    } else {
+        chunk = PyBytes_FromStringAndSize(frame, size);
+        if (chunk == NULL) {
+            return NULL;
+        }
+        out = PyBytes_AS_STRING(chunk);
     }
-    char *out = PyBytes_AS_STRING(chunk);
     char point[18];
     point[0] = 0x19;
     put_le64(point + 1, ts_ns);

@@ -267,7 +267,8 @@ def test_edge_floats_are_written_as_orjson_writes_them(value: float) -> None:
 def test_a_page_sequence_gives_the_same_otlp_bytes_on_both_fills(index: int,
                                                                  steps: list[list[tuple[int, float]]]) -> None:
     """Pages of one template one after another (values changed, sentinels coming and going, counters going
-    down: a reset); every chunk is the same bytes whether the plan is filled by the kernel or by struct.pack."""
+    down: a reset); every chunk is the same bytes whether the plan is filled by the kernel or by struct.pack.
+    Each chunk is let go before the next page, so the kernel's plan writes every page into the same buffer."""
     from bridge.otlp.encode import ContextCache, EndpointEncoder
 
     page = TEMPLATE_PAGES[index]
@@ -279,8 +280,46 @@ def test_a_page_sequence_gives_the_same_otlp_bytes_on_both_fills(index: int,
         for at, value in changes:
             values[at % len(values)] = value
         templated = TemplatedPage(page.template, tuple(values))
-        chunks = [e.encode(templated, ctx, 1_000_000_000 * (step + 1)) for e in encoders]
+        chunks = [bytes(e.encode(templated, ctx, 1_000_000_000 * (step + 1)).chunk) for e in encoders]
         assert chunks[0] == chunks[1]
+
+
+def test_a_chunk_buffer_is_written_again_only_once_nothing_holds_it() -> None:
+    """The kernel's plan writes a page's points into a buffer of an earlier page once that chunk is let go (its
+    batch sent): a chunk still held (a batch being retried, a carried page) keeps its bytes; a counter reset in
+    between still reaches the reused buffer (its start time is in the frame, not in the points)."""
+    from bridge.otlp.encode import ContextCache, EndpointEncoder
+
+    page = max(TEMPLATE_PAGES, key=lambda p: len(p.values))  # a whole node's page, counters among its values
+    encoders = [EndpointEncoder({"service.name": "dcgm-exporter"}) for _ in range(2)]
+    encoders[1].use_kernel = False
+    ctx = ContextCache().get("run-1", "profiling")
+    values = list(page.values)
+
+    def both(step: int) -> tuple[bytes | bytearray, bytes]:
+        templated = TemplatedPage(page.template, tuple(values))
+        kernel_chunk, python_chunk = (e.encode(templated, ctx, 1_000_000_000 * step).chunk for e in encoders)
+        return kernel_chunk, python_chunk
+
+    both(1)
+    both(2)  # (the second page is the plan's first)
+    plan = encoders[0]._plan
+    assert plan is not None and plan.sum_at, "a page with counters"
+    sums = plan.sum_at
+    held, expected = both(3)
+    kept = bytes(held)
+    values[sums[0]] += 1.0
+    second, _ = both(4)
+    assert second is not held and held == kept == expected  # held: a new buffer, the held one untouched
+    del held, second
+    first_id = id(both(5)[0])  # both buffers free again: the first is taken (and let go at once)
+    values[sums[0]] = -1.0  # a reset: a new start time goes into the frame
+    chunk, expected = both(6)
+    assert id(chunk) == first_id and chunk == expected
+    del chunk
+    values[sums[0]] = 5.0
+    chunk, expected = both(7)
+    assert id(chunk) == first_id and chunk == expected
 
 
 @settings(max_examples=300, deadline=None)

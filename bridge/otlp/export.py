@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 from bridge.otlp.config import OtlpConfig
 from bridge.otlp.encode import ContextCache, EndpointEncoder
+from bridge.otlp.points import Chunk
 from bridge.otlp.resource import endpoint_attributes
 from bridge.otlp.semconv import page_to_semconv
 from bridge.otlp.transport import Sender, SendResult, make_sender, secrets_of
@@ -105,7 +106,7 @@ class OtlpForwarder:
         self._jitter = jitter
         self._encoders: dict[str, EndpointEncoder] = {}
         self._queue: deque[_Item] = deque()
-        self._carry: list[tuple[bytes, int, int]] = []  # (chunk, points, pages) encoded, not yet sent
+        self._carry: list[tuple[Chunk, int, int]] = []  # (chunk, points, pages) encoded, not yet sent
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._queued_points = 0
@@ -268,7 +269,7 @@ class OtlpForwarder:
                          delay)
             self._sleep(delay)
 
-    def _send(self, parts: list[bytes]) -> SendResult:
+    def _send(self, parts: list[Chunk]) -> SendResult:
         try:
             return self._sender.send(parts)
         except Exception as exc:  # noqa: BLE001 - a transport bug is a failed, retryable attempt
@@ -281,9 +282,9 @@ class OtlpForwarder:
         base = min(self.config.retry_max_backoff_s, step)
         return float(base * (0.5 + 0.5 * self._jitter()))  # "equal jitter": never less than half the step
 
-    def _next_batch(self) -> tuple[list[bytes], int, int]:
+    def _next_batch(self) -> tuple[list[Chunk], int, int]:
         """Take pages off the queue and encode them until the batch is full; leftovers are carried."""
-        chunks: list[bytes] = []
+        chunks: list[Chunk] = []
         points = pages = size = 0
         carry, self._carry = self._carry, []
         for chunk, n, p in carry:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
+from bridge.otlp.points import Chunk
 from bridge.views import advance
 
 MAX_HEAD = 64 * 1024  # status line and header fields
@@ -68,7 +69,7 @@ class Http1Connection:
         self._sock: socket.socket | None = None
         self._buffer = b""  # bytes read past the previous answer (none, from a well-behaved server)
 
-    def post(self, headers: Sequence[tuple[str, str]], parts: Sequence[bytes]) -> Response:
+    def post(self, headers: Sequence[tuple[str, str]], parts: Sequence[Chunk]) -> Response:
         """Send one request whose body is `parts` one after the other; raises ConnectFailed or TimedOut."""
         deadline = time.monotonic() + self.timeout_s
         size = sum(map(len, parts))
@@ -93,7 +94,7 @@ class Http1Connection:
         self._sock, self._buffer = None, b""
 
     # -- one exchange ---------------------------------------------------------------------------
-    def _exchange(self, head: bytes, parts: Sequence[bytes], deadline: float) -> Response:
+    def _exchange(self, head: bytes, parts: Sequence[Chunk], deadline: float) -> Response:
         try:
             if self._sock is None:
                 self._connect(deadline)
@@ -134,7 +135,7 @@ class Http1Connection:
                 raise ConnectFailed(f"TLS with {self.authority}: {_describe(exc)}") from None
         self._sock, self._buffer = sock, b""
 
-    def _send(self, head: bytes, parts: Sequence[bytes], deadline: float) -> bool:
+    def _send(self, head: bytes, parts: Sequence[Chunk], deadline: float) -> bool:
         """The request on the wire; False when the receiver closed its side before taking all of it (it may have
         answered first, as a receiver refusing a body too large does: that answer is then read)."""
         sock = self._sock

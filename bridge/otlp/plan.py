@@ -14,13 +14,14 @@ through the loop.
 from __future__ import annotations
 
 import struct
+import sys
 from array import array
 from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import lt
 
 from bridge.fields import BLANK_VALUES
-from bridge.otlp.points import EncodedPage, PointContext
+from bridge.otlp.points import Chunk, EncodedPage, PointContext
 from bridge.otlp.starttime import Series, SeriesTable, StartTimeMode
 from bridge.parse import PageTemplate, TemplatedPage
 from bridge.parse.template import pack_ints
@@ -39,6 +40,9 @@ _PACK_VALUE = struct.Struct("<d").pack
 PACK_START = struct.Struct("<BQ").pack  # 0x11 start
 _PACK_U64_INTO = struct.Struct("<Q").pack_into
 _POINT_TAIL = 18  # 0x19 time 0x21 value
+_POOL = 8  # chunk buffers kept a plan: a batch a second holds ~3 pages of an endpoint at 3 Hz
+_FREE = 3  # a pooled buffer's reference count, seen from `_free_buffer`, when only the pool holds it: its tuple,
+# the loop's name and getrefcount's argument (tests/test_otlp_plan.py holds a chunk and drops it)
 
 
 class PagePlan:
@@ -51,7 +55,7 @@ class PagePlan:
 
     __slots__ = ("template", "ctx", "pieces", "frame", "layout", "start_at", "value_at", "sum_at", "sum_slots",
                  "sum_heads", "series", "sum_series", "starts", "last_sum", "blank_at", "sum_positions", "last_t",
-                 "generation", "dirty", "dropped", "points", "use_kernel")
+                 "generation", "dirty", "dropped", "points", "use_kernel", "buffers", "version")
 
     def __init__(self, template: PageTemplate, ctx: PointContext) -> None:
         self.template = template
@@ -79,6 +83,11 @@ class PagePlan:
         self.dropped = 0
         self.points = 0
         self.use_kernel = True  # False: the struct.pack fill (tests compare the two)
+        # The kernel's chunks: buffers of the frame's size, with the frame's `version` they hold. A buffer that no
+        # one but the pool holds (its batch was sent or given up) takes the next page's points in place: the
+        # frame is not copied again, and a buffer used a second ago is not the cold, new 100 KB a copy would be.
+        self.buffers: list[tuple[bytearray, int]] = []
+        self.version = 0  # the frame's: a counter reset writes a start time into it
 
     def fill(self, page: TemplatedPage, ts_ns: int, table: SeriesTable, start_mode: StartTimeMode
              ) -> EncodedPage | None:
@@ -109,8 +118,10 @@ class PagePlan:
                     self.starts[k] = self.last_t + 1
                     pieces[3 * self.sum_slots[k]] = self.sum_heads[k] + PACK_START(0x11, self.starts[k])
                     _PACK_U64_INTO(self.frame, self.start_at[k], self.starts[k])
+                    self.version += 1
+        chunk: Chunk
         if kernel:
-            chunk = _points_of(self.frame, self.layout, page.raw, ts_ns)
+            chunk = _points_of(self.frame, self.layout, page.raw, ts_ns, self._free_buffer())
         else:
             pieces[1::3] = repeat(_PACK_TIME(0x19, ts_ns, 0x21), self.points)
             pieces[2::3] = map(_PACK_VALUE, map(values.__getitem__, self.value_at))
@@ -119,6 +130,20 @@ class PagePlan:
         self.generation = table.begin_page()
         self.dirty = True
         return EncodedPage(chunk, self.points, 0, len(self.blank_at), 0, self.dropped)
+
+    def _free_buffer(self) -> bytearray:
+        """A chunk buffer holding the current frame that nothing outside the pool refers to."""
+        buffers = self.buffers
+        for k, (buffer, version) in enumerate(buffers):
+            if sys.getrefcount(buffer) == _FREE:
+                if version != self.version:
+                    buffer[:] = self.frame
+                    buffers[k] = (buffer, self.version)
+                return buffer
+        buffer = bytearray(self.frame)
+        if len(buffers) < _POOL:
+            buffers.append((buffer, self.version))
+        return buffer
 
     def lay_out(self, constants: list[bytes]) -> None:
         """`pieces`, `frame`, `layout` and `start_at` from the constants between the points (set `value_at` and

@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 from bridge.otlp.wire import T_NDP_ATTR, attributes
 
+Chunk = bytes | bytearray  # an encoded page or request part; a bytearray is a plan's buffer (plan.py)
+
 
 @dataclass(frozen=True, eq=False)
 class PointContext:
@@ -53,7 +55,7 @@ class ContextCache:
 
 
 class EncodedPage(NamedTuple):
-    chunk: bytes  # a framed ResourceMetrics (field 1 of the request); b"" when there is nothing to send
+    chunk: Chunk  # a framed ResourceMetrics (field 1 of the request); b"" when there is nothing to send
     points: int  # data points, staleness markers included
     stale: int  # NoRecordedValue markers among them
     blank: int  # sentinel values not sent

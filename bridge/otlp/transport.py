@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 from bridge.otlp.config import OtlpConfig, OtlpConfigError
 from bridge.otlp.http1 import ConnectFailed, Http1Connection, TimedOut
+from bridge.otlp.points import Chunk
 from bridge.otlp.wire import request_bytes
 from bridge.redact import scrub, secret_list, url_secrets
 
@@ -44,7 +45,7 @@ class Sender(Protocol):
     request in parts (framed ResourceMetrics chunks: `wire.request_bytes` of them is the request's bytes), so
     that a batch of megabytes is not copied into one buffer only to be written to a socket."""
 
-    def send(self, parts: Sequence[bytes]) -> SendResult: ...
+    def send(self, parts: Sequence[Chunk]) -> SendResult: ...
 
     def close(self) -> None: ...
 
@@ -86,10 +87,10 @@ class HttpSender:
         self._connection = Http1Connection(self.url, timeout_s=config.timeout_s, ssl_context=tls)
         self._secrets = secrets_of(config)
 
-    def send(self, parts: Sequence[bytes]) -> SendResult:
+    def send(self, parts: Sequence[Chunk]) -> SendResult:
         return _scrubbed(self._send(parts), self._secrets)
 
-    def _send(self, parts: Sequence[bytes]) -> SendResult:
+    def _send(self, parts: Sequence[Chunk]) -> SendResult:
         if self.gzip:
             # Level 1: a third of level 6's CPU for a page that compresses ~10x either way.
             compressor = zlib.compressobj(1, zlib.DEFLATED, 31)
@@ -143,10 +144,10 @@ class GrpcSender:
         self.compression = grpc.Compression.Gzip if config.compression == "gzip" else None
         self._secrets = secrets_of(config)
 
-    def send(self, parts: Sequence[bytes]) -> SendResult:
+    def send(self, parts: Sequence[Chunk]) -> SendResult:
         return _scrubbed(self._send(parts), self._secrets)
 
-    def _send(self, parts: Sequence[bytes]) -> SendResult:
+    def _send(self, parts: Sequence[Chunk]) -> SendResult:
         grpc = self._grpc
         try:
             data = self.export(

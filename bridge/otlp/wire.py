@@ -64,7 +64,7 @@ def scope_bytes(name: str = SCOPE_NAME, version: str = __version__) -> bytes:
     return field_bytes(T_SM_SCOPE, field_bytes(0x0A, name.encode()) + field_bytes(0x12, version.encode()))
 
 
-def request_bytes(chunks: Iterable[bytes]) -> bytes:
+def request_bytes(chunks: Iterable[bytes | bytearray]) -> bytes:
     """ExportMetricsServiceRequest from framed ResourceMetrics chunks (EncodedPage.chunk)."""
     return b"".join(chunks)
 

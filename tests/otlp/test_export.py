@@ -378,3 +378,30 @@ def test_grpc_sender_sends_the_encoded_bytes_and_maps_status_codes(grpc_receiver
         == points
     )
     sender_fwd.close()
+
+
+def test_a_steady_endpoints_chunks_are_written_into_the_buffers_of_batches_already_sent(http_receiver):
+    """Page after page of one template, each batch sent by the HTTP sender (one of them retried): the plan's
+    chunk buffers are taken again once their batch is done, so their number stays at what one batch holds, and
+    every request carries its own page's values (a buffer written again too early would send a later page's)."""
+    from bridge.otlp import HttpSender
+
+    fwd, _ = forwarder(HttpSender(replace(CONFIG, endpoint=http_receiver.url)))  # type: ignore[arg-type]
+    http_receiver.answers.put((503, {"Retry-After": "0"}, b""))
+    parser = PageParser()  # one endpoint: one template all along
+    for step in range(16):
+        fwd.submit("a:9400", parser.parse(dcgm_page(gpus=2, families=10, step=step)), run_id="r", phase="profiling",
+                   ts_ns=(step + 1) * S)
+        if step % 2:
+            assert fwd.export_once()
+    plan = fwd._encoders["a:9400"]._plan
+    assert plan is not None and 2 <= len(plan.buffers) <= 3  # two pages a batch (a third while the retry held them)
+    requests = [ms.ExportMetricsServiceRequest.FromString(body) for _, body in http_receiver.got]
+    assert len(requests) == 9  # 8 batches, one of them twice
+    sent = [[p.time_unix_nano for rm in r.resource_metrics for p in rm.scope_metrics[0].metrics[0].gauge.data_points
+             or rm.scope_metrics[0].metrics[0].sum.data_points] for r in requests]
+    assert sent[0] == sent[1]  # the retry sent the same bytes
+    times = [t for request in sent[1:] for t in request]
+    assert times == sorted(times) and len(set(times)) == 16  # each page its own time, none repeated
+    assert times[-1] == 16 * S
+    fwd.close()
