@@ -268,7 +268,9 @@ def test_the_scrape_thread_drives_libcurl_once_per_wake_up_and_once_more_for_new
     import os
 
     def slow(handler: BaseHTTPRequestHandler) -> None:
-        time.sleep(0.02)  # (the GETs end after a poll or two, not within the drive that starts them)
+        # (the GETs end after a poll or two, not within the drive that starts them, and further apart than the
+        # settle: each is its own wake-up)
+        time.sleep(0.02 + 0.02 * int(handler.path.rpartition("=")[2]))
         send(handler, PAGE)
 
     with LoopbackServer(slow) as server:
@@ -296,3 +298,55 @@ def test_the_scrape_thread_drives_libcurl_once_per_wake_up_and_once_more_for_new
     assert pages == 15
     assert waits > ticks  # (each tick took more than one wait: the count below says something)
     assert counting.performs <= waits + ticks
+
+
+def test_answers_that_arrive_within_the_settle_are_read_by_one_drive() -> None:
+    """When a poll finds an answer, the thread waits `settle_s` (SETTLE_S, 2 ms) before it drives libcurl: the
+    tick's other answers that arrive meanwhile are read by the same drive (one wake-up, not one per answer), and
+    each page's end time is when it was read: after its bytes were sent, at most the settle (and a scheduler's
+    slack) later. Timed here with answers 30 ms apart and a settle of 200 ms, then none; a GET alone is read
+    at once."""
+    import os
+
+    from bridge.fetch import SETTLE_S
+
+    assert 0 < SETTLE_S <= 0.005
+    barrier = threading.Barrier(3)  # (each tick's: its GETs' answers leave from one moment)
+    sent: dict[str, int] = {}
+
+    def apart(handler: BaseHTTPRequestHandler) -> None:
+        barrier.wait(5)
+        time.sleep(0.03 * int(handler.path.rpartition("=")[2]))
+        sent[handler.path] = time.time_ns()
+        send(handler, PAGE)
+
+    reads_by_settle = {}
+    with LoopbackServer(apart) as server:
+        fetcher = make_fetcher(FetchSettings())
+        transfers = fetcher.transfers()
+        wake_read, wake_write = os.pipe()
+        try:
+            for tick, (settle, gets) in enumerate([(0.2, 3), (0.2, 3), (0.0, 3), (0.2, 1)]):
+                transfers.settle_s = settle
+                barrier = threading.Barrier(gets)
+                paths = [f"/metrics?t={tick}&n={n}" for n in range(gets)]
+                for path in paths:
+                    transfers.begin(server.url.rsplit("/", 1)[0] + path)
+                got: list = []
+                reads = 0  # waits that returned pages
+                while len(got) < gets:
+                    ended = transfers.wait(2.0, wake_read)
+                    reads += bool(ended)
+                    got += ended
+                reads_by_settle[settle, gets] = reads
+                for url, page in got:
+                    assert not isinstance(page, FetchError)
+                    late = page.end_ns - sent[url[url.index("/metrics"):]]
+                    # (`sent` is taken before the write; one GET alone is read at once)
+                    assert 0 < late < (settle if gets > 1 else 0) * 1e9 + 50_000_000
+        finally:
+            transfers.cancel()
+            fetcher.close()
+            os.close(wake_read)
+            os.close(wake_write)
+    assert reads_by_settle == {(0.2, 3): 1, (0.0, 3): 3, (0.2, 1): 1}
