@@ -163,7 +163,8 @@ class BlockingTransfers:
 # reads the tick's other answers that arrive meanwhile: at 8 endpoints, two wake-ups a tick instead of one per
 # answer, ~0.3-0.7 of ~8 millicores in A/B runs (bench/NOTES.md). A page's `end_ns` is when the thread read its
 # last bytes, so at most this much after they arrived; the sample time is the GET's start (DESIGN.md). With one
-# GET in flight there is nothing to wait for.
+# GET in flight there is nothing to wait for, and a socket ready to write (a connect that completed: a request
+# to send) is never kept waiting.
 SETTLE_S = 0.002
 
 
@@ -233,7 +234,8 @@ class CurlTransfers:
                     poller.register(fd, events)  # (registers, or modifies what is watched)
                     watched[fd] = events
         ready = poller.poll(max(0, math.ceil(timeout_s * 1000)))
-        if ready and len(self._active) > 1 and self.settle_s > 0 and all(fd != wake_fd for fd, _ in ready):
+        if ready and len(self._active) > 1 and self.settle_s > 0 \
+                and all(fd != wake_fd and not events & _POLLOUT for fd, events in ready):
             time.sleep(self.settle_s)  # the other answers of the tick that are on their way: one drive reads them
         return self._drive()
 
