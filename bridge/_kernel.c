@@ -33,12 +33,14 @@
  * fixed notation for decimal exponents -5..15 ("0.00001", "1000000000000000.0"), otherwise "1e-6" / "1e+16";
  * not finite: null.
  *
- * points_of(frame, layout, values, ts_ns) -> bytes
+ * points_of(frame, layout, values, ts_ns, into=None) -> bytes | bytearray
  *
  * An OTLP page chunk from its plan (bridge/otlp/plan.py `PagePlan`): a copy of `frame`, the plan's chunk with
  * placeholder points, with each point of `layout` ((offset, sample position) pairs) written at its offset as
  * `0x19 ts_ns 0x21 value` (fixed64 little-endian, double little-endian): the bytes `b"".join` of the plan's
- * pieces gives after filling them with struct.pack (the reference, kept in plan.py).
+ * pieces gives after filling them with struct.pack (the reference, kept in plan.py). With `into`, a bytearray
+ * of the frame's size that already holds the frame (a buffer of the plan's), the points are written there and
+ * `into` is returned: no copy of the frame.
  *
  * sums_of(values, positions, last) -> tuple[bytes, tuple[int, ...]]
  *

@@ -311,7 +311,6 @@ def test_answers_that_arrive_within_the_settle_are_read_by_one_drive() -> None:
     from bridge.fetch import SETTLE_S
 
     assert 0 < SETTLE_S <= 0.005
-    barrier = threading.Barrier(3)  # (each tick's: its GETs' answers leave from one moment)
     sent: dict[str, int] = {}
     arrived: dict[str, int] = {}  # when each request reached the server
 
@@ -330,7 +329,7 @@ def test_answers_that_arrive_within_the_settle_are_read_by_one_drive() -> None:
         try:
             for tick, (settle, gets) in enumerate([(0.2, 3), (0.2, 3), (0.0, 3), (0.2, 1)]):
                 transfers.settle_s = settle
-                barrier = threading.Barrier(gets)
+                barrier = threading.Barrier(gets)  # (the tick's answers leave from one moment)
                 paths = [f"/metrics?t={tick}&n={n}" for n in range(gets)]
                 began = time.time_ns()
                 for path in paths:
