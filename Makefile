@@ -35,10 +35,11 @@ lint: $(VENV)/.test
 	$(BIN)/mypy
 
 test: $(VENV)/.test servers lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
+# Everything not slow, root-only or needing the real servers: the quick loop while editing.
 unit: $(VENV)/.test
-	$(BIN)/pytest -q -m "not realstack and not kubeapi and not aiperf"
+	$(BIN)/pytest -q -m "not slow and not root and not realstack and not kubeapi and not aiperf"
 
 bench: $(VENV)/.test
 	$(BIN)/python bench/run.py

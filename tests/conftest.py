@@ -10,6 +10,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests judge what the code does, not how fast examples come on a loaded machine: no per-example
+# deadline and no "input generation is slow" failure (both flaked under CPU burners). Per-test @settings
+# inherit this and still set their example counts.
+settings.register_profile("dcgm-bridge", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("dcgm-bridge")
 
 DATA = Path(__file__).parent / "data"
 REAL_PAGES = sorted(DATA.glob("*.txt"))
