@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Headless Chromium for tests/test_html_report.py (opens the HTML report, takes a screenshot).
+# Headless Chromium for tests/report/test_html.py (opens the HTML report, takes a screenshot).
 #
 #   /usr/bin/chromium                  Debian's `chromium` package, installed with apt-get (as root)
 #   $DCGM_BRIDGE_CACHE/bin/chromium    symlink to it: what tests/conftest.py's require_binary() looks for

@@ -5,7 +5,7 @@ full volume, no file descriptor left, a name too long) fails the run: /readyz 50
 /complete 500 `completed: false`, exit 1.
 
 tests/sidecar/test_session.py checks the scrape-error events of the simple faults; here each fault runs a whole
-session to its report. The SIGTERM case is tests/test_run.py (a subprocess).
+session to its report. The SIGTERM case is tests/sidecar/test_profile.py (a subprocess).
 """
 
 from __future__ import annotations
