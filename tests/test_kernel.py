@@ -107,6 +107,7 @@ NUMBER_TOKENS = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False).map(lambda v: f"{v:.3f}"))
 
 
+@pytest.mark.slow  # 3000 examples
 @settings(max_examples=3000, deadline=None)
 @given(NUMBER_TOKENS)
 def test_any_number_token_reads_as_float_reads_it(token: str) -> None:
