@@ -4,12 +4,13 @@
 `EncodedPage` (the framed chunk and its counts): shared by the line loop (encode.py) and the page plan
 (plan.py).
 
-A page the compiled kernel fills comes in a buffer of its plan's `BufferPool`, and the page carries it as a
-`Lease`: whoever holds the page (the forwarder, export.py) releases the lease once nothing will read the chunk
-again (its batch sent, given up, or dropped), and only then may the pool lend the buffer to a later page, which
-then needs no fresh copy of the plan's frame. Prometheus' scrape loop does the same with its buffers
-(prometheus/prometheus scrape/scrape.go: `sl.buffers.Get` before a scrape, `Put` after its append). A lease
-never released costs only a new buffer for a later page; a chunk is never written while its page holds it.
+A page the compiled kernel fills comes in a buffer of its endpoint's `BufferPool` (one per EndpointEncoder),
+and the page carries it as a `Lease`: whoever holds the page (the forwarder, export.py) releases the lease
+once nothing will read the chunk again (its batch sent, given up, or dropped), and only then may the pool
+lend the buffer to a later page, which then needs no fresh copy of the plan's frame. Prometheus' scrape loop
+does the same with its buffers (prometheus/prometheus scrape/scrape.go: `sl.buffers.Get` before a scrape,
+`Put` after its append). A lease never released costs only a new buffer for a later page; a chunk is never
+written while its page holds it.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class BufferPool:
         if reused is None:
             return Lease(bytearray(frame), version, self)
         buffer, held = reused
-        if held != version:  # (another plan's frame, or this one's before a counter reset: its size may differ)
+        if held != version:  # another plan's frame (of another size, maybe), or this one's before a counter reset
             buffer[:] = frame
         return Lease(buffer, version, self)
 
