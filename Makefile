@@ -13,11 +13,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.runtime: pyproject.toml bridge/_kernel.c $(wildcard bridge/ryu/*) | $(BIN)/python
+$(VENV)/.runtime: pyproject.toml bridge/_kernel.c $(wildcard bridge/vendor/ryu/*) | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.test: pyproject.toml bridge/_kernel.c $(wildcard bridge/ryu/*) | $(BIN)/python
+$(VENV)/.test: pyproject.toml bridge/_kernel.c $(wildcard bridge/vendor/ryu/*) | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@ $(VENV)/.runtime
 

@@ -189,7 +189,7 @@ def in_situ_profile(urls: list[str], out: Path, rounds: int = 25) -> dict[str, f
             else:
                 session.live_series.add(records, url)  # type: ignore[union-attr]
             f = clock()
-            encoders[url].encode(parsed, ctx, page.start_ns)
+            encoders[url].encode(parsed, ctx, page.start_ns).release()  # (as the forwarder does once it is sent)
             g = clock()
             if n >= 2:  # templates and plans built
                 for key, value in zip(stages, (b - a, c - b, d - c, e - d, f - e, g - f), strict=True):

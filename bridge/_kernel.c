@@ -29,9 +29,9 @@
  * The lines are the bytes `orjson.dumps(record_to_dict(record)) + b"\n"` gives for each record
  * (bridge/record_log.py, the reference; tests/test_kernel.py compares them byte for byte); the rows are each
  * record's values as native float64, record after record. A float is written as orjson 3 writes it: the
- * shortest digits that read back to the same double (Ryu, vendored in bridge/ryu/ from github.com/ulfjack/ryu),
- * fixed notation for decimal exponents -5..15 ("0.00001", "1000000000000000.0"), otherwise "1e-6" / "1e+16";
- * not finite: null.
+ * shortest digits that read back to the same double (Ryu, vendored in bridge/vendor/ryu/ from
+ * github.com/ulfjack/ryu), fixed notation for decimal exponents -5..15 ("0.00001", "1000000000000000.0"),
+ * otherwise "1e-6" / "1e+16"; not finite: null.
  *
  * points_of(frame, layout, values, ts_ns, into=None) -> bytes | bytearray
  *
@@ -76,7 +76,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Ryu (Boost Software License 1.0, bridge/ryu/LICENSE-Boost): its shortest double to decimal (only the static
+/* Ryu (Apache 2.0 or Boost 1.0, bridge/vendor/ryu/): its shortest double to decimal (only the static
  * decoder `d2d` and `d2d_small_int` are used; its own printing is not) and its decimal to double `s2d_n`,
  * correctly rounded for up to 17 significant digits (the tokens Clinger's fast path cannot take). */
 #include "ryu/d2s.c"
@@ -1061,8 +1061,29 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef kernel = {
-    PyModuleDef_HEAD_INIT, "bridge._kernel", "The compiled per-page kernel (bridge/_kernel.c).", -1, methods,
+/* Multi-phase initialisation (PEP 489): the module holds no state of its own (every function works on its
+ * arguments only), so there is nothing to set up when it is executed, and each interpreter that imports it gets
+ * its own module object. */
+static int kernel_exec(PyObject *module) {
+    (void)module;
+    return 0;
+}
+
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, kernel_exec},
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+    {0, NULL},
 };
 
-PyMODINIT_FUNC PyInit__kernel(void) { return PyModule_Create(&kernel); }
+static struct PyModuleDef kernel = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "bridge._kernel",
+    .m_doc = "The compiled per-page kernel (bridge/_kernel.c).",
+    .m_size = 0,
+    .m_methods = methods,
+    .m_slots = slots,
+};
+
+PyMODINIT_FUNC PyInit__kernel(void) { return PyModuleDef_Init(&kernel); }

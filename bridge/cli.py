@@ -22,7 +22,7 @@ def _setup_logging(verbose: int) -> None:
 def _version(ctx: click.Context, wanted: bool) -> None:
     if not wanted or ctx.resilient_parsing:
         return
-    from bridge.parse.template import COMPILED
+    from bridge.kernel import COMPILED
 
     path = "compiled per-page kernel" if COMPILED else "pure-Python per-page path (bridge._kernel not built)"
     click.echo(f"dcgm-bridge {__version__} ({path})")

@@ -30,17 +30,12 @@ from typing import NamedTuple
 
 import orjson
 
+from bridge import kernel  # without the compiled kernel every page takes `Normalizer.records`
 from bridge.fields import BLANK_VALUES, FieldSpec, FieldTable, is_blank_label, is_blank_value, spec_for_family
 from bridge.parse import PageTemplate, TemplatedPage
 from bridge.parse.template import pack_ints
 from bridge.record_log import record_to_dict, record_to_line
 from bridge.samples import GpuRecord, ParsedPage
-
-try:  # the compiled kernel (bridge/_kernel.c); without it every page takes `Normalizer.records`
-    from bridge._kernel import blank_at as _blank_at
-    from bridge._kernel import records_of as _records_of
-except ImportError:
-    _records_of = _blank_at = None  # type: ignore[assignment]
 
 _BLANKS = tuple(sorted(BLANK_VALUES))
 
@@ -304,7 +299,7 @@ class Normalizer:
                  phase: str | None = None, scrape_end_ns: int | None = None) -> CompiledRecords | None:
         """`records` by the compiled kernel, for a templated page: its record lines and rows in one C call, the
         records built only when asked. None without the kernel or for a page it does not take (then `records`)."""
-        if _records_of is None or not isinstance(page, TemplatedPage):
+        if not kernel.running() or not isinstance(page, TemplatedPage):
             return None
         plan = self._plan_for(page)
         programs = plan.programs
@@ -322,7 +317,7 @@ class Normalizer:
             return None
         if plan.ratios:
             self._check_ratios(plan, page.value_getter(), source_url)
-        lines, rows = _records_of(*program, page.raw, timestamp_ns, scrape_end_ns)
+        lines, rows = kernel.records_of(*program, page.raw, timestamp_ns, scrape_end_ns)
         return CompiledRecords(plan.entries, lines, rows, source_url, timestamp_ns, run_id, phase, scrape_end_ns)
 
     def _plan_for(self, page: TemplatedPage) -> _Plan:
@@ -333,8 +328,8 @@ class Normalizer:
             if len(plans) > 256:
                 plans.clear()
             plan = plans[(template, frozenset())] = self._compile(template.names, template.labels, lambda i: True)
-        if _blank_at is not None:
-            blanks = _blank_at(page.raw, plan.candidate_at, _BLANKS, True)
+        if kernel.running():
+            blanks = kernel.blank_at(page.raw, plan.candidate_at, _BLANKS, True)
             if not blanks:
                 return plan
             absent = frozenset(blanks)

@@ -6,6 +6,7 @@ float() would or would not read; the results must be the same to the bit (NaN's 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import struct
 import subprocess
@@ -16,13 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bridge import kernel
 from bridge.parse import PageParser
-from bridge.parse.template import COMPILED, PageTemplate, TemplatedPage, pack_ints
+from bridge.parse.template import PageTemplate, TemplatedPage, pack_ints
 from tests.test_hostile import CORPUS, mutate, ops_strategy
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
-kernel = pytest.importorskip("bridge._kernel", reason="the kernel is not built here (no C compiler)")
+if not kernel.COMPILED:
+    pytest.skip("the kernel is not built here (no C compiler)", allow_module_level=True)
 
 
 def bits(values: tuple[float, ...] | None) -> list[bytes] | None:
@@ -56,7 +59,7 @@ def both(template: PageTemplate, body: bytes) -> tuple[list[bytes] | None, list[
 
 def test_a_compiler_here_means_the_compiled_path_runs() -> None:
     if shutil.which("gcc") or shutil.which("cc"):
-        assert COMPILED, "a C compiler is on this machine but bridge._kernel was not built: run `make` again"
+        assert kernel.COMPILED, "a C compiler is on this machine but bridge._kernel was not built: run `make` again"
 
 
 def test_every_real_page_reads_the_same_on_both_paths() -> None:
@@ -104,6 +107,7 @@ NUMBER_TOKENS = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False).map(lambda v: f"{v:.3f}"))
 
 
+@pytest.mark.slow  # 3000 examples
 @settings(max_examples=3000, deadline=None)
 @given(NUMBER_TOKENS)
 def test_any_number_token_reads_as_float_reads_it(token: str) -> None:
@@ -145,7 +149,7 @@ def test_without_the_kernel_the_python_path_runs_and_says_so(tmp_path) -> None:
     """A machine without a compiler: `--version` names the pure-Python path, and a sidecar collecting says so in
     one log line and in /status, and records every page all the same."""
     code = ("import sys; sys.modules['bridge._kernel'] = None; "
-            "from bridge.parse.template import COMPILED; print(COMPILED)")
+            "from bridge.kernel import COMPILED; print(COMPILED)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
     version = subprocess.run([sys.executable, "-c", "import sys; sys.modules['bridge._kernel'] = None; "
@@ -268,58 +272,71 @@ def test_a_page_sequence_gives_the_same_otlp_bytes_on_both_fills(index: int,
                                                                  steps: list[list[tuple[int, float]]]) -> None:
     """Pages of one template one after another (values changed, sentinels coming and going, counters going
     down: a reset); every chunk is the same bytes whether the plan is filled by the kernel or by struct.pack.
-    Each chunk is let go before the next page, so the kernel's plan writes every page into the same buffer."""
+    Each page is released before the next, so the kernel's plan writes every page into the same buffer."""
     from bridge.otlp.encode import ContextCache, EndpointEncoder
 
     page = TEMPLATE_PAGES[index]
-    encoders = [EndpointEncoder({"service.name": "dcgm-exporter"}) for _ in range(2)]
-    encoders[1].use_kernel = False
+    compiled, python = (EndpointEncoder({"service.name": "dcgm-exporter"}) for _ in range(2))
     ctx = ContextCache().get("run-1", "profiling")
     values = list(page.values)
     for step, changes in enumerate([[], []] + steps):
         for at, value in changes:
             values[at % len(values)] = value
         templated = TemplatedPage(page.template, tuple(values))
-        chunks = [bytes(e.encode(templated, ctx, 1_000_000_000 * (step + 1)).chunk) for e in encoders]
-        assert chunks[0] == chunks[1]
+        encoded = compiled.encode(templated, ctx, 1_000_000_000 * (step + 1))
+        chunk = bytes(encoded.chunk)
+        encoded.release()
+        with kernel.python_path():
+            expected = python.encode(templated, ctx, 1_000_000_000 * (step + 1)).chunk
+        assert chunk == expected
+        assert compiled.buffers.free <= 1 and compiled.buffers.lent == 0  # one buffer, taken again and again
 
 
-def test_a_chunk_buffer_is_written_again_only_once_nothing_holds_it() -> None:
-    """The kernel's plan writes a page's points into a buffer of an earlier page once that chunk is let go (its
-    batch sent): a chunk still held (a batch being retried, a carried page) keeps its bytes; a counter reset in
-    between still reaches the reused buffer (its start time is in the frame, not in the points)."""
-    from bridge.otlp.encode import ContextCache, EndpointEncoder
+def test_a_chunk_buffer_is_written_again_only_once_its_page_is_released() -> None:
+    """The kernel's plan writes a page's points into the buffer of an earlier page only once that page is
+    released (its batch sent): a page still held (a batch being retried, a carried page) keeps its bytes, and
+    a counter reset in between still reaches a returned buffer (its start time is in the frame, not in the
+    points). The pool keeps no more idle buffers than its bound, however many pages were held at once."""
+    from bridge.otlp.encode import ContextCache, EncodedPage, EndpointEncoder
+    from bridge.otlp.plan import POOL_SIZE
 
     page = max(TEMPLATE_PAGES, key=lambda p: len(p.values))  # a whole node's page, counters among its values
-    encoders = [EndpointEncoder({"service.name": "dcgm-exporter"}) for _ in range(2)]
-    encoders[1].use_kernel = False
+    compiled, python = EndpointEncoder({"service.name": "x"}), EndpointEncoder({"service.name": "x"})
     ctx = ContextCache().get("run-1", "profiling")
     values = list(page.values)
 
-    def both(step: int) -> tuple[bytes | bytearray, bytes]:
+    def both(step: int) -> tuple[EncodedPage, bytes]:
         templated = TemplatedPage(page.template, tuple(values))
-        kernel_chunk, python_chunk = (e.encode(templated, ctx, 1_000_000_000 * step).chunk for e in encoders)
-        return kernel_chunk, python_chunk
+        encoded = compiled.encode(templated, ctx, 1_000_000_000 * step)
+        with kernel.python_path():
+            return encoded, bytes(python.encode(templated, ctx, 1_000_000_000 * step).chunk)
 
     both(1)
-    both(2)  # (the second page is the plan's first)
-    plan = encoders[0]._plan
+    both(2)[0].release()  # (the second page is the plan's first)
+    plan = compiled._plan
     assert plan is not None and plan.sum_at, "a page with counters"
-    sums = plan.sum_at
     held, expected = both(3)
-    kept = bytes(held)
-    values[sums[0]] += 1.0
-    second, _ = both(4)
-    assert second is not held and held == kept == expected  # held: a new buffer, the held one untouched
-    del held, second
-    first_id = id(both(5)[0])  # both buffers free again: the first is taken (and let go at once)
-    values[sums[0]] = -1.0  # a reset: a new start time goes into the frame
-    chunk, expected = both(6)
-    assert id(chunk) == first_id and chunk == expected
-    del chunk
-    values[sums[0]] = 5.0
-    chunk, expected = both(7)
-    assert id(chunk) == first_id and chunk == expected
+    kept = bytes(held.chunk)
+    assert compiled.buffers.lent == 1
+    values[plan.sum_at[0]] += 1.0
+    for step in range(4, 8):  # later pages while the third is held, each its own chunk
+        later, later_expected = both(step)
+        assert later.chunk == later_expected and held.chunk == kept == expected
+        later.release()
+    held.release()
+    held.release()  # a second release gives nothing back twice
+    assert (compiled.buffers.lent, compiled.buffers.free) == (0, 2)
+    values[plan.sum_at[0]] = -1.0  # a reset: a new start time goes into the frame
+    for step in range(8, 11):
+        chunk, expected = both(step)
+        assert chunk.chunk == expected
+        chunk.release()
+        values[plan.sum_at[0]] = 5.0 + step
+    many = [both(step)[0] for step in range(11, 11 + 3 * POOL_SIZE)]  # a receiver outage: pages held
+    assert compiled.buffers.lent == 3 * POOL_SIZE
+    for encoded in many:
+        encoded.release()
+    assert (compiled.buffers.lent, compiled.buffers.free) == (0, POOL_SIZE)  # the idle ones bounded
 
 
 @settings(max_examples=300, deadline=None)
@@ -356,8 +373,12 @@ def test_sums_of_gathers_the_counters_and_finds_those_that_fell_as_python_compar
 # -- the sidecar's pipeline on both paths -------------------------------------------------------------------
 
 
-def _run_pipeline(tmp_path, bodies: list[bytes], *, kernel_on: bool, monkeypatch) -> tuple[bytes, list, dict]:
-    import bridge.normalize
+def _run_pipeline(tmp_path, bodies: list[bytes], *, kernel_on: bool) -> tuple[bytes, list, dict]:
+    with contextlib.nullcontext() if kernel_on else kernel.python_path():
+        return _pipeline_output(tmp_path, bodies, kernel_on=kernel_on)
+
+
+def _pipeline_output(tmp_path, bodies: list[bytes], *, kernel_on: bool) -> tuple[bytes, list, dict]:
     from bridge.fetch import FetchedPage
     from bridge.fields import default_table
     from bridge.normalize import Normalizer
@@ -365,8 +386,6 @@ def _run_pipeline(tmp_path, bodies: list[bytes], *, kernel_on: bool, monkeypatch
     from bridge.report.spool import LiveSeries
     from bridge.sidecar.pipeline import LatestRecords, LiveSeriesSink, Pipeline, RecordLogSink
 
-    if not kernel_on:
-        monkeypatch.setattr(bridge.normalize, "_records_of", None)
     folder = tmp_path / ("compiled" if kernel_on else "python")
     folder.mkdir()
     writer = LineWriter(folder / "records.jsonl", flush_interval_s=0)
@@ -384,7 +403,6 @@ def _run_pipeline(tmp_path, bodies: list[bytes], *, kernel_on: bool, monkeypatch
     assert compiled >= (5 if kernel_on else 0) and (kernel_on or compiled == 0)
     writer.close()
     events.close()
-    monkeypatch.undo()
     series = sorted(((s.endpoint, s.meta, s.timestamps.tolist(), {k: bits(tuple(v)) for k, v in s.values.items()})
                      for s in live.finish()), key=repr)
     return (folder / "records.jsonl").read_bytes(), series, latest.latest
@@ -404,7 +422,7 @@ def _with_values(body: bytes, tokens: dict[int, bytes]) -> bytes:
     return b"\n".join(lines)
 
 
-def test_the_pipeline_writes_the_same_log_series_and_live_view_with_and_without_the_kernel(tmp_path, monkeypatch):
+def test_the_pipeline_writes_the_same_log_series_and_live_view_with_and_without_the_kernel(tmp_path):
     """A 2-MIG page, a page with blanks and a counter reset, a page of new GPUs past max_gpus (8): the record
     log, the live report's series and the live view are the same whichever path read them."""
     from tests.test_hostile import _simulated
@@ -414,8 +432,8 @@ def test_the_pipeline_writes_the_same_log_series_and_live_view_with_and_without_
     energy = next(n for n, line in enumerate(_sample_lines(first)) if line.startswith(b"DCGM_FI_DEV_TOTAL_ENERGY"))
     reset = _with_values(first, {energy: b"12"})
     bodies = [first, first, blanks, first, reset, first, first.replace(b"GPU-", b"GPU-X"), first]
-    compiled = _run_pipeline(tmp_path, bodies, kernel_on=True, monkeypatch=monkeypatch)
-    python = _run_pipeline(tmp_path, bodies, kernel_on=False, monkeypatch=monkeypatch)
+    compiled = _run_pipeline(tmp_path, bodies, kernel_on=True)
+    python = _run_pipeline(tmp_path, bodies, kernel_on=False)
     assert compiled[0] == python[0] and compiled[0].count(b"\n") > 6 * 2
     assert compiled[1] == python[1]
     assert compiled[2] == python[2]
@@ -489,7 +507,7 @@ def test_a_spool_that_cannot_be_written_gives_up_cleanly_while_pages_are_held(tm
     assert any("gave up" in message for message in caplog.messages)
 
 
-def test_the_live_view_keeps_each_gpus_latest_page_when_a_gpu_comes_and_goes(tmp_path, monkeypatch):
+def test_the_live_view_keeps_each_gpus_latest_page_when_a_gpu_comes_and_goes(tmp_path):
     """LatestRecords only swaps the page while pages keep the same plan (the same GPUs in the same places): a GPU
     missing from some pages keeps its last record, and one that comes back has the newest, as with no shortcut."""
     from tests.test_hostile import _simulated
@@ -497,15 +515,15 @@ def test_the_live_view_keeps_each_gpus_latest_page_when_a_gpu_comes_and_goes(tmp
     both = _simulated("current")
     one = b"\n".join(line for line in both.split(b"\n") if b'gpu="1"' not in line)  # GPU 1 gone
     bodies = [both, both, one, one, one, both, both]
-    compiled = _run_pipeline(tmp_path, bodies, kernel_on=True, monkeypatch=monkeypatch)
-    python = _run_pipeline(tmp_path, bodies, kernel_on=False, monkeypatch=monkeypatch)
+    compiled = _run_pipeline(tmp_path, bodies, kernel_on=True)
+    python = _run_pipeline(tmp_path, bodies, kernel_on=False)
     assert compiled[2] == python[2]
     times = {key[1][0]: (first.timestamp_ns, latest.timestamp_ns) for key, (first, latest) in compiled[2].items()}
     assert sorted(times.values()) == [(1_000_000_000, 7_000_000_000)] * 2  # both GPUs: the first page, the last
 
     (tmp_path / "partial").mkdir()
-    partial = _run_pipeline(tmp_path / "partial", bodies[:5], kernel_on=True, monkeypatch=monkeypatch)
-    assert partial[2] == _run_pipeline(tmp_path / "partial", bodies[:5], kernel_on=False, monkeypatch=monkeypatch)[2]
+    partial = _run_pipeline(tmp_path / "partial", bodies[:5], kernel_on=True)
+    assert partial[2] == _run_pipeline(tmp_path / "partial", bodies[:5], kernel_on=False)[2]
     # GPU 1's last record is the second page's (a page that only replaced the first), GPU 0's the fifth
     assert sorted(latest.timestamp_ns for _first, latest in partial[2].values()) == [2_000_000_000, 5_000_000_000]
 

@@ -14,7 +14,7 @@ BRIDGE = Path(__file__).resolve().parent.parent / "bridge"
 # DESIGN.md "Module map": lowest first. A module may import the layers below its own, and the modules
 # of its own package; never a module of its own layer outside its package, never one above.
 LAYERS: list[set[str]] = [
-    {"bridge", "bridge.samples", "bridge._kernel", "bridge.views"},
+    {"bridge", "bridge.samples", "bridge._kernel", "bridge.kernel", "bridge.views"},
     {"bridge.errors", "bridge.redact"},
     {"bridge.endpoints", "bridge.fields", "bridge.simulator"},
     {"bridge.config", "bridge.fetch", "bridge.parse", "bridge.relabel", "bridge.events"},
@@ -24,6 +24,9 @@ LAYERS: list[set[str]] = [
     {"bridge.sidecar", "bridge.kube"},
     {"bridge.cli"},
 ]
+
+# A C extension is one unit with the module that wraps it (bridge/kernel.py is the face of bridge/_kernel.c).
+WRAPPED_BY = {"bridge._kernel": "bridge.kernel"}
 
 
 def module_name(path: Path) -> str:
@@ -53,6 +56,7 @@ def graph() -> dict[str, set[str]]:
 
 def unit_of(module: str) -> str:
     """The layered unit a module belongs to: its package for packages, else itself."""
+    module = WRAPPED_BY.get(module, module)
     for layer in LAYERS:
         for unit in sorted(layer, key=len, reverse=True):
             if module == unit or (unit != "bridge" and module.startswith(unit + ".")):
@@ -79,6 +83,23 @@ def test_nothing_imports_upward_or_across_its_layer() -> None:
             if layer_of(target) >= layer_of(module):
                 wrong.append(f"{module} (layer {layer_of(module)}) imports {target} (layer {layer_of(target)})")
     assert not wrong, "\n".join(wrong)
+
+
+def test_only_bridge_kernel_imports_the_c_extension() -> None:
+    """bridge/kernel.py is the kernel's one face: it alone knows whether the extension was built. (Counted from
+    the syntax tree: `from bridge import _kernel` names no .py file, so `imports_of` alone would miss it.)"""
+    importers = set()
+    for path in BRIDGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            if "bridge._kernel" in names:
+                importers.add(module_name(path))
+    assert importers == {"bridge.kernel"}
 
 
 def test_the_import_graph_has_no_cycle() -> None:

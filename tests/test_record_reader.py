@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge import record_log
+from bridge import kernel, record_log
 from bridge.record_log import read_dicts, record_to_line
 from bridge.report.series import SeriesAccumulator
 from tests.report.helpers import T0, URL, S, rec
@@ -205,8 +205,6 @@ def test_a_line_written_after_close_is_written_and_its_file_closed_again(tmp_pat
 
 # -- the kernel's line reader (bridge/_kernel.c scan_lines) against orjson -----------------------------------
 
-_kernel = pytest.importorskip("bridge._kernel", reason="the kernel is not built here (no C compiler)")
-
 NUMBERS = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**63), 2**64 - 1),
                     st.sampled_from([0.0, -0.0, 1e-7, 1e16, 5e-324, 1.7976931348623157e308, 2**53 + 1, 10**18]))
 
@@ -229,8 +227,8 @@ def _both(tmp_path: Path, lines: list[bytes], name: str = "log.jsonl") -> Series
     compiled = SeriesAccumulator().add_path(path, errors)
     plain_errors: list[str] = []
     plain = SeriesAccumulator()
-    plain.use_kernel = False
-    plain.add_path(path, plain_errors)
+    with kernel.python_path():
+        plain.add_path(path, plain_errors)
     assert errors == plain_errors
     _same_series(compiled, plain)
     slow, slow_errors = _series_one_by_one(path)
@@ -266,19 +264,18 @@ def test_any_log_reads_the_same_with_and_without_the_kernel(tmp_path_factory: py
         _both(tmp_path_factory.mktemp("kernel"), lines, name)
 
 
+@pytest.mark.skipif(not kernel.COMPILED, reason="the kernel is not built here (no C compiler)")
 def test_the_kernel_reads_nearly_every_line_of_our_own_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The shapes are learnt from the first run of lines; the rest of the log is read by the kernel (counted)."""
-    import bridge.report.series as series
-
     taken = []
-    scan = series._scan_lines
+    scan = kernel.scan_lines
 
     def counting(batch: bytes, position: int, shapes: dict) -> tuple[int, int]:  # type: ignore[type-arg]
         result = scan(batch, position, shapes)
         taken.append(result[1])
         return result
 
-    monkeypatch.setattr(series, "_scan_lines", counting)
+    monkeypatch.setattr(kernel, "scan_lines", counting)
     lines = [_line(i, [300.0 + i % 7, 1.5 + i * 1e-6, 61]) for i in range(3000)]
     lines += [_line(3000 + i, [300.0, 2.0, 61], uuid="GPU-1111aaaa-bbbb-cccc-dddd-000000000000") for i in range(3000)]
     compiled = _both(tmp_path, lines)

@@ -31,7 +31,8 @@ from array import array
 from collections.abc import Mapping
 
 from bridge.fields import BLANK_VALUES, is_blank_label
-from bridge.otlp.plan import PACK_START, PagePlan
+from bridge.otlp.plan import PACK_START, POOL_SIZE, PagePlan
+from bridge.otlp.points import BufferPool
 from bridge.otlp.points import ContextCache as ContextCache
 from bridge.otlp.points import EncodedPage as EncodedPage
 from bridge.otlp.points import PointContext as PointContext
@@ -151,11 +152,14 @@ class EndpointEncoder:
         self._kinds: dict[str, int] = {}  # as last seen: a vanished family keeps its type
         self._kind_of: dict[tuple[str, str | None], tuple[int, str]] = {}  # (name, TYPE) -> (kind, family)
         self._plan: PagePlan | None = None
+        self.buffers = BufferPool(POOL_SIZE)  # its plans' chunk buffers (plan.py), lent to the pages they fill
         self.use_plans = True  # False: every page through the loop (tests compare the two)
-        self.use_kernel = True  # False: plans fill with struct.pack, not the compiled kernel (tests compare)
 
     def encode(self, page: ParsedPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
-        """One page scraped at `ts_ns` (samples without their own timestamp get it)."""
+        """One page scraped at `ts_ns` (samples without their own timestamp get it).
+
+        A page its plan fills may come in a buffer of `buffers`, lent to it: call `release()` on the result once
+        its chunk is sent or dropped (points.py). Until then no later page is written into that buffer."""
         templated = page if isinstance(page, TemplatedPage) else None
         plan = self._plan
         if plan is not None:
@@ -275,8 +279,7 @@ class EndpointEncoder:
         same size, through the same framing code; the runs between placeholders are the constants.
         """
         template = page.template
-        plan = PagePlan(template, ctx)
-        plan.use_kernel = self.use_kernel
+        plan = PagePlan(template, ctx, self.buffers)
         families: dict[str, _Family] = {}
         holes: dict[int, tuple[int, int, Series]] = {}  # id(placeholder) -> (position, kind, series)
         blanks: list[int] = []

@@ -15,6 +15,9 @@
   outage loses nothing while the data fits in the queue.
 - A non-retryable rejection (400, gRPC INVALID_ARGUMENT) drops the batch and logs the receiver's
   message, at most once per `log_interval_s` (with the count of the ones not logged).
+- An encoded page may hold a buffer of its endpoint's pool (EncodedPage.lease, points.py): the batch gives
+  every page's buffer back when `export_once` is done with it (sent, rejected, given up after its retries,
+  or dropped at the queue bound or at close), and `close()` gives back those of pages carried to a next batch.
 Counters (`stats()`) feed /status, the `dcgm_bridge_otlp_*` metrics and the report summary.
 
 Transports (HTTP on its own connection, http1.py; gRPC via grpcio) are in transport.py behind the `Sender` seam.
@@ -33,7 +36,7 @@ from typing import Any, NamedTuple
 
 from bridge.otlp.config import OtlpConfig
 from bridge.otlp.encode import ContextCache, EndpointEncoder
-from bridge.otlp.points import Chunk
+from bridge.otlp.points import Chunk, EncodedPage
 from bridge.otlp.resource import endpoint_attributes
 from bridge.otlp.semconv import page_to_semconv
 from bridge.otlp.transport import Sender, SendResult, make_sender, secrets_of
@@ -106,7 +109,7 @@ class OtlpForwarder:
         self._jitter = jitter
         self._encoders: dict[str, EndpointEncoder] = {}
         self._queue: deque[_Item] = deque()
-        self._carry: list[tuple[Chunk, int, int]] = []  # (chunk, points, pages) encoded, not yet sent
+        self._carry: list[EncodedPage] = []  # encoded, not yet sent: the first of the next batch
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._queued_points = 0
@@ -194,13 +197,15 @@ class OtlpForwarder:
             while self._queue_nonempty() and time.monotonic() < deadline:
                 self.export_once()
         with self._lock:
-            left = self._queued_points + sum(points for _, points, _ in self._carry)
+            carried, self._carry = self._carry, []
+            left = self._queued_points  # (carried pages are counted there too)
             if left:
                 self._counts["dropped_points"] += left
-                self._counts["dropped_pages"] += len(self._queue) + sum(pages for *_, pages in self._carry)
+                self._counts["dropped_pages"] += len(self._queue) + len(carried)
                 self._queue.clear()
-                self._carry.clear()
                 self._queued_points = 0
+        for encoded in carried:
+            encoded.release()
         try:
             self._sender.close()
         except Exception:  # noqa: BLE001
@@ -237,30 +242,44 @@ class OtlpForwarder:
         with self._lock:
             return bool(self._queue or self._carry)
 
+    def buffers_lent(self) -> int:
+        """Chunk buffers lent to encoded pages not given back yet (the batch in flight, carried pages)."""
+        return sum(encoder.buffers.lent for encoder in list(self._encoders.values()))
+
     def export_once(self) -> bool:
         """Encode and send one batch (with its retries). False when there was nothing to send."""
-        chunks, points, pages = self._next_batch()
+        batch = self._next_batch()
         with self._lock:
             self._last_export = self._clock()
             if not self._queue:
                 self._flush_requested = False
-        if not chunks:
+        if not batch:
             return False
+        try:
+            self._send_batch([encoded.chunk for encoded in batch], sum(encoded.points for encoded in batch),
+                             len(batch))
+        finally:  # sent, rejected, given up or dropped: no one reads these chunks again
+            for encoded in batch:
+                encoded.release()
+        return True
+
+    def _send_batch(self, chunks: list[Chunk], points: int, pages: int) -> None:
+        """Send one batch until it is sent, rejected or given up (its counts then taken)."""
         attempt = 0
         while True:
             result = self._send(chunks)
             if result.ok:
                 self._finish(sent=points, rejected=result.rejected_points, message=result.message)
-                return True
+                return
             with self._lock:
                 abandon = self._drop_inflight or self._abort.is_set() or time.monotonic() > self._give_up_at
                 self._last_error = f"{result.status} {result.message}"[:300]
             if not result.retryable:
                 self._finish(rejected=points, message=result.message, status=result.status)
-                return True
+                return
             if abandon:
                 self._finish(dropped=points, dropped_pages=pages)
-                return True
+                return
             delay = self._backoff(attempt, result.retry_after_s)
             attempt += 1
             with self._lock:
@@ -282,14 +301,13 @@ class OtlpForwarder:
         base = min(self.config.retry_max_backoff_s, step)
         return float(base * (0.5 + 0.5 * self._jitter()))  # "equal jitter": never less than half the step
 
-    def _next_batch(self) -> tuple[list[Chunk], int, int]:
-        """Take pages off the queue and encode them until the batch is full; leftovers are carried."""
-        chunks: list[Chunk] = []
-        points = pages = size = 0
+    def _next_batch(self) -> list[EncodedPage]:
+        """Take pages off the queue and encode them until the batch is full; the page that overfills it is
+        carried to the next one."""
         carry, self._carry = self._carry, []
-        for chunk, n, p in carry:
-            chunks.append(chunk)
-            points, pages, size = points + n, pages + p, size + len(chunk)
+        batch = list(carry)
+        points = sum(encoded.points for encoded in batch)
+        size = sum(len(encoded.chunk) for encoded in batch)
         while points < self.config.max_batch_points and size < self.config.max_batch_bytes:
             with self._lock:
                 if not self._queue:
@@ -300,7 +318,7 @@ class OtlpForwarder:
                 self._inflight_pages += 1
             page = page_to_semconv(item.page) if self.config.names == "semconv" else item.page
             encoded = self._encoder(item.endpoint).encode(page, self._contexts.get(item.run_id, item.phase), item.ts_ns)
-            over = bool(chunks and encoded.chunk) and size + len(encoded.chunk) > self.config.max_batch_bytes
+            over = bool(batch and encoded.chunk) and size + len(encoded.chunk) > self.config.max_batch_bytes
             with self._lock:  # one look at the counters a page
                 self._counts["stale_markers"] += encoded.stale
                 if not encoded.chunk or over:
@@ -311,20 +329,21 @@ class OtlpForwarder:
                 else:  # in-flight points are counted as encoded (sentinels out, markers in)
                     self._inflight_points += encoded.points - item.points
             if not encoded.chunk:
+                encoded.release()
                 continue
             if over:
-                self._carry.append((encoded.chunk, encoded.points, 1))
+                self._carry.append(encoded)
                 break
-            chunks.append(encoded.chunk)
-            points, pages, size = points + encoded.points, pages + 1, size + len(encoded.chunk)
+            batch.append(encoded)
+            points, size = points + encoded.points, size + len(encoded.chunk)
         with self._lock:
             if carry:
-                carried = sum(n for _, n, _ in carry)
+                carried = sum(encoded.points for encoded in carry)
                 self._queued_points -= carried
                 self._inflight_points += carried
-                self._inflight_pages += sum(p for *_, p in carry)
+                self._inflight_pages += len(carry)
             self._drop_inflight = False
-        return chunks, points, pages
+        return batch
 
     def _encoder(self, endpoint: str) -> EndpointEncoder:
         encoder = self._encoders.get(endpoint)

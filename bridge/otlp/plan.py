@@ -14,24 +14,17 @@ through the loop.
 from __future__ import annotations
 
 import struct
-import sys
 from array import array
 from collections.abc import Sequence
 from itertools import compress, repeat
 from operator import lt
 
+from bridge import kernel  # the compiled kernel; the struct.pack fill below is the reference and the fallback
 from bridge.fields import BLANK_VALUES
-from bridge.otlp.points import Chunk, EncodedPage, PointContext
+from bridge.otlp.points import BufferPool, Chunk, EncodedPage, Lease, PointContext
 from bridge.otlp.starttime import Series, SeriesTable, StartTimeMode
 from bridge.parse import PageTemplate, TemplatedPage
 from bridge.parse.template import pack_ints
-
-try:  # the compiled kernel (bridge/_kernel.c); the struct.pack fill below is the reference and the fallback
-    from bridge._kernel import blank_at as _blank_at
-    from bridge._kernel import points_of as _points_of
-    from bridge._kernel import sums_of as _sums_of
-except ImportError:
-    _points_of = _blank_at = _sums_of = None  # type: ignore[assignment]
 
 _BLANKS = tuple(sorted(BLANK_VALUES))
 
@@ -40,21 +33,7 @@ _PACK_VALUE = struct.Struct("<d").pack
 PACK_START = struct.Struct("<BQ").pack  # 0x11 start
 _PACK_U64_INTO = struct.Struct("<Q").pack_into
 _POINT_TAIL = 18  # 0x19 time 0x21 value
-_POOL = 8  # chunk buffers kept a plan: a batch a second holds ~3 pages of an endpoint at 3 Hz
-
-
-def _free_count() -> int:
-    """The reference count `PagePlan._free_buffer` sees for a buffer that only the pool holds (its tuple, and
-    the loop's name and getrefcount's argument where the interpreter counts those: 3 on CPython 3.11), measured
-    with the same loop, since interpreters differ in which references of a frame they count. tests/test_kernel.py
-    holds a chunk and lets it go; tests/otlp/test_export.py counts the buffers a steady export keeps."""
-    counts = []
-    for _, (buffer, _version) in enumerate([(bytearray(1), 0)]):
-        counts.append(sys.getrefcount(buffer))
-    return counts[0]
-
-
-_FREE = _free_count()
+POOL_SIZE = 8  # idle chunk buffers kept an endpoint: a batch a second holds ~3 pages of an endpoint at 3 Hz
 
 
 class PagePlan:
@@ -67,9 +46,9 @@ class PagePlan:
 
     __slots__ = ("template", "ctx", "pieces", "frame", "layout", "start_at", "value_at", "sum_at", "sum_slots",
                  "sum_heads", "series", "sum_series", "starts", "last_sum", "blank_at", "sum_positions", "last_t",
-                 "generation", "dirty", "dropped", "points", "use_kernel", "buffers", "version")
+                 "generation", "dirty", "dropped", "points", "buffers", "version")
 
-    def __init__(self, template: PageTemplate, ctx: PointContext) -> None:
+    def __init__(self, template: PageTemplate, ctx: PointContext, buffers: BufferPool) -> None:
         self.template = template
         self.ctx = ctx
         self.pieces: list[bytes] = []
@@ -94,19 +73,18 @@ class PagePlan:
         self.dirty = False  # series state behind the plan's last page
         self.dropped = 0
         self.points = 0
-        self.use_kernel = True  # False: the struct.pack fill (tests compare the two)
-        # The kernel's chunks: buffers of the frame's size, with the frame's `version` they hold. A buffer that no
-        # one but the pool holds (its batch was sent or given up) takes the next page's points in place: the
-        # frame is not copied again, and a buffer used a second ago is not the cold, new 100 KB a copy would be.
-        self.buffers: list[tuple[bytearray, int]] = []
-        self.version = 0  # the frame's: a counter reset writes a start time into it
+        # The kernel's chunks: the endpoint's buffers, each lent to its page (EncodedPage.lease) until the
+        # forwarder releases it. A returned buffer takes a later page's points in place: the frame is not copied
+        # again (unless `version` moved on), and a buffer used a second ago is not the cold, new 100 KB a copy is.
+        self.buffers = buffers
+        self.version = 0  # the frame's, from the pool (`lay_out`); a counter reset writes a start time into it
 
     def fill(self, page: TemplatedPage, ts_ns: int, table: SeriesTable, start_mode: StartTimeMode
              ) -> EncodedPage | None:
         """The chunk of a page that follows the plan's template, or None when the page needs the loop."""
-        kernel = _points_of is not None and self.use_kernel
-        if kernel:
-            if _blank_at(page.raw, None, _BLANKS, False) != self.blank_at:
+        compiled = kernel.running()
+        if compiled:
+            if kernel.blank_at(page.raw, None, _BLANKS, False) != self.blank_at:
                 return None
         else:
             values = page.values
@@ -118,8 +96,8 @@ class PagePlan:
         pieces = self.pieces
         if self.sum_at:
             fell: Sequence[int]
-            if kernel:
-                self.last_sum, fell = _sums_of(page.raw, self.sum_positions, self.last_sum)
+            if compiled:
+                self.last_sum, fell = kernel.sums_of(page.raw, self.sum_positions, self.last_sum)
             else:
                 sums = list(map(values.__getitem__, self.sum_at))
                 last_sum = memoryview(self.last_sum).cast("d")
@@ -130,10 +108,12 @@ class PagePlan:
                     self.starts[k] = self.last_t + 1
                     pieces[3 * self.sum_slots[k]] = self.sum_heads[k] + PACK_START(0x11, self.starts[k])
                     _PACK_U64_INTO(self.frame, self.start_at[k], self.starts[k])
-                    self.version += 1
+                    self.version = self.buffers.new_version()
         chunk: Chunk
-        if kernel:
-            chunk = _points_of(self.frame, self.layout, page.raw, ts_ns, self._free_buffer())
+        lease: Lease | None = None
+        if compiled:
+            lease = self.buffers.lend(self.frame, self.version)
+            chunk = kernel.points_of(self.frame, self.layout, page.raw, ts_ns, lease.buffer)
         else:
             pieces[1::3] = repeat(_PACK_TIME(0x19, ts_ns, 0x21), self.points)
             pieces[2::3] = map(_PACK_VALUE, map(values.__getitem__, self.value_at))
@@ -141,21 +121,7 @@ class PagePlan:
         self.last_t = ts_ns
         self.generation = table.begin_page()
         self.dirty = True
-        return EncodedPage(chunk, self.points, 0, len(self.blank_at), 0, self.dropped)
-
-    def _free_buffer(self) -> bytearray:
-        """A chunk buffer holding the current frame that nothing outside the pool refers to."""
-        buffers = self.buffers
-        for k, (buffer, version) in enumerate(buffers):
-            if sys.getrefcount(buffer) == _FREE:
-                if version != self.version:
-                    buffer[:] = self.frame
-                    buffers[k] = (buffer, self.version)
-                return buffer
-        buffer = bytearray(self.frame)
-        if len(buffers) < _POOL:
-            buffers.append((buffer, self.version))
-        return buffer
+        return EncodedPage(chunk, self.points, 0, len(self.blank_at), 0, self.dropped, lease)
 
     def lay_out(self, constants: list[bytes]) -> None:
         """`pieces`, `frame`, `layout` and `start_at` from the constants between the points (set `value_at` and
@@ -176,6 +142,7 @@ class PagePlan:
         self.layout = pack_ints(layout)
         self.start_at = [offsets[k] - 8 for k in self.sum_slots]  # (each sum's constant ends with 0x11 start)
         self.sum_positions = pack_ints(self.sum_at)
+        self.version = self.buffers.new_version()
 
     def write_back(self) -> None:
         """Series state as the loop would have left it after the plan's last page."""

@@ -23,14 +23,8 @@ from operator import getitem
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+from bridge import kernel  # the compiled kernel (bridge/_kernel.c); the Python below is the reference
 from bridge.samples import Dropped, ParsedPage, Sample
-
-try:  # the compiled kernel (bridge/_kernel.c); the Python below is the reference and the fallback
-    from bridge._kernel import values_of_bytes as _compiled_values_of_bytes
-except ImportError:  # built without a compiler: the same results, slower
-    _compiled_values_of_bytes = None  # type: ignore[assignment]
-
-COMPILED = _compiled_values_of_bytes is not None  # which path runs (`dcgm-bridge --version`, /status)
 
 
 class PageTemplate:
@@ -91,8 +85,8 @@ class PageTemplate:
         flat = self.flat
         if flat is None:
             return None
-        if _compiled_values_of_bytes is not None:
-            raw: bytes | None = _compiled_values_of_bytes(flat[0], flat[1], body)
+        if kernel.running():
+            raw: bytes | None = kernel.values_of_bytes(flat[0], flat[1], body)
             return None if raw is None else TemplatedPage(self, raw=raw)
         values = self.values_of_bytes_python(body)
         return None if values is None else TemplatedPage(self, values)

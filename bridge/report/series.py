@@ -23,15 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from bridge import kernel
 from bridge.endpoints import display_key
 from bridge.record_log import dict_to_record, dicts_of_lines, line_batches, read_dict_batches
 from bridge.samples import GpuRecord
-
-try:  # the compiled kernel (bridge/_kernel.c): lines of a known shape straight to rows
-    from bridge._kernel import line_shape as _line_shape
-    from bridge._kernel import scan_lines as _scan_lines
-except ImportError:
-    _line_shape = _scan_lines = None  # type: ignore[assignment]
 
 # A line shape the kernel reads (bridge/_kernel.c `scan_lines`): its literal segments, the token of each of
 # its series' columns, its timestamp's token, and the rows and times read since the last hand-over.
@@ -316,7 +311,6 @@ class SeriesAccumulator:
     def __init__(self) -> None:
         self._rows: dict[tuple[str, str, str | None], SeriesRows] = {}
         self._display: dict[str, str] = {}
-        self.use_kernel = True  # False: every line decoded by orjson (tests compare the two)
         # (telemetry_source_url, gpu_uuid, gpu_instance_id) as a line carries them -> its series: the
         # reader's shortcut past the key resolution for lines in our own format.
         self._as_read: dict[tuple[Any, Any, Any], SeriesRows] = {}
@@ -368,7 +362,7 @@ class SeriesAccumulator:
         seen is read straight into its series' rows (`_add_path_compiled`); any other line, and every line
         without the kernel, is decoded by orjson and taken by `_add_objs`.
         """
-        if _scan_lines is not None and self.use_kernel:
+        if kernel.running():  # (the compiled kernel: lines of a known shape straight to rows)
             return self._add_path_compiled(path, errors)
         number = 0  # records (JSON objects) before this batch
         for batch in read_dict_batches(path, errors):
@@ -425,7 +419,7 @@ class SeriesAccumulator:
         tries: dict[int, int] = {}  # id(series rows) -> lines given (or refused) a shape
         lines = records = 0  # before this batch
         for batch in line_batches(path):
-            position, taken = _scan_lines(batch, 0, shapes)
+            position, taken = kernel.scan_lines(batch, 0, shapes)
             records += taken
             lines += taken  # (a taken line is one line)
             if position < len(batch):
@@ -463,7 +457,7 @@ def _register(line: bytes, obj: dict[str, Any], rows: SeriesRows, shapes: dict[i
         return False
     if orjson.dumps(obj) != line:
         return False
-    shape = _line_shape(line)
+    shape = kernel.line_shape(line)
     if shape is None:
         return False
     key, segments, tokens = shape

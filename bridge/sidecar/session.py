@@ -23,8 +23,8 @@ from bridge.errors import LifecycleError as LifecycleError
 from bridge.events import Complete, Configured, Refresh, event_to_line
 from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
+from bridge.kernel import COMPILED
 from bridge.normalize import Normalizer
-from bridge.parse.template import COMPILED
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig

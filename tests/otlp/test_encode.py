@@ -14,7 +14,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from bridge import __version__
 from bridge.fields import is_blank_label, is_blank_value
-from bridge.otlp.encode import ContextCache, EndpointEncoder, PointContext
+from bridge.otlp.encode import ContextCache, EncodedPage, EndpointEncoder, PointContext
 from bridge.otlp.wire import request_bytes
 from bridge.parse import PageParser, parse_page
 from bridge.relabel import parse_config
@@ -304,7 +304,7 @@ def test_an_endpoint_that_returns_nothing_marks_every_series_stale_once():
     encoder.encode(parser.parse(dcgm_page(gpus=2, families=3)), ctx(), S)
     empty = ParsedPage([], {}, {}, [])
     assert encoder.encode(empty, ctx(), 2 * S).stale == 6
-    assert encoder.encode(empty, ctx(), 3 * S) == (b"", 0, 0, 0, 0, 0)
+    assert encoder.encode(empty, ctx(), 3 * S) == EncodedPage(b"", 0, 0, 0, 0, 0)
 
 
 def test_sentinel_values_are_not_sent_and_empty_or_sentinel_labels_are_dropped():

@@ -6,6 +6,7 @@ import gzip
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import replace
@@ -16,6 +17,7 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as ms
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as msg
 
+from bridge import kernel
 from bridge.otlp import ExportStats, GrpcSender, HttpSender, OtlpConfig, OtlpForwarder, SendResult
 from bridge.parse import PageParser
 from tests.otlp.pages import dcgm_page
@@ -380,28 +382,107 @@ def test_grpc_sender_sends_the_encoded_bytes_and_maps_status_codes(grpc_receiver
     sender_fwd.close()
 
 
-def test_a_steady_endpoints_chunks_are_written_into_the_buffers_of_batches_already_sent(http_receiver):
-    """Page after page of one template, each batch sent by the HTTP sender (one of them retried): the plan's
-    chunk buffers are taken again once their batch is done, so their number stays at what one batch holds, and
-    every request carries its own page's values (a buffer written again too early would send a later page's)."""
-    from bridge.otlp import HttpSender
+def _times(body: bytes) -> list[int]:
+    """Every point's time in a request, in order."""
+    request = ms.ExportMetricsServiceRequest.FromString(body)
+    return [p.time_unix_nano for rm in request.resource_metrics for m in rm.scope_metrics[0].metrics
+            for p in (m.gauge.data_points or m.sum.data_points)]
 
-    fwd, _ = forwarder(HttpSender(replace(CONFIG, endpoint=http_receiver.url)))  # type: ignore[arg-type]
-    http_receiver.answers.put((503, {"Retry-After": "0"}, b""))
-    parser = PageParser()  # one endpoint: one template all along
-    for step in range(16):
+
+def _one_template(fwd: OtlpForwarder, parser: PageParser, steps: range) -> None:
+    """Pages of one endpoint from one parser: after the second, each is filled by its plan into a pool buffer."""
+    for step in steps:
         fwd.submit("a:9400", parser.parse(dcgm_page(gpus=2, families=10, step=step)), run_id="r", phase="profiling",
                    ts_ns=(step + 1) * S)
-        if step % 2:
-            assert fwd.export_once()
-    plan = fwd._encoders["a:9400"]._plan
-    assert plan is not None and 2 <= len(plan.buffers) <= 3  # two pages a batch (a third while the retry held them)
-    requests = [ms.ExportMetricsServiceRequest.FromString(body) for _, body in http_receiver.got]
-    assert len(requests) == 9  # 8 batches, one of them twice
-    sent = [[p.time_unix_nano for rm in r.resource_metrics for p in rm.scope_metrics[0].metrics[0].gauge.data_points
-             or rm.scope_metrics[0].metrics[0].sum.data_points] for r in requests]
-    assert sent[0] == sent[1]  # the retry sent the same bytes
-    times = [t for request in sent[1:] for t in request]
-    assert times == sorted(times) and len(set(times)) == 16  # each page its own time, none repeated
-    assert times[-1] == 16 * S
+
+
+needs_kernel = pytest.mark.skipif(not kernel.COMPILED, reason="pool buffers are the compiled kernel's (not built here)")
+
+
+def test_a_steady_endpoints_pages_each_send_their_own_bytes_and_give_their_buffers_back(http_receiver):
+    """Page after page of one template, one page a batch and the next one carried (it holds its buffer over the
+    batch boundary), one batch retried, all through the HTTP sender: every request carries its own pages' times
+    (a buffer written again while held would send a later page's), the retry the same bytes, and once a batch
+    is done no buffer is lent but the carried page's."""
+    from bridge.otlp import HttpSender
+
+    config = replace(CONFIG, endpoint=http_receiver.url, max_batch_bytes=8_000)  # a page is ~7.5 kB
+    fwd, _ = forwarder(HttpSender(config), config)  # type: ignore[arg-type]
+    http_receiver.answers.put((503, {"Retry-After": "0"}, b""))
+    parser = PageParser()
+    for step in range(0, 16, 2):
+        _one_template(fwd, parser, range(step, step + 2))
+        assert fwd.export_once()
+        assert fwd.buffers_lent() <= 1  # the carried page's, if the kernel filled it
+    while fwd.export_once():
+        pass
+    assert fwd.buffers_lent() == 0
+    sent = [_times(body) for _, body in http_receiver.got]
+    assert len(sent) == 17 and sent[0] == sent[1]  # 16 one-page batches, the first twice
+    assert [request[0] for request in sent[1:]] == [(step + 1) * S for step in range(16)]
+    assert all(len(set(request)) == 1 for request in sent)  # each page its own time, in all its points
     fwd.close()
+
+
+class _Watching(FakeSender):
+    """Answers from a script, and notes how many buffers were lent while each request was sent."""
+
+    def __init__(self, *answers: SendResult) -> None:
+        super().__init__(*answers)
+        self.fwd: OtlpForwarder | None = None
+        self.lent: list[int] = []
+
+    def send(self, parts: list[bytes]) -> SendResult:
+        assert self.fwd is not None
+        self.lent.append(self.fwd.buffers_lent())
+        return super().send(parts)
+
+
+@needs_kernel
+@pytest.mark.parametrize("ending", ["sent", "rejected", "pushed out by newer pages", "given up at close"])
+def test_a_batch_gives_its_pages_buffers_back_however_it_ends(ending: str) -> None:
+    """Sent, rejected, given up while retrying because newer pages pushed it out of the queue, or given up when
+    close() ran out of time: afterwards no buffer is lent (while it was being sent, its pages held theirs)."""
+    retry = SendResult(False, True, "503")
+    answers = {"sent": [], "rejected": [SendResult(False, False, "400")] * 4, "pushed out by newer pages": [retry] * 3,
+               "given up at close": [retry] * 10_000}[ending]
+    sender = _Watching(*answers)
+    config = replace(CONFIG, max_queue_points=100, retry_initial_backoff_s=0.01, retry_max_backoff_s=0.01)
+    parser = PageParser()
+    if ending == "given up at close":  # close() sends what is queued, retrying until its time is up
+        sender.fwd = fwd = OtlpForwarder(config, base_resource={}, sender=sender, start=False,
+                                         sleep=lambda _: time.sleep(0.01))  # a few retries in 0.2 s, not thousands
+        _one_template(fwd, parser, range(4))
+        stats = fwd.close(timeout_s=0.2)
+        assert stats.dropped_points == 80 and stats.sent_points == 0 and len(sender.bodies) >= 2
+    else:
+        sender.fwd = fwd = forwarder(sender, config)[0]
+        _one_template(fwd, parser, range(4))
+        if ending == "pushed out by newer pages":
+            sender.answers.insert(1, retry)
+            real_send = sender.send
+
+            def send_then_push(parts: list[bytes]) -> SendResult:
+                if len(sender.bodies) == 1:
+                    _one_template(fwd, parser, range(4, 10))  # arrives during the outage: over the bound of 100
+                return real_send(parts)
+
+            sender.send = send_then_push  # type: ignore[method-assign]
+        while fwd.export_once():
+            pass
+        fwd.close()
+    assert max(sender.lent) >= 2  # the plan's pages held their buffers while sent
+    assert fwd.buffers_lent() == 0
+
+
+@needs_kernel
+def test_pages_carried_to_a_next_batch_give_their_buffers_back_when_close_drops_them() -> None:
+    sender = _Watching()
+    sender.fwd = fwd = forwarder(sender, replace(CONFIG, max_batch_bytes=8_000))[0]  # one ~7.5 kB page a batch
+    _one_template(fwd, PageParser(), range(4))
+    fwd.export_once()
+    fwd.export_once()  # the third page, filled by its plan, is carried
+    assert fwd.buffers_lent() == 1
+    sender.answers = [SendResult(False, True, "503")] * 100
+    stats = fwd.close(timeout_s=0)
+    assert (stats.dropped_pages, stats.dropped_points, fwd.buffers_lent()) == (2, 40, 0)

@@ -11,6 +11,8 @@ from bridge.endpoints import display_key
 from bridge.simulator import SimulatedExporter, SimulatorConfig
 from tests.otlp.conftest import forwarding_session, prom_query
 
+pytestmark = pytest.mark.realstack  # VictoriaMetrics
+
 RUN = "refresh-otlp-1"
 
 

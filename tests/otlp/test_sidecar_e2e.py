@@ -22,6 +22,8 @@ from bridge.sidecar.session import Session
 from bridge.simulator import Fault, SimulatedExporter, SimulatorConfig
 from tests.otlp.conftest import forwarding_session, prom_query, wait_until
 
+pytestmark = pytest.mark.realstack  # VictoriaMetrics
+
 RUN = "e2e-run-1"
 
 
@@ -138,6 +140,7 @@ def _assert_same_numbers(a, b, path="endpoints"):
         assert a == b, (path, a, b)
 
 
+@pytest.mark.slow  # 200 scrapes of outage and the recovery
 def test_a_receiver_outage_mid_run_loses_no_record_and_no_point_inside_the_queue_bound(tmp_path):
     from bridge.otlp import OtlpConfig
     from tests.conftest import require_binary

@@ -37,7 +37,7 @@ def test_probes_status_and_phase_marks_through_the_control_api(control):
     assert response.status_code == 200 and response.json()["accepted"] == mark
     status = client.get("/status").json()
     assert status["state"] == "collecting" and status["phase"] == "profiling" and status["marks"] == [mark]
-    from bridge.parse.template import COMPILED
+    from bridge.kernel import COMPILED
 
     assert status["per_page_path"] == ("compiled kernel" if COMPILED else "pure Python (bridge._kernel not built)")
     threads = status["cpu_s_by_thread"]  # where the CPU goes: the scrape thread has worked, this one too
