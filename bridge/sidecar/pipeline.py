@@ -8,8 +8,9 @@
                                                                          └─▶ ListenerSink    (in-process callbacks)
 
 Each sink takes a tick's pages at once (`PageSink.take`); today the scrape loop hands them over one by
-one, a batching caller passes several. The pipeline also writes what a page or a failure says about its
-endpoint to the events file: unreadable lines (`parse` errors), failed scrapes, endpoint down and up.
+one, a batching caller passes several. The pipeline also feeds each endpoint's health (bridge/health.py: up,
+unreadable, down) and writes what a page or a failure says about its endpoint to the events file: unreadable
+lines (`parse` errors), failed scrapes, endpoint down and up.
 `Session` (session.py) keeps the state machine and builds one `Pipeline`.
 """
 
@@ -23,6 +24,7 @@ from typing import Protocol
 from bridge.endpoints import display_key
 from bridge.events import EndpointState
 from bridge.fetch import FetchedPage, FetchError
+from bridge.health import Health
 from bridge.normalize import CompiledRecords, Normalizer
 from bridge.otlp.export import ExportStats
 from bridge.parse import PageParser, TemplatedPage
@@ -250,7 +252,7 @@ class Pipeline:
 
     def __init__(self, normalizer: Normalizer, sinks: Sequence[PageSink], events: LineWriter, *, run_id: str,
                  phase: Callable[[], str | None], otlp: OtlpSink | None = None,
-                 max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS) -> None:
+                 max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS, health: Health | None = None) -> None:
         self.normalizer = normalizer
         self.max_series = max_series
         self.sinks = list(sinks)
@@ -258,7 +260,7 @@ class Pipeline:
         self.run_id = run_id
         self.phase = phase
         self.otlp = otlp
-        self.down: set[str] = set()
+        self.health = health if health is not None else Health()
         self._parsers: dict[str, PageParser] = {}
         self._keys: dict[str, tuple[str, str]] = {}  # url -> (redacted, display key)
         self._notes = _Notes()
@@ -270,6 +272,8 @@ class Pipeline:
     def on_page(self, url: str, fetched: FetchedPage) -> Page:
         """The scrape loop's page callback: one page through the whole pipeline."""
         page = self.read(url, fetched)
+        if self.health.of(url).answered(fetched.body, fetched.start_ns, readable=page.readable):
+            self.events.write_event(EndpointState(page.endpoint, page.start_ns, "up", "scrape succeeded"))
         self.take([page])
         return page
 
@@ -333,7 +337,7 @@ class Pipeline:
         return kept
 
     def take(self, pages: Sequence[Page]) -> None:
-        """A tick's pages: their endpoints' health to the events file, then every sink in turn."""
+        """A tick's pages: what their parsers dropped to the events file, then every sink in turn."""
         for anomaly in self.normalizer.take_anomalies():  # once per family per run: the log and the report
             logger.warning("%s: %s", display_key(anomaly.source_url), anomaly.message())
             time_ns = next((p.start_ns for p in pages if p.endpoint == anomaly.source_url), 0)
@@ -341,9 +345,6 @@ class Pipeline:
         for page in pages:
             if page.parsed.dropped:
                 self._note_dropped(page)
-            if page.url in self.down:
-                self.down.discard(page.url)
-                self.events.write_event(EndpointState(page.endpoint, page.start_ns, "up", "scrape succeeded"))
         for sink in self.sinks:
             sink.take(pages)
 
@@ -351,8 +352,7 @@ class Pipeline:
         """The scrape loop's failure callback: a `scrape_error` event; the first of a run marks the endpoint down."""
         endpoint = redact_url(url)
         self.events.write_event(ScrapeFailure(endpoint, start_ns, exc.kind, exc.message))
-        if url not in self.down:
-            self.down.add(url)
+        if self.health.of(url).failed(exc, start_ns):
             self.events.write_event(EndpointState(endpoint, start_ns, "down", exc.message))
             if self.otlp is not None:  # its series are gone
                 self.otlp.mark_stale([url], self.phase(), start_ns)
