@@ -74,7 +74,7 @@ from bridge.parse import TemplatedPage, family_of
 from bridge.relabel import NO_RELABEL, RelabelConfig, relabel
 from bridge.samples import ParsedPage
 
-# Family kinds.
+# Family kinds: the scalar ones (a kind <= SUM) are points of their own.
 GAUGE, MONOTONIC_SUM, SUM, HISTOGRAM, SUMMARY, SKIP = range(6)
 _SCALAR = (GAUGE, MONOTONIC_SUM, SUM)
 # A point's time is a fixed64 of nanoseconds (opentelemetry-proto metrics.proto, `time_unix_nano`): a sample's own
@@ -182,7 +182,8 @@ class EndpointEncoder:
         pack_gauge, pack_sum, mode = PACK_GAUGE, PACK_SUM, self.start_mode
         blank = out_of_order = dropped = ended = 0
         prev_name: str | None = None
-        kind = SKIP
+        kind = skip = SKIP
+        last_scalar = SUM  # (locals: the loop below compares them per point)
         smap: dict[int, Series] = {}
         out: list[bytes] = []
         append = out.append
@@ -199,8 +200,8 @@ class EndpointEncoder:
             if value in blank_values:
                 blank += 1
                 continue
-            if kind > 2:  # histogram, summary, skip
-                if kind != 5:
+            if kind > last_scalar:  # histogram, summary, skip
+                if kind != skip:
                     t = ts_ns if ts_ms is None else ts_ms * 1_000_000
                     complex_samples.append((kind, name, labels, value, t))
                 continue
@@ -295,7 +296,7 @@ class EndpointEncoder:
             if value in BLANK_VALUES:
                 blanks.append(position)
                 continue
-            if kind > 2:
+            if kind > SUM:  # histogram, summary, skip
                 if kind != SKIP:
                     return None  # histograms and summaries take the loop
                 continue
