@@ -70,9 +70,8 @@ from bridge.otlp.wire import (
     summary_point,
     varint,
 )
-from bridge.parse import TemplatedPage, family_of
+from bridge.parse import AnyPage, TemplatedPage, family_of
 from bridge.relabel import NO_RELABEL, RelabelConfig, relabel
-from bridge.samples import ParsedPage
 
 # Family kinds: the scalar ones (a kind <= SUM) are points of their own.
 GAUGE, MONOTONIC_SUM, SUM, HISTOGRAM, SUMMARY, SKIP = range(6)
@@ -154,7 +153,7 @@ class EndpointEncoder:
         self.use_plans = True  # False: every page through the loop (tests compare the two)
         self.use_kernel = True  # False: plans fill with struct.pack, not the compiled kernel (tests compare)
 
-    def encode(self, page: ParsedPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
+    def encode(self, page: AnyPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
         """One page scraped at `ts_ns` (samples without their own timestamp get it)."""
         templated = page if isinstance(page, TemplatedPage) else None
         plan = self._plan
@@ -172,7 +171,7 @@ class EndpointEncoder:
             self._plan = self._compile(templated, ctx, ts_ns)
         return encoded
 
-    def _encode_loop(self, page: ParsedPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
+    def _encode_loop(self, page: AnyPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
         table = self.table
         gen = table.begin_page()
         types = page.types
@@ -422,7 +421,7 @@ class EndpointEncoder:
         out.append(body)
 
     # -- metric framing -------------------------------------------------------------------------
-    def _metric_head(self, name: str, kind: int, page: ParsedPage, family: str) -> bytes:
+    def _metric_head(self, name: str, kind: int, page: AnyPage, family: str) -> bytes:
         if family not in page.types and name in self._heads:
             return self._heads[name]  # only staleness markers left: describe it as when it was there
         help_text = page.helps.get(family, "")
@@ -456,7 +455,7 @@ class EndpointEncoder:
         match = _HELP_UNIT.search(help_text)
         return UCUM.get(match.group(1).strip(), "") if match else ""
 
-    def _metric_pieces(self, fam: _Family, page: ParsedPage, pieces: list[bytes]) -> int:
+    def _metric_pieces(self, fam: _Family, page: AnyPage, pieces: list[bytes]) -> int:
         """Append a framed Metric as pieces (its data points by reference); return its framed size."""
         kind = fam.kind
         data_len = sum(map(len, fam.points))
@@ -480,7 +479,7 @@ class EndpointEncoder:
             pieces.append(trailer)
         return len(framing) + data_len
 
-    def _metric(self, fam: _Family, page: ParsedPage) -> bytes:
+    def _metric(self, fam: _Family, page: AnyPage) -> bytes:
         pieces: list[bytes] = []
         self._metric_pieces(fam, page, pieces)
         return b"".join(pieces)
@@ -490,7 +489,7 @@ class EndpointEncoder:
         self,
         samples: list[tuple[int, str, Mapping[str, str], float, int]],
         ctx: PointContext,
-        page: ParsedPage,
+        page: AnyPage,
         gen: int,
     ) -> tuple[list[bytes], int]:
         groups: dict[tuple[str, tuple[tuple[str, str], ...]], Group] = {}

@@ -27,16 +27,16 @@ from bridge.fetch import FetchedPage, FetchError
 from bridge.health import Health
 from bridge.normalize import CompiledRecords, Normalizer
 from bridge.otlp.export import ExportStats
-from bridge.parse import PageParser, TemplatedPage
+from bridge.parse import AnyPage, PageParser, TemplatedPage
 from bridge.parse.lines import MAX_SERIES
 from bridge.record_log import LineWriter
 from bridge.redact import redact_url
 from bridge.report.spool import LiveSeries
-from bridge.samples import GpuRecord, ParsedPage, ScrapeFailure
+from bridge.samples import GpuRecord, ScrapeFailure
 
 logger = logging.getLogger(__name__)
 
-PageListener = Callable[[str, ParsedPage, int, str | None], None]
+PageListener = Callable[[str, AnyPage, int, str | None], None]
 """(url, parsed page, scrape start ns, phase or None): called on the scrape thread for every page."""
 
 Identity = tuple[str, str | None]
@@ -53,7 +53,7 @@ class Page:
 
     __slots__ = ("url", "endpoint", "display", "parsed", "compiled", "phase", "start_ns", "end_ns", "_records")
 
-    def __init__(self, url: str, endpoint: str, display: str, parsed: ParsedPage,
+    def __init__(self, url: str, endpoint: str, display: str, parsed: AnyPage,
                  records: Sequence[GpuRecord] | CompiledRecords, phase: str | None, start_ns: int,
                  end_ns: int) -> None:
         self.url = url  # as configured (may hold credentials: never logged)
@@ -98,7 +98,7 @@ class PageSink(Protocol):
 class Forwarder(Protocol):
     """What the pipeline and the session use of `bridge.otlp.OtlpForwarder`."""
 
-    def submit(self, endpoint: str, page: ParsedPage, *, run_id: str, phase: str, ts_ns: int) -> None: ...
+    def submit(self, endpoint: str, page: AnyPage, *, run_id: str, phase: str, ts_ns: int) -> None: ...
     def mark_stale(self, endpoint: str, *, run_id: str, phase: str, ts_ns: int) -> None: ...
     def stats(self) -> ExportStats: ...
     def close(self, timeout_s: float = 5.0) -> ExportStats: ...
@@ -190,7 +190,7 @@ class PullPageSink:
     """The latest page of every endpoint, for the pull /metrics page (sidecar/pull.py renders it)."""
 
     def __init__(self) -> None:
-        self.latest: dict[str, tuple[ParsedPage, str | None, int]] = {}  # url -> (page, phase, scrape start)
+        self.latest: dict[str, tuple[AnyPage, str | None, int]] = {}  # url -> (page, phase, scrape start)
 
     def take(self, pages: Sequence[Page]) -> None:
         for page in pages:
