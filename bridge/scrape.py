@@ -1,14 +1,19 @@
 """The scrape loop: every endpoint on one thread, on absolute ticks, never more than one scrape in flight
 per endpoint.
 
-At each tick every idle endpoint's GET starts at once (libcurl's multi interface: bridge/fetch.py) and
-each page is handled on this thread as it arrives, so a slow or dead exporter never holds up the others
-and a tick costs one wake-up for all endpoints, not one per endpoint (DESIGN.md "Performance").
+At each tick every idle endpoint's GET starts at once (libcurl's multi interface: bridge/fetch.py) and the
+tick's pages are handed to their callbacks on this thread together once its GETs have ended (or HOLD_S after
+the first ended), so a slow or dead exporter never holds up the others and a tick costs one wake-up for all
+endpoints, not one per endpoint (DESIGN.md "Performance").
 A tick that finds an endpoint's previous scrape still running is counted as missed for it, not queued
 (AIPerf fires every tick without awaiting, so a stalled exporter piles up ~90 overlapping scrapes, §13.13).
 Boundary scrapes (phase marks, completion) wake the loop at once: a scrape already in flight that
 started at or after the boundary serves as the boundary sample, otherwise one starts as soon as the
 in-flight one ends.
+
+The loop only schedules and fetches: what the endpoints' answers say about them (up, down, unreadable, the
+refresh cadence) is bridge/health.py's, fed by the pipeline; the loop reports its own schedule there (missed
+ticks, lateness, scrape duration).
 """
 
 from __future__ import annotations
