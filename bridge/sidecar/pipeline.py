@@ -7,10 +7,10 @@
                                                                          ├─▶ OtlpSink        (forwarder queue)
                                                                          └─▶ ListenerSink    (in-process callbacks)
 
-Each sink takes a tick's pages at once (`PageSink.take`); today the scrape loop hands them over one by
-one, a batching caller passes several. The pipeline also feeds each endpoint's health (bridge/health.py: up,
-unreadable, down) and writes what a page or a failure says about its endpoint to the events file: unreadable
-lines (`parse` errors), failed scrapes, endpoint down and up.
+Each sink takes one page at a time (`PageSink.take`), in the order the scrape loop hands them over (a tick's
+pages one after another: bridge/scrape.py HOLD_S). The pipeline also feeds each endpoint's health
+(bridge/health.py: up, unreadable, down) and writes what a page or a failure says about its endpoint to the
+events file: unreadable lines (`parse` errors), failed scrapes, endpoint down and up.
 `Session` (session.py) keeps the state machine and builds one `Pipeline`.
 """
 
@@ -90,9 +90,9 @@ class Page:
 
 
 class PageSink(Protocol):
-    """One destination of scraped pages. `take` receives the pages of one tick (one or more)."""
+    """One destination of scraped pages: `take` receives each page."""
 
-    def take(self, pages: Sequence[Page]) -> None: ...
+    def take(self, page: Page) -> None: ...
 
 
 class Forwarder(Protocol):
@@ -111,13 +111,12 @@ class RecordLogSink:
         self.writer = writer
         self.records_written = 0
 
-    def take(self, pages: Sequence[Page]) -> None:
-        for page in pages:
-            if page.compiled is not None:
-                self.writer.write_block(page.compiled.lines, len(page.compiled.entries))
-            else:
-                self.writer.write_records(page.records)
-            self.records_written += page.record_count
+    def take(self, page: Page) -> None:
+        if page.compiled is not None:
+            self.writer.write_block(page.compiled.lines, len(page.compiled.entries))
+        else:
+            self.writer.write_records(page.records)
+        self.records_written += page.record_count
 
 
 class LiveSeriesSink:
@@ -126,12 +125,11 @@ class LiveSeriesSink:
     def __init__(self, spool: LiveSeries) -> None:
         self.spool = spool
 
-    def take(self, pages: Sequence[Page]) -> None:
-        for page in pages:
-            if page.compiled is not None:
-                self.spool.add_compiled(page.compiled, page.display)
-            else:
-                self.spool.add(page.records, page.display)
+    def take(self, page: Page) -> None:
+        if page.compiled is not None:
+            self.spool.add_compiled(page.compiled, page.display)
+        else:
+            self.spool.add(page.records, page.display)
 
 
 def _plan_of(page: Page | None) -> object | None:
@@ -151,25 +149,24 @@ class LatestRecords:
         self._current: dict[str, Page] = {}  # display key -> its latest page
         self._lock = threading.Lock()
 
-    def take(self, pages: Sequence[Page]) -> None:
+    def take(self, page: Page) -> None:
         first, latest = self._first, self._latest
-        for page in pages:
-            plan = _plan_of(page)
-            with self._lock:
-                previous = self._current.get(page.display)
-                self._current[page.display] = page
-                if plan is not None and _plan_of(previous) is plan:
-                    continue
-                if previous is not None and previous.compiled is not None:
-                    for index, identity in enumerate(previous.compiled.identities()):
-                        latest[(page.display, identity)] = (previous, index)
-                identities = page.compiled.identities() if page.compiled is not None else \
-                    [r.identity for r in page.records]
-                for index, identity in enumerate(identities):
-                    key = (page.display, identity)
-                    if key not in first:
-                        first[key] = page.records[index]
-                    latest[key] = (page, index)
+        plan = _plan_of(page)
+        with self._lock:
+            previous = self._current.get(page.display)
+            self._current[page.display] = page
+            if plan is not None and _plan_of(previous) is plan:
+                return
+            if previous is not None and previous.compiled is not None:
+                for index, identity in enumerate(previous.compiled.identities()):
+                    latest[(page.display, identity)] = (previous, index)
+            identities = page.compiled.identities() if page.compiled is not None else \
+                [r.identity for r in page.records]
+            for index, identity in enumerate(identities):
+                key = (page.display, identity)
+                if key not in first:
+                    first[key] = page.records[index]
+                latest[key] = (page, index)
 
     @property
     def latest(self) -> dict[tuple[str, Identity], tuple[GpuRecord, GpuRecord]]:
@@ -192,9 +189,8 @@ class PullPageSink:
     def __init__(self) -> None:
         self.latest: dict[str, tuple[AnyPage, str | None, int]] = {}  # url -> (page, phase, scrape start)
 
-    def take(self, pages: Sequence[Page]) -> None:
-        for page in pages:
-            self.latest[page.url] = (page.parsed, page.phase, page.start_ns)
+    def take(self, page: Page) -> None:
+        self.latest[page.url] = (page.parsed, page.phase, page.start_ns)
 
 
 class OtlpSink:
@@ -205,11 +201,10 @@ class OtlpSink:
         self.run_id = run_id
         self.seen: set[str] = set()  # urls that sent at least one page
 
-    def take(self, pages: Sequence[Page]) -> None:
-        for page in pages:
-            self.seen.add(page.url)
-            self.forwarder.submit(page.display, page.parsed, run_id=self.run_id, phase=page.phase or "none",
-                                  ts_ns=page.start_ns)
+    def take(self, page: Page) -> None:
+        self.seen.add(page.url)
+        self.forwarder.submit(page.display, page.parsed, run_id=self.run_id, phase=page.phase or "none",
+                              ts_ns=page.start_ns)
 
     def mark_stale(self, urls: Iterable[str], phase: str | None, ts_ns: int) -> None:
         """One staleness marker per series of these endpoints, so stores stop showing the last value."""
@@ -224,10 +219,9 @@ class ListenerSink:
     def __init__(self, listeners: Sequence[PageListener]) -> None:
         self.listeners = list(listeners)
 
-    def take(self, pages: Sequence[Page]) -> None:
-        for page in pages:
-            for listener in self.listeners:
-                listener(page.url, page.parsed, page.start_ns, page.phase)
+    def take(self, page: Page) -> None:
+        for listener in self.listeners:
+            listener(page.url, page.parsed, page.start_ns, page.phase)
 
 
 class _Notes:
@@ -274,7 +268,7 @@ class Pipeline:
         page = self.read(url, fetched)
         if self.health.of(url).answered(fetched.body, fetched.start_ns, readable=page.readable):
             self.events.write_event(EndpointState(page.endpoint, page.start_ns, "up", "scrape succeeded"))
-        self.take([page])
+        self.take(page)
         return page
 
     def read(self, url: str, fetched: FetchedPage) -> Page:
@@ -336,17 +330,16 @@ class Pipeline:
             self.events.write_event(ScrapeFailure(endpoint, time_ns, "parse", message))
         return kept
 
-    def take(self, pages: Sequence[Page]) -> None:
-        """A tick's pages: what their parsers dropped to the events file, then every sink in turn."""
+    def take(self, page: Page) -> None:
+        """A page: what the normaliser and the parser found wrong in it to the events file, then every sink."""
         for anomaly in self.normalizer.take_anomalies():  # once per family per run: the log and the report
             logger.warning("%s: %s", display_key(anomaly.source_url), anomaly.message())
-            time_ns = next((p.start_ns for p in pages if p.endpoint == anomaly.source_url), 0)
+            time_ns = page.start_ns if page.endpoint == anomaly.source_url else 0
             self.events.write_event(ScrapeFailure(anomaly.source_url, time_ns, "unit", anomaly.message()))
-        for page in pages:
-            if page.parsed.dropped:
-                self._note_dropped(page)
+        if page.parsed.dropped:
+            self._note_dropped(page)
         for sink in self.sinks:
-            sink.take(pages)
+            sink.take(page)
 
     def on_failure(self, url: str, exc: FetchError, start_ns: int) -> None:
         """The scrape loop's failure callback: a `scrape_error` event; the first of a run marks the endpoint down."""
