@@ -6,8 +6,12 @@ message a person can act on, and never hold the page's credentials in it.
 
 from __future__ import annotations
 
+import fcntl
 import gzip
+import socket
 import ssl
+import struct
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -246,6 +250,15 @@ def test_tls_with_an_unknown_certificate_is_refused_unless_verification_is_off(c
     assert body == PAGE
 
 
+def _wait_until_received(sock: socket.socket) -> None:
+    """Until the peer's kernel has the bytes written to `sock` (its send queue is empty: every byte acknowledged),
+    so the client's socket is readable; on a loaded machine loopback delivery may lag the write."""
+    deadline = time.monotonic() + 10
+    while struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]:
+        assert time.monotonic() < deadline, "the client never read the answer"
+        time.sleep(0.001)
+
+
 class _Tick:
     """A tick of `gets` GETs on a server whose first answer leaves once every request of the tick has arrived,
     and whose other answers wait for `release` (set by the settle, or by the test)."""
@@ -264,12 +277,14 @@ class _Tick:
                 self.all_arrived.set()
         assert (self.all_arrived if n == 0 else self.release).wait(10)
         send(handler, PAGE)
+        _wait_until_received(handler.connection)
         with self.changed:
             self.written += 1
             self.changed.notify_all()
 
     def settle(self, seconds: float) -> None:
-        """The transfers' settle: the tick's other answers are written meanwhile."""
+        """The transfers' settle: the tick's other answers are written, and received by the client's kernel,
+        meanwhile."""
         self.release.set()
         with self.changed:
             assert self.changed.wait_for(lambda: self.written == self.gets, timeout=10)
