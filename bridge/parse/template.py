@@ -190,8 +190,11 @@ class TemplatedPage:
                  raw: bytes | None = None, samples: list[Sample] | None = None) -> None:
         if (values is None) == (raw is None):
             raise TypeError("a TemplatedPage takes its values or its raw values")
-        for name, value in (("template", template), ("_values", values), ("_raw", raw), ("_samples", samples)):
-            object.__setattr__(self, name, value)
+        setattr_ = object.__setattr__  # (this class refuses its own __setattr__: it is immutable)
+        setattr_(self, "template", template)
+        setattr_(self, "_values", values)
+        setattr_(self, "_raw", raw)
+        setattr_(self, "_samples", samples)
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"a TemplatedPage is immutable (setting {name!r})")
