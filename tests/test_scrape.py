@@ -7,6 +7,7 @@ import math
 import select
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -29,20 +30,25 @@ class FakeClock:
         return 1_700_000_000_000_000_000 + round(self.now * 1e9)
 
 
+Durations = dict[str, float | list[float]]  # url -> every GET's duration, or each GET's in turn
+
+
 class ScriptedTransfers:
     """GETs that take `duration_s[url]` of the fake clock: a wait moves the clock to the next GET's end (or to
     its timeout) and returns the GETs that ended by then. The group is stopped once `stop_after` GETs ended."""
 
-    def __init__(self, clock: FakeClock, duration_s: dict[str, float], stop_after: int) -> None:
+    def __init__(self, clock: FakeClock, duration_s: Durations, stop_after: int) -> None:
         self.clock, self.duration_s, self.stop_after = clock, duration_s, stop_after
         self.group: ScrapeGroup | None = None
+        self.stopped = threading.Event()
         self.begun: list[tuple[str, float]] = []  # (url, clock) of every GET's start
         self.ends: dict[str, float] = {}  # url -> when its GET in flight ends
         self.ended = 0
 
     def begin(self, url: str) -> None:
         self.begun.append((url, self.clock.now))
-        self.ends[url] = self.clock.now + self.duration_s[url]
+        duration = self.duration_s[url]
+        self.ends[url] = self.clock.now + (duration.pop(0) if isinstance(duration, list) else duration)
 
     @property
     def active(self) -> bool:
@@ -52,6 +58,7 @@ class ScriptedTransfers:
         assert self.group is not None
         if self.ended >= self.stop_after and not self.group.stopped:
             self.group.stop()  # (from the scrape thread: it sets the flag and wakes the loop)
+            self.stopped.set()
         if select.select([wake_fd], [], [], 0)[0]:
             return []  # a wake-up: the loop looks at once
         assert math.isfinite(timeout_s) or self.ends, "the loop would wait forever"
@@ -67,10 +74,13 @@ class ScriptedTransfers:
         self.ends.clear()
 
 
-def run_scripted(duration_s: dict[str, float], interval_s: float, stop_after: int
+PageHook = Callable[[ScrapeLoop, FakeClock], None]
+
+
+def run_scripted(duration_s: Durations, interval_s: float, stop_after: int, on_page: PageHook = lambda *_: None,
                  ) -> tuple[ScriptedTransfers, dict[str, ScrapeLoop], list[tuple[str, float]]]:
     """Scrape `duration_s`'s endpoints on a fake clock until `stop_after` GETs ended; the loops, and every page
-    handed over as (url, the fake clock then)."""
+    handed over as (url, the fake clock then). `on_page` runs after each page is noted, on the scrape thread."""
     clock = FakeClock()
     transfers = ScriptedTransfers(clock, duration_s, stop_after)
 
@@ -80,13 +90,16 @@ def run_scripted(duration_s: dict[str, float], interval_s: float, stop_after: in
     group = ScrapeGroup(Unused(), interval_s, monotonic=clock.monotonic, now_ns=clock.now_ns, transfers=scripted)
     transfers.group = group
     handed: list[tuple[str, float]] = []
-    loops = {url: ScrapeLoop(url, group.fetcher, interval_s, lambda u, page: handed.append((u, clock.now)),
-                             lambda *_: None, group=group) for url in duration_s}
+
+    def page(url: str, _page: FetchedPage) -> None:
+        handed.append((url, clock.now))
+        on_page(loops[url], clock)
+
+    loops = {url: ScrapeLoop(url, group.fetcher, interval_s, page, lambda *_: None, group=group) for url in duration_s}
     group.start()
-    assert group._thread is not None
-    group._thread.join(10)
-    assert not group._thread.is_alive()
-    group.stop()  # (closes its wake-up pipe)
+    assert transfers.stopped.wait(10)
+    group.stop(10)  # (waits for the thread, closes its wake-up pipe)
+    assert not group.running
     return transfers, loops, handed
 
 
@@ -129,6 +142,22 @@ def test_a_slow_get_holds_the_others_pages_up_for_the_hold_at_most() -> None:
     _, _, handed = run_scripted({"http://a/metrics": 0.001, "http://slow/metrics": 0.3}, 0.5, stop_after=4)
     first_tick = [(url, round(at, 6)) for url, at in handed[:2]]
     assert first_tick == [("http://a/metrics", round(0.001 + HOLD_S, 6)), ("http://slow/metrics", 0.3)]
+
+
+def test_a_boundary_between_ticks_is_scraped_at_once_and_serves_the_tick_that_comes_due_while_it_runs() -> None:
+    """A phase mark between ticks wakes the loop: its scrape starts at once, not at the next tick; the tick that
+    comes due while it runs is served by it (not missed), and the grid goes on after it."""
+    boundaries = []
+
+    def mark_after_the_first_page(loop: ScrapeLoop, clock: FakeClock) -> None:
+        if not boundaries:
+            boundaries.append(loop.request_boundary(clock.now_ns()))
+
+    transfers, loops, _ = run_scripted({"http://x/metrics": [0.01, 0.6, 0.01]}, 0.5, stop_after=3,
+                                       on_page=mark_after_the_first_page)
+    assert [round(at, 6) for _, at in transfers.begun] == [0.0, 0.01, 1.0]
+    assert boundaries[0].done.is_set() and boundaries[0].error is None
+    assert loops["http://x/metrics"].stats.missed_ticks == 0
 
 
 def test_pages_held_when_the_group_stops_are_handed_over() -> None:
