@@ -1,9 +1,8 @@
 """Fetch one /metrics page: the seam the scrape loop calls.
 
-The production client is libcurl through pycurl, chosen by measurement
-(bench/bench_http.py): ~0.3 ms of CPU per 80 KB GET against ~0.65-1.3 ms for urllib3 and ~2.5 ms for
-httpx.AsyncClient, whose cost alone would exceed the sidecar's 25m budget at 24 scrapes/s. httpx stays
-the tests' client (a test dependency); urllib3 carries the OTLP sends (a few per second).
+The production client is libcurl through pycurl, chosen by measurement against urllib3 and httpx
+(bench/bench_http.py, numbers in bench/RESULTS.md). httpx stays the tests' client (a test dependency); the
+OTLP sends have their own transport (bridge/otlp/transport.py, bridge/otlp/http1.py).
 
 Every failure is a FetchError with a kind (connect, timeout, http_status, content_type, too_large,
 truncated, empty) and a message that never holds credentials.
@@ -67,10 +66,9 @@ def auth_headers(url: str, settings: FetchSettings) -> tuple[str, dict[str, str]
 
 
 class CurlFetcher:
-    """libcurl (pycurl), one easy handle per endpoint: each keeps its connection alive, and a GET costs
-    ~0.25 ms of CPU where urllib3 costs ~0.6 (bench/bench_http.py). `fetch` is thread-safe (one lock per
-    handle); `transfers()` drives every endpoint's GETs at once from one thread (libcurl's multi interface),
-    which is how the scrape loop uses it."""
+    """libcurl (pycurl), one easy handle per endpoint: each keeps its connection alive. `fetch` is thread-safe
+    (one lock per handle); `transfers()` drives every endpoint's GETs at once from one thread (libcurl's multi
+    interface), which is how the scrape loop uses it."""
 
     def __init__(self, settings: FetchSettings, now_ns: Callable[[], int] = time.time_ns) -> None:
         import pycurl  # lazy: keep `import bridge` light
@@ -102,8 +100,10 @@ class CurlFetcher:
                 raise transfer.error(int(exc.args[0]), str(exc.args[1]) if len(exc.args) > 1 else "") from None
             return transfer.page(self._now_ns())
 
-    def transfers(self) -> CurlTransfers:
-        return CurlTransfers(self)
+    def transfers(self, *, settle_s: float | None = None,
+                  sleep: Callable[[float], None] = time.sleep) -> CurlTransfers:
+        """`settle_s` (default SETTLE_S) and `sleep`: see `CurlTransfers.settle`."""
+        return CurlTransfers(self, settle_s=SETTLE_S if settle_s is None else settle_s, sleep=sleep)
 
     def close(self) -> None:
         with self._lock:
@@ -160,18 +160,17 @@ class BlockingTransfers:
 
 
 # When a poll finds an answer's bytes, the scrape thread waits this long before it drives libcurl, so one drive
-# reads the tick's other answers that arrive meanwhile: at 8 endpoints, two wake-ups a tick instead of one per
-# answer, ~0.3-0.7 of ~8 millicores in A/B runs (bench/NOTES.md). A page's `end_ns` is when the thread read its
-# last bytes, so at most this much after they arrived; the sample time is the GET's start (DESIGN.md). With one
-# GET in flight there is nothing to wait for, and a socket ready to write (a connect that completed: a request
-# to send) is never kept waiting.
+# reads the tick's other answers that arrive meanwhile: one wake-up a tick instead of one per answer (measured
+# in bench/NOTES.md). A page's `end_ns` is when the thread read its last bytes, so at most this much after they
+# arrived; the sample time is the GET's start (DESIGN.md).
 SETTLE_S = 0.002
 
 
 class CurlTransfers:
     """Every endpoint's GET in flight at once on one libcurl multi handle, driven by the scrape thread."""
 
-    def __init__(self, fetcher: CurlFetcher) -> None:
+    def __init__(self, fetcher: CurlFetcher, *, settle_s: float = SETTLE_S,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         pycurl = fetcher._pycurl
         self._fetcher = fetcher
         self._pycurl = pycurl
@@ -186,7 +185,8 @@ class CurlTransfers:
         # a wait changes what is registered only when libcurl's sockets or the events it wants change.
         self._poller = select.poll()
         self._watched: dict[int, int] = {}  # fd -> events registered
-        self.settle_s = SETTLE_S
+        self.settle_s = settle_s
+        self._sleep = sleep
 
     def begin(self, url: str) -> None:
         transfer = self._fetcher.transfer(url)
@@ -234,10 +234,21 @@ class CurlTransfers:
                     poller.register(fd, events)  # (registers, or modifies what is watched)
                     watched[fd] = events
         ready = poller.poll(max(0, math.ceil(timeout_s * 1000)))
-        if ready and len(self._active) > 1 and self.settle_s > 0 \
-                and all(fd != wake_fd and not events & _POLLOUT for fd, events in ready):
-            time.sleep(self.settle_s)  # the other answers of the tick that are on their way: one drive reads them
+        if self._worth_settling(ready, wake_fd):
+            self.settle()
         return self._drive()
+
+    def _worth_settling(self, ready: list[tuple[int, int]], wake_fd: int) -> bool:
+        """The poll found answers' bytes only, while other GETs are in flight whose answers may be on their way.
+        Not with one GET in flight (nothing to wait for), not for a wake-up (a boundary, the stop), and never when
+        a socket is ready to write (a connect that completed: a request to send is not kept waiting)."""
+        if not ready or self.settle_s <= 0 or len(self._active) < 2:
+            return False
+        return all(fd != wake_fd and not events & _POLLOUT for fd, events in ready)
+
+    def settle(self) -> None:
+        """Wait `settle_s` before driving libcurl, so that one drive reads the tick's other answers (SETTLE_S)."""
+        self._sleep(self.settle_s)
 
     def _drive(self) -> list[Outcome]:
         pycurl, multi = self._pycurl, self._multi

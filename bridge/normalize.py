@@ -32,10 +32,10 @@ import orjson
 
 from bridge import kernel  # without the compiled kernel every page takes `Normalizer.records`
 from bridge.fields import BLANK_VALUES, FieldSpec, FieldTable, is_blank_label, is_blank_value, spec_for_family
-from bridge.parse import PageTemplate, TemplatedPage
+from bridge.parse import AnyPage, PageTemplate, TemplatedPage
 from bridge.parse.template import pack_ints
 from bridge.record_log import record_to_dict, record_to_line
-from bridge.samples import GpuRecord, ParsedPage
+from bridge.samples import GpuRecord
 
 _BLANKS = tuple(sorted(BLANK_VALUES))
 
@@ -273,7 +273,7 @@ class Normalizer:
         self._meta[id(labels)] = (labels, meta)  # holding `labels` keeps its id from being reused
         return meta
 
-    def records(self, page: ParsedPage, *, source_url: str, timestamp_ns: int, run_id: str | None = None,
+    def records(self, page: AnyPage, *, source_url: str, timestamp_ns: int, run_id: str | None = None,
                 phase: str | None = None, scrape_end_ns: int | None = None) -> list[GpuRecord]:
         if isinstance(page, TemplatedPage):
             values: Sequence[float] = page.values
@@ -295,7 +295,7 @@ class Normalizer:
                                run_id, phase, scrape_end_ns))
         return out
 
-    def compiled(self, page: ParsedPage, *, source_url: str, timestamp_ns: int, run_id: str | None = None,
+    def compiled(self, page: AnyPage, *, source_url: str, timestamp_ns: int, run_id: str | None = None,
                  phase: str | None = None, scrape_end_ns: int | None = None) -> CompiledRecords | None:
         """`records` by the compiled kernel, for a templated page: its record lines and rows in one C call, the
         records built only when asked. None without the kernel or for a page it does not take (then `records`)."""

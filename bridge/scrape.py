@@ -1,14 +1,19 @@
 """The scrape loop: every endpoint on one thread, on absolute ticks, never more than one scrape in flight
 per endpoint.
 
-At each tick every idle endpoint's GET starts at once (libcurl's multi interface: bridge/fetch.py) and
-each page is handled on this thread as it arrives, so a slow or dead exporter never holds up the others
-and a tick costs one wake-up for all endpoints, not one per endpoint (DESIGN.md "Performance").
+At each tick every idle endpoint's GET starts at once (libcurl's multi interface: bridge/fetch.py) and the
+tick's pages are handed to their callbacks on this thread together once its GETs have ended (or HOLD_S after
+the first ended), so a slow or dead exporter never holds up the others and a tick costs one wake-up for all
+endpoints, not one per endpoint (DESIGN.md "Performance").
 A tick that finds an endpoint's previous scrape still running is counted as missed for it, not queued
 (AIPerf fires every tick without awaiting, so a stalled exporter piles up ~90 overlapping scrapes, §13.13).
 Boundary scrapes (phase marks, completion) wake the loop at once: a scrape already in flight that
 started at or after the boundary serves as the boundary sample, otherwise one starts as soon as the
 in-flight one ends.
+
+The loop only schedules and fetches: what the endpoints' answers say about them (up, down, unreadable, the
+refresh cadence) is bridge/health.py's, fed by the pipeline; the loop reports its own schedule there (missed
+ticks, lateness, scrape duration).
 """
 
 from __future__ import annotations
@@ -19,104 +24,12 @@ import math
 import os
 import threading
 import time
-import zlib
-from bisect import bisect_left, insort
-from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from bridge.fetch import FetchedPage, Fetcher, FetchError, Outcome, Transfers, transfers_of
-from bridge.redact import redact_url
+from bridge.health import EndpointStats, Health
 
 logger = logging.getLogger(__name__)
-
-
-REFRESH_PERIOD = "dcgm_bridge_exporter_refresh_period_seconds"
-REFRESH_PERIOD_HELP = "How often the DCGM endpoint's values change (dcgm-exporter's collect interval, -c), as scraped."
-LAST_REFRESH = "dcgm_bridge_exporter_last_refresh_timestamp_seconds"
-LAST_REFRESH_HELP = "When a scrape first saw the DCGM endpoint's current values (Unix seconds): stale when old."
-
-
-_KEEP_BODY = 1 << 20
-
-
-class RefreshWatch:
-    """Which scrapes brought a new DCGM refresh, and the period between refreshes, as the scrapes see it.
-
-    dcgm-exporter serves DCGM's latest samples of fields DCGM watches every collect interval (`-c` ms,
-    30 000 by default: NVIDIA/dcgm-exporter `pkg/cmd/app.go`, `collect-interval`, the collectors'
-    `WatchDeviceFields(..., CollectInterval*1000)`), so between two samples the body is the same bytes: a body
-    unlike the previous one is a new refresh, sampled after the previous scrape started and before this one
-    did. The period is the median spacing of the recent brackets' midpoints (the report fits the whole run's:
-    bridge/report/refresh.py).
-    """
-
-    __slots__ = ("_body", "_start_ns", "_mid", "_gaps", "_ordered", "refreshes", "last_new_ns", "period_s")
-
-    def __init__(self) -> None:
-        self._body: bytes | tuple[int, int] | None = None
-        self._start_ns: int | None = None
-        self._mid: float | None = None  # the latest bracket's midpoint
-        self._gaps: deque[float] = deque(maxlen=32)  # between the recent midpoints
-        self._ordered: list[float] = []  # the same gaps in order (kept so, not sorted at every scrape)
-        self.refreshes = 0
-        self.last_new_ns: int | None = None  # start of the scrape that first saw the latest refresh
-        self.period_s: float | None = None  # median spacing of the recent refreshes; None before three
-
-    def slower_than(self, interval_s: float) -> bool:
-        """The exporter's values change less often than every second scrape at `interval_s`: not fresh."""
-        return self.period_s is not None and self.period_s > 2 * interval_s
-
-    def observe(self, body: bytes, start_ns: int) -> bool:
-        """One successful scrape; True when it brought a new refresh. A page over 1 MiB is remembered by its
-        length and CRC, not kept (the parser keeps a normal page anyway: the same object, no extra memory)."""
-        seen: bytes | tuple[int, int] = body if len(body) <= _KEEP_BODY else (len(body), zlib.crc32(body))
-        new = seen != self._body
-        if new:
-            self.refreshes += 1
-            if self._start_ns is not None:
-                mid = (self._start_ns + start_ns) / 2
-                if self._mid is not None:
-                    gaps, ordered = self._gaps, self._ordered
-                    if len(gaps) == gaps.maxlen:
-                        del ordered[bisect_left(ordered, gaps[0])]  # the oldest leaves both
-                    gap = mid - self._mid
-                    gaps.append(gap)
-                    insort(ordered, gap)
-                    if len(ordered) >= 2:
-                        self.period_s = ordered[len(ordered) // 2] / 1e9
-                self._mid = mid
-            self.last_new_ns = start_ns
-            self._body = seen
-        self._start_ns = start_ns
-        return new
-
-
-@dataclass
-class EndpointStats:
-    url: str  # redacted
-    scrapes: int = 0
-    failures: Counter[str] = field(default_factory=Counter)
-    missed_ticks: int = 0
-    last_success_ns: int | None = None
-    last_error: str | None = None
-    last_error_ns: int | None = None
-    state: str = "pending"  # pending | up | down | unreadable (answered, no sample in it) | stopped
-    last_duration_s: float | None = None
-    lateness_s: list[float] = field(default_factory=list)  # recent tick lateness (bounded ring)
-    refresh: RefreshWatch = field(default_factory=RefreshWatch)
-
-    def as_json(self) -> dict[str, object]:
-        late = sorted(self.lateness_s)
-        return {
-            "url": self.url, "state": self.state, "scrapes": self.scrapes, "failures": dict(self.failures),
-            "missed_ticks": self.missed_ticks, "last_success_ns": self.last_success_ns,
-            "last_error": self.last_error, "last_error_ns": self.last_error_ns,
-            "last_scrape_duration_s": self.last_duration_s,
-            "tick_lateness_p99_s": late[min(len(late) - 1, int(len(late) * 0.99))] if late else None,
-            "refreshes": self.refresh.refreshes, "refresh_period_s": self.refresh.period_s,
-            "last_refresh_ns": self.refresh.last_new_ns,
-        }
 
 
 class _Boundary:
@@ -140,20 +53,53 @@ MIN_START_GAP_S = 0.001
 # The pages of a tick are handed over together: an ended GET's page waits until the tick's other GETs have
 # ended too, for at most HOLD_S (or a tenth of the interval). Run back to back, the pages' Python and the
 # kernel find each other's code and data in the caches that a libcurl call between every two pages
-# would have cleared (bench/NOTES.md: ~0.3-0.5 millicores of ~10 at 8 endpoints); a slow endpoint holds the
-# others' pages up for that long at most, never a tick.
+# would have cleared (measured in bench/NOTES.md); a slow endpoint holds the others' pages up for that long
+# at most, never a tick.
 HOLD_S = 0.02
 _MS = 1_000_000
 
 PageHandler = Callable[[str, FetchedPage], None]
 FailureHandler = Callable[[str, FetchError, int], None]
+TransfersFactory = Callable[[Fetcher], Transfers]
+
+
+class _HeldPages:
+    """The ended GETs of a tick whose pages wait for the tick's other GETs (see HOLD_S)."""
+
+    def __init__(self, hold_s: float) -> None:
+        self.hold_s = hold_s
+        self.outcomes: list[Outcome] = []
+        self.since: float | None = None  # when the first of them ended
+
+    def add(self, ended: list[Outcome], now: float) -> None:
+        if ended:
+            self.outcomes += ended
+            if self.since is None:
+                self.since = now
+
+    def deadline(self) -> float:
+        """When the held pages must be handed over even if other GETs are still in flight."""
+        return math.inf if self.since is None else self.since + self.hold_s
+
+    def due(self, now: float, *, in_flight: bool, woken: bool) -> bool:
+        """Hand them over now: the tick's last GET has ended, the hold is over, or a wake-up (a boundary, the
+        stop) asks for them at once."""
+        if self.since is None:
+            return False
+        return not in_flight or woken or now >= self.deadline()
+
+    def take(self) -> list[Outcome]:
+        outcomes, self.outcomes, self.since = self.outcomes, [], None
+        return outcomes
 
 
 class ScrapeGroup:
-    """The scrape thread: drives the GETs of all its endpoints (`ScrapeLoop`s) on one shared tick grid."""
+    """The scrape thread: drives the GETs of all its endpoints (`ScrapeLoop`s) on one shared tick grid.
+
+    `transfers` makes what drives the GETs from the fetcher (tests inject a scripted one)."""
 
     def __init__(self, fetcher: Fetcher, interval_s: float, *, monotonic: Callable[[], float] = time.monotonic,
-                 now_ns: Callable[[], int] = time.time_ns) -> None:
+                 now_ns: Callable[[], int] = time.time_ns, transfers: TransfersFactory = transfers_of) -> None:
         self.fetcher = fetcher
         self.interval_s = interval_s
         self.monotonic = monotonic
@@ -161,6 +107,7 @@ class ScrapeGroup:
         self.loops: dict[str, ScrapeLoop] = {}
         self.cond = threading.Condition()
         self.origin: float | None = None  # monotonic time of tick 0, once running
+        self._transfers_of = transfers
         self._stopping = False
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -209,108 +156,119 @@ class ScrapeGroup:
                 os.write(self._wake_write, b"!")
 
     def _run(self) -> None:
-        transfers = transfers_of(self.fetcher)
+        transfers = self._transfers_of(self.fetcher)
         try:
             self._loop(transfers)
         finally:
             transfers.cancel()  # GETs still in flight at stop are abandoned, their handles released
 
     def _loop(self, transfers: Transfers) -> None:
-        interval = self.interval_s
-        self.origin = origin = self.monotonic()
-        wake_at = -math.inf  # when the schedule is due a look: a tick, a start gap, a boundary, a GET's end
-        look = True  # a wake-up asked for a look (a boundary, stop)
-        held: list[Outcome] = []  # ended GETs whose pages wait for the tick's other GETs (see HOLD_S)
-        held_since: float | None = None
-        hold = min(HOLD_S, interval / 10)
+        """Until stopped: start the scrapes that are due, wait for GETs to end, hand their pages over by tick."""
+        self.origin = self.monotonic()
+        held = _HeldPages(min(HOLD_S, self.interval_s / 10))
+        look_at = -math.inf  # when the schedule is next due a look: a tick, a start gap, a boundary
+        woken = True
         while True:
-            starts: list[ScrapeLoop] = []
-            if look or self.monotonic() >= wake_at:  # (most wake-ups are a GET's bytes: nothing to schedule)
-                due = self._look(origin, starts)
-                if due is None:  # stopping
-                    self._hand_over(held)  # pages that ended before the stop are kept
+            # (most wake-ups are a GET's bytes, with nothing to schedule)
+            if woken or self.monotonic() >= look_at:
+                looked = self._start_due(transfers)
+                if looked is None:  # stopping
+                    self._hand_over(held.take())  # pages that ended before the stop are kept
                     return
-                wake_at = due
-            for loop in starts:
-                transfers.begin(loop.url)
-            until = wake_at if held_since is None else min(wake_at, held_since + hold)
+                look_at = looked
+            until = min(look_at, held.deadline())
             ended = transfers.wait(max(0.0, until - self.monotonic()), self._wake_read)
-            look = self._woken
-            if look:  # (most wake-ups are a GET's bytes or a tick: no syscall to find the pipe empty)
-                self._woken = False
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(self._wake_read, 4096):
-                        pass
-            if ended:
-                held += ended
-                if held_since is None:
-                    held_since = self.monotonic()
-            if held_since is None or transfers.active and self.monotonic() - held_since < hold and not look:
-                continue  # (a wake-up, for a boundary or the stop, hands them over at once)
-            ended, held, held_since = held, [], None
-            self._hand_over(ended)
-            with self.cond:  # an ended endpoint's next tick or waiting boundary, which the last look skipped
-                now, now_ns = self.monotonic(), self.now_ns()
-                wake_at = min(wake_at, *(self.loops[url].due_at(origin, interval, now, now_ns) for url, _ in ended))
+            woken = self._take_wake_up()
+            held.add(ended, self.monotonic())
+            if held.due(self.monotonic(), in_flight=transfers.active, woken=woken):
+                look_at = min(look_at, self._hand_over(held.take()))
 
-    def _look(self, origin: float, starts: list[ScrapeLoop]) -> float | None:
-        """Begin the scrapes that are due (appended to `starts`); when to look again, or None once stopping."""
+    def _take_wake_up(self) -> bool:
+        """Whether a wake-up (a boundary, the stop) came since the last look; empties the pipe if so (most
+        returns from a wait are a GET's bytes or a tick: no syscall to find the pipe empty)."""
+        if not self._woken:
+            return False
+        self._woken = False
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_read, 4096):
+                pass
+        return True
+
+    def _start_due(self, transfers: Transfers) -> float | None:
+        """Begin the scrapes that are due; when to look again, or None once stopping."""
+        starts: list[ScrapeLoop] = []
         interval = self.interval_s
+        origin = self.origin
+        assert origin is not None
         with self.cond:
             if self._stopping:
                 return None
             now, now_ns = self.monotonic(), self.now_ns()
             current = math.floor((now - origin) / interval)
-            wake_at = now + interval
+            look_at = now + interval
             for loop in self.loops.values():
-                if loop.in_flight_start_ns is not None:
+                if loop.in_flight is not None:
                     continue  # its tick is reckoned when its GET ends
                 if now - loop.began < MIN_START_GAP_S:  # its previous scrape started under a millisecond ago
-                    wake_at = min(wake_at, loop.began + MIN_START_GAP_S)
-                    continue
-                if loop.boundary_due(now_ns):
+                    look_at = min(look_at, loop.began + MIN_START_GAP_S)
+                elif loop.boundary_due(now_ns):
                     loop.begin(now_ns, boundary=True)
                     starts.append(loop)
                 elif loop.next_tick <= current:
-                    if current > loop.next_tick:  # this thread was held up: those ticks are missed
-                        loop.stats.missed_ticks += current - loop.next_tick
-                    loop.record_lateness(now - (origin + current * interval))
-                    loop.next_tick = current + 1
-                    loop.begin(now_ns, boundary=False)
+                    loop.begin_tick(current, now - (origin + current * interval), now_ns)
                     starts.append(loop)
                 else:
-                    wake_at = min(wake_at, loop.due_at(origin, interval, now, now_ns))
-        return wake_at
+                    look_at = min(look_at, loop.due_at(origin, interval, now, now_ns))
+        for loop in starts:
+            transfers.begin(loop.url)
+        return look_at
 
-    def _hand_over(self, ended: list[Outcome]) -> None:
+    def _hand_over(self, ended: list[Outcome]) -> float:
+        """The ended GETs' pages and failures to their endpoints; when the earliest of those endpoints is due
+        again (its next tick or a boundary that came while it was in flight: the last look skipped it)."""
         for url, outcome in ended:
             self.loops[url].end(outcome)
+        if not ended or self.origin is None:
+            return math.inf
+        with self.cond:
+            now, now_ns = self.monotonic(), self.now_ns()
+            return min(self.loops[url].due_at(self.origin, self.interval_s, now, now_ns) for url, _ in ended)
+
+
+class _InFlight:
+    """An endpoint's scrape in flight: when it started, and the boundaries it serves."""
+
+    __slots__ = ("start_ns", "boundary", "serves")
+
+    def __init__(self, start_ns: int, boundary: bool, serves: list[_Boundary]) -> None:
+        self.start_ns = start_ns
+        self.boundary = boundary  # a boundary scrape (not a tick's): the ticks that pass meanwhile are not missed
+        self.serves = serves
 
 
 class ScrapeLoop:
-    """One endpoint: its schedule, its boundaries and its stats. Scraped by its `ScrapeGroup`'s thread (its
-    own group when none is given); hands pages and failures to callbacks on that thread."""
+    """One endpoint: its schedule and its boundaries. Scraped by its `ScrapeGroup`'s thread (its own group when
+    none is given); hands pages and failures to callbacks on that thread; its schedule's health (missed ticks,
+    lateness, duration) goes to `stats` (bridge/health.py), whose owner feeds the rest."""
 
     def __init__(self, url: str, fetcher: Fetcher, interval_s: float, on_page: PageHandler,
                  on_failure: FailureHandler, *, monotonic: Callable[[], float] = time.monotonic,
-                 now_ns: Callable[[], int] = time.time_ns, group: ScrapeGroup | None = None) -> None:
+                 now_ns: Callable[[], int] = time.time_ns, group: ScrapeGroup | None = None,
+                 stats: EndpointStats | None = None) -> None:
         self.url = url
         self.on_page = on_page
         self.on_failure = on_failure
-        self.stats = EndpointStats(redact_url(url))
+        self.stats = stats if stats is not None else Health().of(url)
         # The group's fetcher, interval and clocks are the loop's: a given group must have been made with these.
         self.group = group or ScrapeGroup(fetcher, interval_s, monotonic=monotonic, now_ns=now_ns)
         self._monotonic = self.group.monotonic
         self._now_ns = self.group.now_ns
         self.group.loops[url] = self
-        self._pending: list[_Boundary] = []
-        self._in_flight_served: list[_Boundary] = []
-        self.in_flight_start_ns: int | None = None
-        self._in_flight_boundary = False
+        self._pending: list[_Boundary] = []  # requested boundaries no scrape has started after yet
+        self.in_flight: _InFlight | None = None
         self.began = -math.inf  # monotonic time the latest scrape started
         self.last_start_ns = 0
         self.next_tick = 0  # the next tick of the group's grid this endpoint is scraped at
-        self.tick_lateness_s = self.stats.lateness_s  # bounded ring of recent lateness samples (bench, /status)
         self.alone = threading.RLock()  # held by a scrape on a caller's thread (`_scrape_once`)
 
     # -- control ---------------------------------------------------------------------------------
@@ -325,8 +283,8 @@ class ScrapeLoop:
                 boundary.finish("collection has stopped")
                 return boundary
             running = group.running
-            if self.in_flight_start_ns is not None and self.in_flight_start_ns >= time_ns:
-                self._in_flight_served.append(boundary)  # the scrape in flight started after the boundary
+            if self.in_flight is not None and self.in_flight.start_ns >= time_ns:
+                self.in_flight.serves.append(boundary)  # the scrape in flight started after the boundary
             else:
                 self._pending.append(boundary)
                 group.wake()
@@ -337,7 +295,7 @@ class ScrapeLoop:
     def stop(self, timeout: float | None = None) -> None:
         """Stops the whole group (every endpoint on its thread)."""
         self.group.stop(timeout)
-        self.stats.state = "stopped" if self.stats.state != "down" else "down"
+        self.stats.stopped()
 
     def scrape_now(self) -> bool:
         """One scrape now, waited for (the baseline: before the loop starts); True when it succeeded."""
@@ -348,7 +306,7 @@ class ScrapeLoop:
 
     # -- the group's side (under its lock where noted) ----------------------------------------------
     def boundary_due(self, now_ns: int) -> bool:
-        return bool(self._pending) and any(b.time_ns <= now_ns for b in self._pending)
+        return any(b.time_ns <= now_ns for b in self._pending)
 
     def due_at(self, origin: float, interval: float, now: float, now_ns: int) -> float:
         """When this endpoint's next scrape is due (monotonic): its next tick, or a waiting boundary before it."""
@@ -359,60 +317,53 @@ class ScrapeLoop:
             return math.inf
         return now + min(b.time_ns - now_ns for b in self._pending) / 1e9
 
-    def record_lateness(self, lateness: float) -> None:
-        if lateness < 0:
-            return
-        if len(self.tick_lateness_s) >= 4096:
-            del self.tick_lateness_s[:2048]
-        self.tick_lateness_s.append(lateness)
+    def begin_tick(self, tick: int, lateness_s: float, start_ns: int) -> None:
+        """The scrape of grid tick `tick` starts (under the group's lock), `lateness_s` after the tick; the
+        ticks before it since the last scrape were missed (this thread was held up)."""
+        if tick > self.next_tick:
+            self.stats.missed(tick - self.next_tick)
+        self.stats.late(lateness_s)
+        self.next_tick = tick + 1
+        self.begin(start_ns, boundary=False)
 
     def begin(self, start_ns: int, *, boundary: bool) -> None:
         """A scrape starts (under the group's lock): the boundaries at or before it are served by it."""
         self.began = self._monotonic()
         self.last_start_ns = start_ns
-        self.in_flight_start_ns = start_ns
-        self._in_flight_boundary = boundary
-        self._in_flight_served = [b for b in self._pending if b.time_ns <= start_ns]
+        served = [b for b in self._pending if b.time_ns <= start_ns]
         self._pending = [b for b in self._pending if b.time_ns > start_ns]
+        self.in_flight = _InFlight(start_ns, boundary, served)
 
     def end(self, outcome: FetchedPage | FetchError) -> bool:
-        """The scrape's GET ended: stats, the callbacks, the ticks it covered, its boundaries."""
-        start_ns = self.in_flight_start_ns or 0
-        error: str | None = None
+        """The scrape's GET ended: the callbacks, the ticks it covered, its boundaries."""
+        in_flight = self.in_flight
+        assert in_flight is not None
+        error = outcome.message if isinstance(outcome, FetchError) else None
         try:
             if isinstance(outcome, FetchError):
-                error = outcome.message
-                self.stats.failures[outcome.kind] += 1
-                self.stats.last_error, self.stats.last_error_ns = outcome.message, start_ns
-                if self.stats.state != "down":
-                    logger.warning("endpoint %s is down: %s", self.stats.url, outcome.message)
-                self.stats.state = "down"
-                self._safe(self.on_failure, outcome, start_ns)
+                self._safe(self.on_failure, outcome, in_flight.start_ns)
             else:
-                self.stats.scrapes += 1
-                self.stats.last_success_ns = outcome.start_ns
-                self.stats.refresh.observe(outcome.body, outcome.start_ns)
-                if self.stats.state == "down":
-                    logger.warning("endpoint %s is up again", self.stats.url)
-                self.stats.state = "up"
                 self._safe_page(outcome)
         finally:
             now = self._monotonic()
-            self.stats.last_duration_s = now - self.began
+            self.stats.took(now - self.began)
             with self.group.cond:
-                origin = self.group.origin
-                if origin is not None:
-                    # Ticks that passed while this scrape ran are missed, never queued; a boundary scrape
-                    # serves the ticks that came due while it ran.
-                    first_future = math.floor((now - origin) / self.group.interval_s) + 1
-                    if not self._in_flight_boundary and first_future > self.next_tick:
-                        self.stats.missed_ticks += first_future - self.next_tick
-                    self.next_tick = max(self.next_tick, first_future)
-                self.in_flight_start_ns = None
-                served, self._in_flight_served = self._in_flight_served, []
-        for boundary in served:
+                self._reckon_ticks(now, in_flight)
+                self.in_flight = None
+        for boundary in in_flight.serves:
             boundary.finish(error)
         return error is None
+
+    def _reckon_ticks(self, now: float, in_flight: _InFlight) -> None:
+        """Ticks that passed while this scrape ran are missed, never queued; a boundary scrape serves the ticks
+        that came due while it ran."""
+        origin = self.group.origin
+        if origin is None:  # (a scrape before the group's thread started: no grid yet)
+            return
+        first_future = math.floor((now - origin) / self.group.interval_s) + 1
+        if first_future > self.next_tick and not in_flight.boundary:
+            self.stats.missed(first_future - self.next_tick)
+        self.next_tick = max(self.next_tick, first_future)
 
     def _scrape_once(self) -> bool:
         """A scrape on the caller's thread while the group's thread does not run (the baseline before start, a

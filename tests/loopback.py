@@ -44,7 +44,8 @@ class LoopbackServer:
             self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
         self.port = self.httpd.server_address[1]
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/metrics"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # (serve_forever looks for shutdown every poll_interval: its 0.5 s default made each server's exit take that)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def __enter__(self) -> LoopbackServer:
         self.thread.start()

@@ -1,50 +1,170 @@
-"""The scrape loop's tick and boundary rules, with a scripted fetcher and a fake clock, and on the
-running scrape thread."""
+"""The scrape loop's tick, hold and boundary rules: on a fake clock with scripted GETs (`ScrapeGroup`'s
+`transfers` seam), with blocking fetchers, and on the running scrape thread over real HTTP."""
 
 from __future__ import annotations
 
+import math
+import select
 import threading
 import time
+from collections.abc import Callable
 
-from bridge.fetch import FetchedPage
+import pytest
+
+from bridge.fetch import FetchedPage, Fetcher, Outcome
 from bridge.record_log import read_records
-from bridge.scrape import ScrapeLoop
+from bridge.scrape import HOLD_S, ScrapeGroup, ScrapeLoop
 from bridge.simulator import Fault, SimulatedExporter, SimulatorConfig
 from tests.sidecar.helpers import session_for
 
 
-# -- the loop's rules, with a scripted fetcher and a fake clock ---------------------------------------
-class ScriptedFetcher:
-    """Each fetch makes the loop's clock jump by `cost` (a slow scrape, without waiting for it)."""
+# -- the loop's rules on a fake clock ------------------------------------------------------------------
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
 
-    def __init__(self, offset: list[float], cost: float, stop_after: int, loop_ref: list[ScrapeLoop]):
-        self.offset, self.cost, self.stop_after, self.loop_ref = offset, cost, stop_after, loop_ref
-        self.calls = 0
+    def monotonic(self) -> float:
+        return self.now
 
+    def now_ns(self) -> int:
+        return 1_700_000_000_000_000_000 + round(self.now * 1e9)
+
+
+Durations = dict[str, float | list[float]]  # url -> every GET's duration, or each GET's in turn
+
+
+class ScriptedTransfers:
+    """GETs that take `duration_s[url]` of the fake clock: a wait moves the clock to the next GET's end (or to
+    its timeout) and returns the GETs that ended by then. The group is stopped once `stop_after` GETs ended."""
+
+    def __init__(self, clock: FakeClock, duration_s: Durations, stop_after: int) -> None:
+        self.clock, self.duration_s, self.stop_after = clock, duration_s, stop_after
+        self.group: ScrapeGroup | None = None
+        self.stopped = threading.Event()
+        self.begun: list[tuple[str, float]] = []  # (url, clock) of every GET's start
+        self.ends: dict[str, float] = {}  # url -> when its GET in flight ends
+        self.ended = 0
+
+    def begin(self, url: str) -> None:
+        self.begun.append((url, self.clock.now))
+        duration = self.duration_s[url]
+        self.ends[url] = self.clock.now + (duration.pop(0) if isinstance(duration, list) else duration)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.ends)
+
+    def wait(self, timeout_s: float, wake_fd: int) -> list[Outcome]:
+        assert self.group is not None
+        if self.ended >= self.stop_after and not self.group.stopped:
+            self.group.stop()  # (from the scrape thread: it sets the flag and wakes the loop)
+            self.stopped.set()
+        if select.select([wake_fd], [], [], 0)[0]:
+            return []  # a wake-up: the loop looks at once
+        assert math.isfinite(timeout_s) or self.ends, "the loop would wait forever"
+        self.clock.now = min([self.clock.now + timeout_s, *self.ends.values()])
+        ended = [url for url, end in self.ends.items() if end <= self.clock.now]
+        for url in ended:
+            del self.ends[url]
+        self.ended += len(ended)
+        start = self.clock.now_ns()
+        return [(url, FetchedPage(b"m 1\n", start, start, "text/plain")) for url in ended]
+
+    def cancel(self) -> None:
+        self.ends.clear()
+
+
+PageHook = Callable[[ScrapeLoop, FakeClock], None]
+
+
+def run_scripted(duration_s: Durations, interval_s: float, stop_after: int, on_page: PageHook = lambda *_: None,
+                 ) -> tuple[ScriptedTransfers, dict[str, ScrapeLoop], list[tuple[str, float]]]:
+    """Scrape `duration_s`'s endpoints on a fake clock until `stop_after` GETs ended; the loops, and every page
+    handed over as (url, the fake clock then). `on_page` runs after each page is noted, on the scrape thread."""
+    clock = FakeClock()
+    transfers = ScriptedTransfers(clock, duration_s, stop_after)
+
+    def scripted(fetcher: Fetcher) -> ScriptedTransfers:
+        return transfers
+
+    group = ScrapeGroup(Unused(), interval_s, monotonic=clock.monotonic, now_ns=clock.now_ns, transfers=scripted)
+    transfers.group = group
+    handed: list[tuple[str, float]] = []
+
+    def page(url: str, _page: FetchedPage) -> None:
+        handed.append((url, clock.now))
+        on_page(loops[url], clock)
+
+    loops = {url: ScrapeLoop(url, group.fetcher, interval_s, page, lambda *_: None, group=group) for url in duration_s}
+    group.start()
+    assert transfers.stopped.wait(10)
+    group.stop(10)  # (waits for the thread, closes its wake-up pipe)
+    assert not group.running
+    return transfers, loops, handed
+
+
+class Unused:
     def fetch(self, url: str) -> FetchedPage:
-        self.calls += 1
-        self.offset[0] += self.cost
-        if self.calls >= self.stop_after:
-            threading.Thread(target=self.loop_ref[0].stop).start()
-        return FetchedPage(b"m 1\n", self.calls, self.calls, "text/plain")
+        raise AssertionError("the scripted transfers fetch")
 
     def close(self) -> None:
         pass
 
 
-def test_ticks_that_pass_during_a_slow_scrape_are_missed_not_queued():
-    offset = [0.0]
-    ref: list[ScrapeLoop] = []
-    fetcher = ScriptedFetcher(offset, cost=0.35, stop_after=5, loop_ref=ref)  # each scrape spans 3.5 ticks
-    loop = ScrapeLoop("http://x/metrics", fetcher, 0.1, lambda u, p: None, lambda u, e, t: None,
-                      monotonic=lambda: time.monotonic() + offset[0])
-    ref.append(loop)
-    loop.start()
-    loop.group._thread.join(10)  # type: ignore[union-attr]
-    assert fetcher.calls == 5
-    # Three ticks pass during each slow scrape (more if the machine is slow): missed, never queued.
-    assert loop.stats.missed_ticks >= 5 * 3
-    assert loop.stats.scrapes == 5
+def test_ticks_that_pass_during_a_slow_scrape_are_missed_not_queued() -> None:
+    transfers, loops, handed = run_scripted({"http://x/metrics": 0.35}, interval_s=0.1, stop_after=5)
+    # Each GET spans 3.5 ticks: the next starts at the first tick after it ended, the three it covered are missed.
+    assert [round(at, 6) for _, at in transfers.begun] == [0.0, 0.4, 0.8, 1.2, 1.6]
+    assert len(handed) == 5
+    assert loops["http://x/metrics"].stats.missed_ticks == 5 * 3
+
+
+def test_ticks_keep_to_the_grid_when_scrapes_are_quick() -> None:
+    transfers, loops, handed = run_scripted({"http://x/metrics": 0.01}, interval_s=0.5, stop_after=4)
+    assert [round(at, 6) for _, at in transfers.begun] == [0.0, 0.5, 1.0, 1.5]
+    assert loops["http://x/metrics"].stats.missed_ticks == 0 and len(handed) == 4
+
+
+def test_a_ticks_pages_are_handed_over_together_once_its_last_get_has_ended() -> None:
+    """Pages whose GETs end close together reach the pipeline one after another once the tick's last GET has
+    ended (bridge/scrape.py HOLD_S), not each as its GET ends."""
+    _, _, handed = run_scripted({"http://a/metrics": 0.001, "http://b/metrics": 0.005}, 0.5, stop_after=6)
+    assert len(handed) == 6
+    for tick in range(3):
+        pair = handed[2 * tick:2 * tick + 2]
+        assert {url for url, _ in pair} == {"http://a/metrics", "http://b/metrics"}
+        assert [round(at, 6) for _, at in pair] == [round(0.5 * tick + 0.005, 6)] * 2
+
+
+def test_a_slow_get_holds_the_others_pages_up_for_the_hold_at_most() -> None:
+    """A GET that takes longer than HOLD_S holds up the pages of the tick's quicker GETs for HOLD_S, no longer;
+    its own page follows when it ends."""
+    _, _, handed = run_scripted({"http://a/metrics": 0.001, "http://slow/metrics": 0.3}, 0.5, stop_after=4)
+    first_tick = [(url, round(at, 6)) for url, at in handed[:2]]
+    assert first_tick == [("http://a/metrics", round(0.001 + HOLD_S, 6)), ("http://slow/metrics", 0.3)]
+
+
+def test_a_boundary_between_ticks_is_scraped_at_once_and_serves_the_tick_that_comes_due_while_it_runs() -> None:
+    """A phase mark between ticks wakes the loop: its scrape starts at once, not at the next tick; the tick that
+    comes due while it runs is served by it (not missed), and the grid goes on after it."""
+    boundaries = []
+
+    def mark_after_the_first_page(loop: ScrapeLoop, clock: FakeClock) -> None:
+        if not boundaries:
+            boundaries.append(loop.request_boundary(clock.now_ns()))
+
+    transfers, loops, _ = run_scripted({"http://x/metrics": [0.01, 0.6, 0.01]}, 0.5, stop_after=3,
+                                       on_page=mark_after_the_first_page)
+    assert [round(at, 6) for _, at in transfers.begun] == [0.0, 0.01, 1.0]
+    assert boundaries[0].done.is_set() and boundaries[0].error is None
+    assert loops["http://x/metrics"].stats.missed_ticks == 0
+
+
+def test_pages_held_when_the_group_stops_are_handed_over() -> None:
+    """The stop comes while the quick GET's page waits for the slow one: that page is handed over, the slow GET
+    in flight is abandoned."""
+    _, _, handed = run_scripted({"http://a/metrics": 0.001, "http://slow/metrics": 0.3}, 0.5, stop_after=1)
+    assert handed == [("http://a/metrics", 0.001)]
 
 
 def test_two_scrapes_of_an_endpoint_never_start_in_the_same_millisecond():
@@ -77,8 +197,11 @@ def test_a_scrape_in_flight_that_started_after_the_boundary_serves_it():
     release = threading.Event()
     started = threading.Event()
 
+    fetches = []
+
     class Blocking:
         def fetch(self, url: str) -> FetchedPage:
+            fetches.append(url)
             started.set()
             release.wait(5)
             return FetchedPage(b"m 1\n", 0, 0, "text/plain")
@@ -96,7 +219,7 @@ def test_a_scrape_in_flight_that_started_after_the_boundary_serves_it():
     release.set()
     assert boundary.done.wait(5) and boundary.error is None
     loop.stop(5)
-    assert loop.stats.scrapes == 1  # no extra scrape was needed
+    assert len(fetches) == 1  # no extra scrape was needed
 
 
 # -- the one scrape thread, running, over real HTTP ----------------------------------------------------
@@ -108,6 +231,7 @@ def wait_until(predicate, what: str, timeout_s: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_a_slow_endpoint_never_holds_up_the_others_on_the_scrape_thread(tmp_path):
     with SimulatedExporter(SimulatorConfig(gpus=1)) as slow, SimulatedExporter(SimulatorConfig(gpus=1)) as ok:
         session = session_for([slow.url, ok.url], tmp_path, collection_interval=0.05, scrape_timeout=5.0)
@@ -152,21 +276,23 @@ def test_a_phase_mark_after_completion_scrapes_nothing(tmp_path):
 
 
 
-class _SlowFetcher:
-    """Each GET takes 50 ms; notes whether the loop's group had been stopped when one began."""
+class _HeldFetcher:
+    """Each GET waits for `release`; notes whether the loop's group had been stopped when one began."""
 
     def __init__(self) -> None:
         self.loop: ScrapeLoop | None = None
         self.after_stop = 0
         self.calls = 0
+        self.fetching = threading.Event()
+        self.release = threading.Event()
 
     def fetch(self, url: str) -> FetchedPage:
         assert self.loop is not None
         self.calls += 1
         self.after_stop += self.loop.group.stopped
-        start = time.time_ns()
-        time.sleep(0.05)
-        return FetchedPage(b"m 1\n", start, time.time_ns(), "text/plain")
+        self.fetching.set()
+        assert self.release.wait(10)
+        return FetchedPage(b"m 1\n", time.time_ns(), time.time_ns(), "text/plain")
 
     def close(self) -> None:
         pass
@@ -177,7 +303,8 @@ def test_scrapes_on_callers_threads_take_turns_serve_every_boundary_and_stop_wit
     another scrape may run: each begin is ended before the next, so no boundary is left waiting, and a scrape
     that was waiting its turn when the group stopped does not run after it (its record would come after the
     report; a flaky CI run showed one)."""
-    fetcher = _SlowFetcher()
+    fetcher = _HeldFetcher()
+    fetcher.release.set()
     loop = ScrapeLoop("http://x/metrics", fetcher, 0.1, lambda u, p: None, lambda u, e, t: None)
     fetcher.loop = loop
     boundaries: list = []
@@ -189,56 +316,20 @@ def test_scrapes_on_callers_threads_take_turns_serve_every_boundary_and_stop_wit
     for thread in threads:
         thread.join(5)
     assert len(boundaries) == 4 and all(b.done.is_set() and b.error is None for b in boundaries)
+    fetcher.release.clear()
+    fetcher.fetching.clear()
     late = [threading.Thread(target=lambda: boundaries.append(loop.request_boundary(time.time_ns())))
             for _ in range(3)]
     for thread in late:
         thread.start()
-    time.sleep(0.02)  # one of them is scraping, the others wait their turn
-    loop.stop(5)
+    assert fetcher.fetching.wait(5)  # one of them is scraping; the others wait their turn (or have not come yet)
+    stopper = threading.Thread(target=loop.stop, args=(10,))
+    stopper.start()
+    while not loop.group.stopped:  # (the stop is asked before the scrape in flight ends)
+        time.sleep(0.001)
+    fetcher.release.set()
+    stopper.join(10)
     for thread in late:
         thread.join(5)
     assert fetcher.after_stop == 0
     assert all(b.done.is_set() for b in boundaries[4:]) and len(boundaries) == 7
-
-
-# -- control API --------------------------------------------------------------------------------------
-
-
-def _handed_over(urls: list[str], seconds: float) -> list[tuple[str, int, int]]:
-    """(url, the GET's end, when its page reached the handler) of every page of `seconds` of scraping."""
-    from bridge.fetch import FetchSettings, make_fetcher
-    from bridge.scrape import ScrapeGroup
-
-    fetcher = make_fetcher(FetchSettings())
-    group = ScrapeGroup(fetcher, 0.5)
-    seen: list[tuple[str, int, int]] = []
-    for url in urls:
-        ScrapeLoop(url, fetcher, 0.5, lambda u, page: seen.append((u, page.end_ns, time.time_ns())),
-                   lambda *_: None, group=group)
-    group.start()
-    time.sleep(seconds)
-    group.stop(10)
-    fetcher.close()
-    return seen
-
-
-def test_a_ticks_pages_are_handed_over_together_and_a_slow_get_holds_the_others_up_20_ms_at_most():
-    """Pages whose GETs end close together reach the pipeline one after another once the tick's last GET has
-    ended (bridge/scrape.py HOLD_S); a GET that takes longer holds the others' pages up for HOLD_S at most, and
-    every page is handed over, also those that ended just before the stop."""
-    from bridge.scrape import HOLD_S
-
-    with SimulatedExporter(SimulatorConfig(gpus=2)) as first, SimulatedExporter(SimulatorConfig(gpus=2)) as second:
-        seen = _handed_over([first.url, second.url], 1.6)
-        assert len(seen) >= 2 * 3
-        for a, b in zip(seen[0::2], seen[1::2], strict=False):  # a tick's two pages
-            assert {a[0], b[0]} == {first.url, second.url}
-            assert a[2] >= max(a[1], b[1])  # the first handed over only once both GETs had ended
-        second.add_fault(Fault("slow", delay_s=0.3))
-        seen = _handed_over([first.url, second.url], 1.6)
-    fast = [(end, at) for url, end, at in seen if url == first.url]
-    slow = [end for url, end, _ in seen if url == second.url]
-    assert len(fast) >= 3 and slow
-    for end, at in fast:  # handed over within the hold (and some scheduling slack), long before the slow GET ends
-        assert (at - end) / 1e9 < HOLD_S + 0.1
-    assert any(at < min(s for s in slow if s > end) for end, at in fast if any(s > end for s in slow))

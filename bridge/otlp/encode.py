@@ -71,11 +71,10 @@ from bridge.otlp.wire import (
     summary_point,
     varint,
 )
-from bridge.parse import TemplatedPage, family_of
+from bridge.parse import AnyPage, TemplatedPage, family_of
 from bridge.relabel import NO_RELABEL, RelabelConfig, relabel
-from bridge.samples import ParsedPage
 
-# Family kinds.
+# Family kinds: the scalar ones (a kind <= SUM) are points of their own.
 GAUGE, MONOTONIC_SUM, SUM, HISTOGRAM, SUMMARY, SKIP = range(6)
 _SCALAR = (GAUGE, MONOTONIC_SUM, SUM)
 # A point's time is a fixed64 of nanoseconds (opentelemetry-proto metrics.proto, `time_unix_nano`): a sample's own
@@ -155,7 +154,7 @@ class EndpointEncoder:
         self.buffers = BufferPool(POOL_SIZE)  # its plans' chunk buffers (plan.py), lent to the pages they fill
         self.use_plans = True  # False: every page through the loop (tests compare the two)
 
-    def encode(self, page: ParsedPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
+    def encode(self, page: AnyPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
         """One page scraped at `ts_ns` (samples without their own timestamp get it).
 
         A page its plan fills may come in a buffer of `buffers`, lent to it: call `release()` on the result once
@@ -176,7 +175,7 @@ class EndpointEncoder:
             self._plan = self._compile(templated, ctx, ts_ns)
         return encoded
 
-    def _encode_loop(self, page: ParsedPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
+    def _encode_loop(self, page: AnyPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
         table = self.table
         gen = table.begin_page()
         types = page.types
@@ -186,7 +185,8 @@ class EndpointEncoder:
         pack_gauge, pack_sum, mode = PACK_GAUGE, PACK_SUM, self.start_mode
         blank = out_of_order = dropped = ended = 0
         prev_name: str | None = None
-        kind = SKIP
+        kind = skip = SKIP
+        last_scalar = SUM  # (locals: the loop below compares them per point)
         smap: dict[int, Series] = {}
         out: list[bytes] = []
         append = out.append
@@ -203,8 +203,8 @@ class EndpointEncoder:
             if value in blank_values:
                 blank += 1
                 continue
-            if kind > 2:  # histogram, summary, skip
-                if kind != 5:
+            if kind > last_scalar:  # histogram, summary, skip
+                if kind != skip:
                     t = ts_ns if ts_ms is None else ts_ms * 1_000_000
                     complex_samples.append((kind, name, labels, value, t))
                 continue
@@ -298,7 +298,7 @@ class EndpointEncoder:
             if value in BLANK_VALUES:
                 blanks.append(position)
                 continue
-            if kind > 2:
+            if kind > SUM:  # histogram, summary, skip
                 if kind != SKIP:
                     return None  # histograms and summaries take the loop
                 continue
@@ -424,7 +424,7 @@ class EndpointEncoder:
         out.append(body)
 
     # -- metric framing -------------------------------------------------------------------------
-    def _metric_head(self, name: str, kind: int, page: ParsedPage, family: str) -> bytes:
+    def _metric_head(self, name: str, kind: int, page: AnyPage, family: str) -> bytes:
         if family not in page.types and name in self._heads:
             return self._heads[name]  # only staleness markers left: describe it as when it was there
         help_text = page.helps.get(family, "")
@@ -458,7 +458,7 @@ class EndpointEncoder:
         match = _HELP_UNIT.search(help_text)
         return UCUM.get(match.group(1).strip(), "") if match else ""
 
-    def _metric_pieces(self, fam: _Family, page: ParsedPage, pieces: list[bytes]) -> int:
+    def _metric_pieces(self, fam: _Family, page: AnyPage, pieces: list[bytes]) -> int:
         """Append a framed Metric as pieces (its data points by reference); return its framed size."""
         kind = fam.kind
         data_len = sum(map(len, fam.points))
@@ -482,7 +482,7 @@ class EndpointEncoder:
             pieces.append(trailer)
         return len(framing) + data_len
 
-    def _metric(self, fam: _Family, page: ParsedPage) -> bytes:
+    def _metric(self, fam: _Family, page: AnyPage) -> bytes:
         pieces: list[bytes] = []
         self._metric_pieces(fam, page, pieces)
         return b"".join(pieces)
@@ -492,7 +492,7 @@ class EndpointEncoder:
         self,
         samples: list[tuple[int, str, Mapping[str, str], float, int]],
         ctx: PointContext,
-        page: ParsedPage,
+        page: AnyPage,
         gen: int,
     ) -> tuple[list[bytes], int]:
         groups: dict[tuple[str, tuple[tuple[str, str], ...]], Group] = {}

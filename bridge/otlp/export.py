@@ -40,7 +40,7 @@ from bridge.otlp.points import Chunk, EncodedPage
 from bridge.otlp.resource import endpoint_attributes
 from bridge.otlp.semconv import page_to_semconv
 from bridge.otlp.transport import Sender, SendResult, make_sender, secrets_of
-from bridge.parse import TemplatedPage
+from bridge.parse import AnyPage, TemplatedPage
 from bridge.redact import redact_url, scrub
 from bridge.relabel import NO_RELABEL, RelabelConfig
 from bridge.samples import ParsedPage
@@ -69,7 +69,7 @@ class ExportStats:
 
 class _Item(NamedTuple):
     endpoint: str
-    page: ParsedPage
+    page: AnyPage
     run_id: str
     phase: str
     ts_ns: int
@@ -136,7 +136,7 @@ class OtlpForwarder:
             self._thread.start()
 
     # -- the scrape loop's side -------------------------------------------------------------------
-    def submit(self, endpoint: str, page: ParsedPage, *, run_id: str, phase: str, ts_ns: int) -> None:
+    def submit(self, endpoint: str, page: AnyPage, *, run_id: str, phase: str, ts_ns: int) -> None:
         """Queue one scraped page of `endpoint` (its display key, host:port). Never blocks, never raises."""
         try:
             # A templated page's samples are built only on demand (parse/template.py): count its values instead.

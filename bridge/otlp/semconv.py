@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from bridge.parse import AnyPage
 from bridge.samples import ParsedPage, Sample
 
 
@@ -63,7 +64,7 @@ HELP = {
 }
 
 
-def page_to_semconv(page: ParsedPage) -> ParsedPage:
+def page_to_semconv(page: AnyPage) -> ParsedPage:
     """`page` with its GPU families renamed, scaled and attributed as the conventions say; others as they were."""
     samples: list[Sample] = []
     types = dict(page.types)

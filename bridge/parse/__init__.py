@@ -8,9 +8,10 @@
 
 from bridge.parse.family import FAMILY_SUFFIXES, Family, family_of, family_type
 from bridge.parse.lines import LabelError, PageParser, parse_labels, parse_page
-from bridge.parse.template import PageTemplate, TemplatedPage
+from bridge.parse.template import AnyPage, PageTemplate, TemplatedPage
 
 __all__ = [
+    "AnyPage",
     "FAMILY_SUFFIXES",
     "Family",
     "LabelError",

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from bridge.parse.template import PageTemplate, TemplatedPage
+from bridge.parse.template import AnyPage, PageTemplate, TemplatedPage
 from bridge.samples import Dropped, ParsedPage, Sample
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -58,7 +58,7 @@ class PageParser:
         self.max_series = max_series
         self.use_templates = True  # False: every page through the line loop (tests compare the two)
 
-    def parse(self, body: bytes | str, *, openmetrics: bool | None = None) -> ParsedPage:
+    def parse(self, body: bytes | str, *, openmetrics: bool | None = None) -> AnyPage:
         last = self._last_page  # (a page of the current template, set and cleared with `_last_body`)
         if last is not None and body == self._last_body and openmetrics in (None, last.template.openmetrics):
             # dcgm-exporter refreshes every 30 s by default: most scrapes return the previous bytes.
@@ -70,7 +70,7 @@ class PageParser:
             self._last_body = self._last_page = None
         return page
 
-    def _parse(self, body: bytes | str, openmetrics: bool | None) -> ParsedPage:
+    def _parse(self, body: bytes | str, openmetrics: bool | None) -> AnyPage:
         template = self._template
         walked = False
         if template is not None and isinstance(body, bytes) and b"\r" not in body \
@@ -102,7 +102,7 @@ class PageParser:
         self._misses += 1
         return self._parse_lines(lines, detected if openmetrics is None else openmetrics, detected, build)
 
-    def _parse_lines(self, all_lines: list[str], openmetrics: bool, detected: bool, build: bool = True) -> ParsedPage:
+    def _parse_lines(self, all_lines: list[str], openmetrics: bool, detected: bool, build: bool = True) -> AnyPage:
         if len(self._heads) > self.max_cached or len(self._labels) > self.max_cached:
             self._heads.clear()
             self._labels.clear()
@@ -225,7 +225,7 @@ class PageParser:
         (helps if kind == "HELP" else types)[name] = text
 
 
-def parse_page(body: bytes | str, *, openmetrics: bool | None = None) -> ParsedPage:
+def parse_page(body: bytes | str, *, openmetrics: bool | None = None) -> AnyPage:
     """Parse one page with a fresh cache (tools and tests; the scrape loop keeps a PageParser)."""
     return PageParser().parse(body, openmetrics=openmetrics)
 

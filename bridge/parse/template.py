@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from operator import getitem
 from types import MappingProxyType
@@ -160,68 +161,99 @@ def pack_ints(numbers: Iterable[int]) -> bytes:
     return array("i", numbers).tobytes()
 
 
-class TemplatedPage(ParsedPage):
-    """A ParsedPage that follows a PageTemplate: the template plus one value per sample line. Immutable.
+@dataclass(slots=True, init=False, eq=False)
+class TemplatedPage:
+    """A parsed page that follows a PageTemplate: the template plus one value per sample line. Immutable; reads
+    as a ParsedPage does (`samples`, `types`, `helps`, `dropped`), so the stages take either (`AnyPage`).
 
     The values are held as the kernel gives them, `raw` (native float64 bytes, what the kernel's later stages
     read), or as the Python path gives them, `values` (a tuple); each is made from the other on first use.
     `samples` is built on first use too (the pull endpoint, listeners, the slow paths): the sidecar's own
-    stages read `template` and the values and never need 320 Sample tuples per scrape.
+    stages read `template` and the values and never need 320 Sample tuples per scrape. Those three are caches
+    of pure functions of the page (`_remember`): filling one changes nothing a reader can see. Not
+    `frozen=True`: CPython 3.11's frozen `__setattr__` on a slots dataclass fails with a TypeError for a name
+    that is not a field (`page.values = ...`); this one refuses every name with an AttributeError.
     """
 
     template: PageTemplate
+    _values: tuple[float, ...] | None
+    _raw: bytes | None
+    _samples: list[Sample] | None
 
-    def __new__(cls, template: PageTemplate, values: tuple[float, ...] | None = None, *, raw: bytes | None = None,
-                samples: list[Sample] | None = None) -> TemplatedPage:
+    def __init__(self, template: PageTemplate, values: tuple[float, ...] | None = None, *,
+                 raw: bytes | None = None, samples: list[Sample] | None = None) -> None:
         if (values is None) == (raw is None):
             raise TypeError("a TemplatedPage takes its values or its raw values")
-        page = super().__new__(cls, [], template.types, template.helps, list(template.dropped))  # its own copy
-        page.__dict__.update(template=template, _values=values, _raw=raw)
-        if samples is not None:
-            page.__dict__["_samples"] = samples
-        return page
+        setattr_ = object.__setattr__  # (this class refuses its own __setattr__: it is immutable)
+        setattr_(self, "template", template)
+        setattr_(self, "_values", values)
+        setattr_(self, "_raw", raw)
+        setattr_(self, "_samples", samples)
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError(f"a TemplatedPage is immutable (setting {name!r})")
 
     __delattr__ = __setattr__  # type: ignore[assignment]
 
+    def _remember(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)  # a cache (see the class docstring), not a change
+
     def again(self) -> TemplatedPage:
         """A page of the same template and values (a scrape that returned the previous bytes)."""
-        held = self.__dict__
-        raw = held["_raw"]
-        return TemplatedPage(self.template, held["_values"]) if raw is None else TemplatedPage(self.template, raw=raw)
+        if self._raw is None:
+            return TemplatedPage(self.template, self._values)
+        return TemplatedPage(self.template, raw=self._raw)
+
+    @property
+    def types(self) -> Mapping[str, str]:
+        return self.template.types
+
+    @property
+    def helps(self) -> Mapping[str, str]:
+        return self.template.helps
+
+    @property
+    def dropped(self) -> list[Dropped]:
+        """The template's dropped lines, as a list of the reader's own (a ParsedPage's type)."""
+        return list(self.template.dropped)
 
     @property
     def values(self) -> tuple[float, ...]:
-        values: tuple[float, ...] | None = self.__dict__["_values"]
-        if values is None:  # pure functions of each other: computing one changes nothing
-            values = self.__dict__["_values"] = tuple(memoryview(self.__dict__["_raw"]).cast("d"))
+        values = self._values
+        if values is None:
+            assert self._raw is not None
+            values = tuple(memoryview(self._raw).cast("d"))
+            self._remember("_values", values)
         return values
 
     @property
     def raw(self) -> bytes:
-        raw: bytes | None = self.__dict__["_raw"]
+        raw = self._raw
         if raw is None:
-            raw = self.__dict__["_raw"] = array("d", self.__dict__["_values"]).tobytes()
+            raw = array("d", self.values).tobytes()
+            self._remember("_raw", raw)
         return raw
 
     @property
     def value_count(self) -> int:
         """How many values (sample lines) the page has."""
-        raw = self.__dict__["_raw"]
-        return len(self.__dict__["_values"]) if raw is None else len(raw) >> 3
+        raw = self._raw
+        return len(self.values) if raw is None else len(raw) >> 3
 
     def value_getter(self) -> Callable[[int], float]:
         """values[i] from whichever form the page holds (a few values: no tuple of all of them built)."""
-        raw = self.__dict__["_raw"]
-        return self.__dict__["_values"].__getitem__ if raw is None else memoryview(raw).cast("d").__getitem__
+        raw = self._raw
+        return self.values.__getitem__ if raw is None else memoryview(raw).cast("d").__getitem__
 
     @property
     def samples(self) -> list[Sample]:
-        cached: list[Sample] | None = self.__dict__.get("_samples")
-        if cached is None:  # a pure function of the template and the values: computing it changes nothing
+        samples = self._samples
+        if samples is None:
             t = self.template
-            cached = list(map(tuple.__new__, repeat(Sample), zip(t.names, t.labels, self.values, repeat(None))))
-            self.__dict__["_samples"] = cached
-        return cached
+            samples = list(map(tuple.__new__, repeat(Sample), zip(t.names, t.labels, self.values, repeat(None))))
+            self._remember("_samples", samples)
+        return samples
+
+
+AnyPage = ParsedPage | TemplatedPage
+"""What the parser gives: a page read line by line, or one that followed the previous page's template."""

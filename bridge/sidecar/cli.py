@@ -138,6 +138,13 @@ def build_session_table(config: Any) -> Any:
     return table_with_custom(default_table(), config.telemetry.metrics_files)
 
 
+# mallopt(3) parameters, as glibc's malloc/malloc.h defines them (ctypes does not export them).
+M_TRIM_THRESHOLD = -1
+M_TOP_PAD = -2
+M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
+
+
 def bound_malloc() -> None:
     """Give freed memory back, but not at every batch: glibc raises its mmap threshold after freeing a large
     block, so later large blocks (a hostile 12 MB page, its text and its lines) come from the heap and stay in
@@ -146,16 +153,15 @@ def bound_malloc() -> None:
     sidecar at 142 MB RSS, 82 MB with these). A fixed mmap threshold also pins the trim threshold at its 128 KiB
     default, so every OTLP batch (~2.5 MB a second at 8 x 8 GPUs) was given back and faulted in again: ~550 page
     faults a second, ~2 millicores on this VM; a 4 MiB trim threshold and 1 MiB top pad keep that much per arena
-    (5 faults a second). glibc mallopt(3): M_TRIM_THRESHOLD -1, M_TOP_PAD -2, M_MMAP_THRESHOLD -3,
-    M_ARENA_MAX -8. A no-op off glibc."""
+    (5 faults a second). A no-op off glibc."""
     import ctypes
 
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 20)
-        libc.mallopt(-8, 2)
-        libc.mallopt(-1, 4 << 20)
-        libc.mallopt(-2, 1 << 20)
+        libc.mallopt(M_MMAP_THRESHOLD, 1 << 20)
+        libc.mallopt(M_ARENA_MAX, 2)
+        libc.mallopt(M_TRIM_THRESHOLD, 4 << 20)
+        libc.mallopt(M_TOP_PAD, 1 << 20)
     except (OSError, AttributeError):
         pass
 

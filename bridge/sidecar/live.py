@@ -15,7 +15,7 @@ from typing import IO, TYPE_CHECKING, Any
 from bridge.endpoints import display_key
 
 if TYPE_CHECKING:
-    from bridge.scrape import RefreshWatch
+    from bridge.health import RefreshWatch
     from bridge.sidecar.session import Session
 
 _COLUMNS = (

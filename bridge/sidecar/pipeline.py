@@ -7,9 +7,10 @@
                                                                          ├─▶ OtlpSink        (forwarder queue)
                                                                          └─▶ ListenerSink    (in-process callbacks)
 
-Each sink takes a tick's pages at once (`PageSink.take`); today the scrape loop hands them over one by
-one, a batching caller passes several. The pipeline also writes what a page or a failure says about its
-endpoint to the events file: unreadable lines (`parse` errors), failed scrapes, endpoint down and up.
+Each sink takes one page at a time (`PageSink.take`), in the order the scrape loop hands them over (a tick's
+pages one after another: bridge/scrape.py HOLD_S). The pipeline also feeds each endpoint's health
+(bridge/health.py: up, unreadable, down) and writes what a page or a failure says about its endpoint to the
+events file: unreadable lines (`parse` errors), failed scrapes, endpoint down and up.
 `Session` (session.py) keeps the state machine and builds one `Pipeline`.
 """
 
@@ -23,18 +24,19 @@ from typing import Protocol
 from bridge.endpoints import display_key
 from bridge.events import EndpointState
 from bridge.fetch import FetchedPage, FetchError
+from bridge.health import Health
 from bridge.normalize import CompiledRecords, Normalizer
 from bridge.otlp.export import ExportStats
-from bridge.parse import PageParser, TemplatedPage
+from bridge.parse import AnyPage, PageParser, TemplatedPage
 from bridge.parse.lines import MAX_SERIES
 from bridge.record_log import LineWriter
 from bridge.redact import redact_url
 from bridge.report.spool import LiveSeries
-from bridge.samples import GpuRecord, ParsedPage, ScrapeFailure
+from bridge.samples import GpuRecord, ScrapeFailure
 
 logger = logging.getLogger(__name__)
 
-PageListener = Callable[[str, ParsedPage, int, str | None], None]
+PageListener = Callable[[str, AnyPage, int, str | None], None]
 """(url, parsed page, scrape start ns, phase or None): called on the scrape thread for every page."""
 
 Identity = tuple[str, str | None]
@@ -51,7 +53,7 @@ class Page:
 
     __slots__ = ("url", "endpoint", "display", "parsed", "compiled", "phase", "start_ns", "end_ns", "_records")
 
-    def __init__(self, url: str, endpoint: str, display: str, parsed: ParsedPage,
+    def __init__(self, url: str, endpoint: str, display: str, parsed: AnyPage,
                  records: Sequence[GpuRecord] | CompiledRecords, phase: str | None, start_ns: int,
                  end_ns: int) -> None:
         self.url = url  # as configured (may hold credentials: never logged)
@@ -88,15 +90,15 @@ class Page:
 
 
 class PageSink(Protocol):
-    """One destination of scraped pages. `take` receives the pages of one tick (one or more)."""
+    """One destination of scraped pages: `take` receives each page."""
 
-    def take(self, pages: Sequence[Page]) -> None: ...
+    def take(self, page: Page) -> None: ...
 
 
 class Forwarder(Protocol):
     """What the pipeline and the session use of `bridge.otlp.OtlpForwarder`."""
 
-    def submit(self, endpoint: str, page: ParsedPage, *, run_id: str, phase: str, ts_ns: int) -> None: ...
+    def submit(self, endpoint: str, page: AnyPage, *, run_id: str, phase: str, ts_ns: int) -> None: ...
     def mark_stale(self, endpoint: str, *, run_id: str, phase: str, ts_ns: int) -> None: ...
     def stats(self) -> ExportStats: ...
     def close(self, timeout_s: float = 5.0) -> ExportStats: ...
@@ -109,13 +111,12 @@ class RecordLogSink:
         self.writer = writer
         self.records_written = 0
 
-    def take(self, pages: Sequence[Page]) -> None:
-        for page in pages:
-            if page.compiled is not None:
-                self.writer.write_block(page.compiled.lines, len(page.compiled.entries))
-            else:
-                self.writer.write_records(page.records)
-            self.records_written += page.record_count
+    def take(self, page: Page) -> None:
+        if page.compiled is not None:
+            self.writer.write_block(page.compiled.lines, len(page.compiled.entries))
+        else:
+            self.writer.write_records(page.records)
+        self.records_written += page.record_count
 
 
 class LiveSeriesSink:
@@ -124,12 +125,11 @@ class LiveSeriesSink:
     def __init__(self, spool: LiveSeries) -> None:
         self.spool = spool
 
-    def take(self, pages: Sequence[Page]) -> None:
-        for page in pages:
-            if page.compiled is not None:
-                self.spool.add_compiled(page.compiled, page.display)
-            else:
-                self.spool.add(page.records, page.display)
+    def take(self, page: Page) -> None:
+        if page.compiled is not None:
+            self.spool.add_compiled(page.compiled, page.display)
+        else:
+            self.spool.add(page.records, page.display)
 
 
 def _plan_of(page: Page | None) -> object | None:
@@ -149,25 +149,24 @@ class LatestRecords:
         self._current: dict[str, Page] = {}  # display key -> its latest page
         self._lock = threading.Lock()
 
-    def take(self, pages: Sequence[Page]) -> None:
+    def take(self, page: Page) -> None:
         first, latest = self._first, self._latest
-        for page in pages:
-            plan = _plan_of(page)
-            with self._lock:
-                previous = self._current.get(page.display)
-                self._current[page.display] = page
-                if plan is not None and _plan_of(previous) is plan:
-                    continue
-                if previous is not None and previous.compiled is not None:
-                    for index, identity in enumerate(previous.compiled.identities()):
-                        latest[(page.display, identity)] = (previous, index)
-                identities = page.compiled.identities() if page.compiled is not None else \
-                    [r.identity for r in page.records]
-                for index, identity in enumerate(identities):
-                    key = (page.display, identity)
-                    if key not in first:
-                        first[key] = page.records[index]
-                    latest[key] = (page, index)
+        plan = _plan_of(page)
+        with self._lock:
+            previous = self._current.get(page.display)
+            self._current[page.display] = page
+            if plan is not None and _plan_of(previous) is plan:
+                return
+            if previous is not None and previous.compiled is not None:
+                for index, identity in enumerate(previous.compiled.identities()):
+                    latest[(page.display, identity)] = (previous, index)
+            identities = page.compiled.identities() if page.compiled is not None else \
+                [r.identity for r in page.records]
+            for index, identity in enumerate(identities):
+                key = (page.display, identity)
+                if key not in first:
+                    first[key] = page.records[index]
+                latest[key] = (page, index)
 
     @property
     def latest(self) -> dict[tuple[str, Identity], tuple[GpuRecord, GpuRecord]]:
@@ -188,11 +187,10 @@ class PullPageSink:
     """The latest page of every endpoint, for the pull /metrics page (sidecar/pull.py renders it)."""
 
     def __init__(self) -> None:
-        self.latest: dict[str, tuple[ParsedPage, str | None, int]] = {}  # url -> (page, phase, scrape start)
+        self.latest: dict[str, tuple[AnyPage, str | None, int]] = {}  # url -> (page, phase, scrape start)
 
-    def take(self, pages: Sequence[Page]) -> None:
-        for page in pages:
-            self.latest[page.url] = (page.parsed, page.phase, page.start_ns)
+    def take(self, page: Page) -> None:
+        self.latest[page.url] = (page.parsed, page.phase, page.start_ns)
 
 
 class OtlpSink:
@@ -203,11 +201,10 @@ class OtlpSink:
         self.run_id = run_id
         self.seen: set[str] = set()  # urls that sent at least one page
 
-    def take(self, pages: Sequence[Page]) -> None:
-        for page in pages:
-            self.seen.add(page.url)
-            self.forwarder.submit(page.display, page.parsed, run_id=self.run_id, phase=page.phase or "none",
-                                  ts_ns=page.start_ns)
+    def take(self, page: Page) -> None:
+        self.seen.add(page.url)
+        self.forwarder.submit(page.display, page.parsed, run_id=self.run_id, phase=page.phase or "none",
+                              ts_ns=page.start_ns)
 
     def mark_stale(self, urls: Iterable[str], phase: str | None, ts_ns: int) -> None:
         """One staleness marker per series of these endpoints, so stores stop showing the last value."""
@@ -222,10 +219,9 @@ class ListenerSink:
     def __init__(self, listeners: Sequence[PageListener]) -> None:
         self.listeners = list(listeners)
 
-    def take(self, pages: Sequence[Page]) -> None:
-        for page in pages:
-            for listener in self.listeners:
-                listener(page.url, page.parsed, page.start_ns, page.phase)
+    def take(self, page: Page) -> None:
+        for listener in self.listeners:
+            listener(page.url, page.parsed, page.start_ns, page.phase)
 
 
 class _Notes:
@@ -250,7 +246,7 @@ class Pipeline:
 
     def __init__(self, normalizer: Normalizer, sinks: Sequence[PageSink], events: LineWriter, *, run_id: str,
                  phase: Callable[[], str | None], otlp: OtlpSink | None = None,
-                 max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS) -> None:
+                 max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS, health: Health | None = None) -> None:
         self.normalizer = normalizer
         self.max_series = max_series
         self.sinks = list(sinks)
@@ -258,7 +254,7 @@ class Pipeline:
         self.run_id = run_id
         self.phase = phase
         self.otlp = otlp
-        self.down: set[str] = set()
+        self.health = health if health is not None else Health()
         self._parsers: dict[str, PageParser] = {}
         self._keys: dict[str, tuple[str, str]] = {}  # url -> (redacted, display key)
         self._notes = _Notes()
@@ -270,7 +266,9 @@ class Pipeline:
     def on_page(self, url: str, fetched: FetchedPage) -> Page:
         """The scrape loop's page callback: one page through the whole pipeline."""
         page = self.read(url, fetched)
-        self.take([page])
+        if self.health.of(url).answered(fetched.body, fetched.start_ns, readable=page.readable):
+            self.events.write_event(EndpointState(page.endpoint, page.start_ns, "up", "scrape succeeded"))
+        self.take(page)
         return page
 
     def read(self, url: str, fetched: FetchedPage) -> Page:
@@ -332,27 +330,22 @@ class Pipeline:
             self.events.write_event(ScrapeFailure(endpoint, time_ns, "parse", message))
         return kept
 
-    def take(self, pages: Sequence[Page]) -> None:
-        """A tick's pages: their endpoints' health to the events file, then every sink in turn."""
+    def take(self, page: Page) -> None:
+        """A page: what the normaliser and the parser found wrong in it to the events file, then every sink."""
         for anomaly in self.normalizer.take_anomalies():  # once per family per run: the log and the report
             logger.warning("%s: %s", display_key(anomaly.source_url), anomaly.message())
-            time_ns = next((p.start_ns for p in pages if p.endpoint == anomaly.source_url), 0)
+            time_ns = page.start_ns if page.endpoint == anomaly.source_url else 0
             self.events.write_event(ScrapeFailure(anomaly.source_url, time_ns, "unit", anomaly.message()))
-        for page in pages:
-            if page.parsed.dropped:
-                self._note_dropped(page)
-            if page.url in self.down:
-                self.down.discard(page.url)
-                self.events.write_event(EndpointState(page.endpoint, page.start_ns, "up", "scrape succeeded"))
+        if page.parsed.dropped:
+            self._note_dropped(page)
         for sink in self.sinks:
-            sink.take(pages)
+            sink.take(page)
 
     def on_failure(self, url: str, exc: FetchError, start_ns: int) -> None:
         """The scrape loop's failure callback: a `scrape_error` event; the first of a run marks the endpoint down."""
         endpoint = redact_url(url)
         self.events.write_event(ScrapeFailure(endpoint, start_ns, exc.kind, exc.message))
-        if url not in self.down:
-            self.down.add(url)
+        if self.health.of(url).failed(exc, start_ns):
             self.events.write_event(EndpointState(endpoint, start_ns, "down", exc.message))
             if self.otlp is not None:  # its series are gone
                 self.otlp.mark_stale([url], self.phase(), start_ns)

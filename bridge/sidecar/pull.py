@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.fields import BLANK_VALUES, is_blank_label
-from bridge.parse import family_of
+from bridge.health import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP
+from bridge.parse import AnyPage, family_of
 from bridge.relabel import NO_RELABEL, RelabelConfig, relabel
-from bridge.samples import ParsedPage
-from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -36,7 +35,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 @dataclass(frozen=True)
 class LatestPage:
     endpoint: str  # display key, host:port
-    page: ParsedPage
+    page: AnyPage
     run_id: str
     phase: str  # "none" outside a phase
     ts_ns: int = 0  # scrape start; written only with timestamps=True
@@ -48,7 +47,7 @@ class EndpointHealth:
     scrapes: int = 0
     last_duration_s: float | None = None
     errors: Mapping[str, int] = field(default_factory=dict)  # ScrapeFailure.kind -> count
-    refresh_period_s: float | None = None  # how often the exporter's values change (scrape.RefreshWatch)
+    refresh_period_s: float | None = None  # how often the exporter's values change (health.RefreshWatch)
     last_refresh_ns: int | None = None  # when a scrape first saw its latest values
 
 

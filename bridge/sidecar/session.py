@@ -23,6 +23,7 @@ from bridge.errors import LifecycleError as LifecycleError
 from bridge.events import Complete, Configured, Refresh, event_to_line
 from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
+from bridge.health import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, Health
 from bridge.kernel import COMPILED
 from bridge.normalize import Normalizer
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
@@ -30,7 +31,7 @@ from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.samples import GpuRecord, PhaseMark, SessionState
-from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, ScrapeGroup, ScrapeLoop
+from bridge.scrape import ScrapeGroup, ScrapeLoop
 from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir, write_problem
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
@@ -102,6 +103,7 @@ class Session:
         self._refresh_sent_ns = 0  # when the refresh gauges last went to OTLP
         self.self_metric_points = 0  # the bridge's own points handed to OTLP (the refresh gauges)
         self.loops: dict[str, ScrapeLoop] = {}
+        self.health = Health()  # every endpoint's, fed by its scrape loop and the pipeline
         self.marks: list[PhaseMark] = []
         self.phase: str | None = None
         self.requests_end_ns: int | None = None
@@ -131,7 +133,7 @@ class Session:
         self.started_ns: int | None = None  # when configure began: a phase manifest older than this is not ours
         self.pipeline = Pipeline(Normalizer(table), sinks, self.events, run_id=self.run_id,
                                  phase=lambda: self.phase, otlp=self._otlp, max_series=config.max_series,
-                                 max_gpus=config.max_gpus)
+                                 max_gpus=config.max_gpus, health=self.health)
         self._write_check = threading.Lock()  # not self._lock: a probe must answer while completion runs
         self._write_checked: tuple[float, str | None] | None = None  # (when, the problem)
 
@@ -190,7 +192,8 @@ class Session:
                 if probe.reachable or probe.url not in defaults:
                     self.loops[probe.url] = ScrapeLoop(probe.url, self.fetcher, self.config.collection_interval,
                                                        self._on_page, self.pipeline.on_failure,
-                                                       monotonic=self._monotonic, now_ns=self._now_ns, group=group)
+                                                       monotonic=self._monotonic, now_ns=self._now_ns, group=group,
+                                                       stats=self.health.of(probe.url))
             configured = tuple(redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults)
             successful = tuple(redact_url(p.url) for p in self.probes if p.reachable)
             self.events.write_event(Configured(self._now_ns(), self.run_id, configured, successful,
@@ -348,7 +351,8 @@ class Session:
                            ", ".join(display_key(u) for u in waiting), budget)
 
     def _on_page(self, url: str, fetched: FetchedPage) -> None:
-        """A page: its exporter's refresh period to the events file (and a warning when slow), then the pipeline."""
+        """A page: the pipeline, then its exporter's refresh period to the events file (and a warning when slow)."""
+        self.pipeline.on_page(url, fetched)
         loop = self.loops.get(url)
         period = loop.stats.refresh.period_s if loop is not None else None
         noted = self._refresh_noted.get(url)
@@ -363,10 +367,6 @@ class Session:
                 logger.warning("%s: the exporter's values change every %.1f s, not at every scrape: an energy window "
                                "shorter than %.0f s rests on too few refreshes; %s", display_key(url), period,
                                2 * period, REFRESH_FIX)
-        page = self.pipeline.on_page(url, fetched)
-        if loop is not None and not page.readable:  # answered, but nothing in it is a sample: not up
-            loop.stats.state = "unreadable"
-            loop.stats.last_error, loop.stats.last_error_ns = "no sample could be read from the page", page.start_ns
 
     def _send_refresh_metrics(self, ts_ns: int) -> None:
         """The exporters' refresh as OTLP gauges, from the resource `dcgm-bridge` (a page of its own: the
@@ -396,7 +396,7 @@ class Session:
     def _close_forwarder(self, deadline: float) -> dict[str, Any] | None:
         if self.forwarder is None or self._otlp is None:
             return None
-        up = [url for url in self._otlp.seen if url not in self.pipeline.down]
+        up = [url for url in self._otlp.seen if not self.health.is_down(url)]
         self._otlp.mark_stale(up, self.phase, self._now_ns())  # the run is over: its series end here
         stats: dict[str, Any] = self.forwarder.close(max(0.5, deadline - self._monotonic())).as_dict()
         warn_otlp_losses(stats)

@@ -1,9 +1,8 @@
-"""The per-page pipeline (sidecar/pipeline.py): every sink takes a tick's pages in one call, and what pages
-and failures say about their endpoints reaches the events file as typed events."""
+"""The per-page pipeline (sidecar/pipeline.py): every sink takes every page, and what pages and failures say
+about their endpoints reaches the events file as typed events."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from bridge.errors import FetchError
@@ -20,10 +19,10 @@ URL_A, URL_B = "http://user:pw@a:9400/metrics", "http://b:9400/metrics"
 
 class Recorder:
     def __init__(self) -> None:
-        self.calls: list[list[Page]] = []
+        self.pages: list[Page] = []
 
-    def take(self, pages: Sequence[Page]) -> None:
-        self.calls.append(list(pages))
+    def take(self, page: Page) -> None:
+        self.pages.append(page)
 
 
 def pipeline(tmp_path: Path, *sinks: object) -> tuple[Pipeline, LineWriter]:
@@ -36,12 +35,11 @@ def fetched(t: int) -> FetchedPage:
     return FetchedPage(dcgm_page(gpus=2).encode(), t * NS, t * NS + 1000, "text/plain")
 
 
-def test_each_sink_takes_a_ticks_pages_in_one_call(tmp_path: Path) -> None:
+def test_every_sink_takes_every_page_in_the_order_handed_over(tmp_path: Path) -> None:
     recorder, latest = Recorder(), LatestRecords()
     pipe, _ = pipeline(tmp_path, recorder, latest)
-    pages = [pipe.read(URL_A, fetched(1)), pipe.read(URL_B, fetched(1))]
-    pipe.take(pages)
-    assert [[p.display for p in call] for call in recorder.calls] == [["a:9400", "b:9400"]]
+    pages = [pipe.on_page(URL_A, fetched(1)), pipe.on_page(URL_B, fetched(1))]
+    assert [p.display for p in recorder.pages] == ["a:9400", "b:9400"]
     assert pages[0].endpoint == "http://REDACTED@a:9400/metrics" and pages[0].phase == "profiling"
     assert {display for display, _ in latest.latest} == {"a:9400", "b:9400"}
 

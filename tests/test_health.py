@@ -1,0 +1,70 @@
+"""Endpoint health (bridge/health.py): the one owner of up / down / unreadable, fed by the scrape loop and the
+pipeline."""
+
+from __future__ import annotations
+
+from bridge.errors import FetchError
+from bridge.health import Health
+
+NS = 1_000_000_000
+URL = "http://alice:s3cret@a:9400/metrics"
+
+
+def test_an_endpoint_goes_down_once_and_comes_back_up_with_its_next_page() -> None:
+    stats = Health().of(URL)
+    assert stats.state == "pending"
+    assert stats.failed(FetchError("timeout", "a:9400 did not answer"), 1 * NS) is True  # the transition
+    assert stats.failed(FetchError("connect", "refused"), 2 * NS) is False  # still down: no second transition
+    assert stats.state == "down" and stats.failures == {"timeout": 1, "connect": 1}
+    assert stats.last_error == "refused" and stats.last_error_ns == 2 * NS
+    assert stats.answered(b"m 1\n", 3 * NS, readable=True) is True  # back up
+    assert stats.answered(b"m 2\n", 4 * NS, readable=True) is False
+    assert stats.state == "up" and stats.scrapes == 2 and stats.last_success_ns == 4 * NS
+
+
+def test_a_page_without_a_sample_is_unreadable_not_up_and_a_failure_after_it_takes_the_endpoint_down() -> None:
+    stats = Health().of(URL)
+    stats.answered(b"<html>hello</html>", 1 * NS, readable=False)
+    assert stats.state == "unreadable" and stats.last_error == "no sample could be read from the page"
+    assert stats.failed(FetchError("http_status", "HTTP 503"), 2 * NS) is True
+
+
+def test_the_end_of_the_run_stops_every_endpoint_but_one_that_is_down_stays_down() -> None:
+    health = Health()
+    up, down = health.of("http://a:9400/metrics"), health.of("http://b:9400/metrics")
+    up.answered(b"m 1\n", 1 * NS, readable=True)
+    down.failed(FetchError("connect", "refused"), 1 * NS)
+    up.stopped()
+    down.stopped()
+    assert (up.state, down.state) == ("stopped", "down")
+    assert health.is_down("http://b:9400/metrics") and not health.is_down("http://a:9400/metrics")
+    assert not health.is_down("http://never-configured:9400/metrics")
+
+
+def test_one_object_per_endpoint_named_without_its_credentials() -> None:
+    health = Health()
+    assert health.of(URL) is health.of(URL)
+    assert "s3cret" not in health.of(URL).url and "alice" not in health.of(URL).url
+    assert "s3cret" not in str(health.of(URL).as_json())
+
+
+def test_the_scrape_loops_reports_are_kept_and_the_lateness_record_stays_bounded() -> None:
+    stats = Health().of(URL)
+    stats.missed(3)
+    stats.missed(2)
+    stats.took(0.25)
+    stats.late(-0.001)  # (a clock that stepped back: not a lateness)
+    for i in range(10_000):
+        stats.late(i / 1e6)
+    status = stats.as_json()
+    assert status["missed_ticks"] == 5 and status["last_scrape_duration_s"] == 0.25
+    assert len(stats.lateness_s) <= 4096 and stats.lateness_s[-1] == 9_999 / 1e6
+    assert status["tick_lateness_p99_s"] is not None and 0.0099 < status["tick_lateness_p99_s"] <= 0.01
+
+
+def test_the_refresh_watch_sees_a_new_refresh_only_when_the_body_changes() -> None:
+    stats = Health().of(URL)
+    for t, body in enumerate([b"m 1\n", b"m 1\n", b"m 2\n", b"m 2\n", b"m 3\n", b"m 3\n", b"m 4\n"]):
+        stats.answered(body, t * NS, readable=True)
+    assert stats.refresh.refreshes == 4 and stats.refresh.last_new_ns == 6 * NS
+    assert stats.refresh.period_s == 2.0  # a new body every second scrape, one second apart
