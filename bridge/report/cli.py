@@ -139,6 +139,9 @@ def _pods_only(built: Any, source: Any, patterns: Any, **kwargs: Any) -> Any:
     if selection.warning:
         click.echo(f"warning: {selection.warning}", err=True)
     click.echo(f"pods: {selection.summary_line()}", err=True)
+    for phase, pods in selection.pods_by_phase.items():
+        covered = "; ".join(f"{pod} ({', '.join(gpus)})" for pod, gpus in pods.items()) or "none"
+        click.echo(f"pods: {phase}: {covered}", err=True)
     for gpu in selection.shared:
         click.echo(f"pods: {gpu.series.endpoint} {gpu.series.meta.gpu_uuid} not counted ({gpu.reason}: "
                    f"{', '.join(gpu.pods)})", err=True)

@@ -146,6 +146,7 @@ def test_report_gpu_pods_on_the_record_log_gives_the_same_numbers(tmp_path: Path
     assert doc["nvidia_total_gpu_energy"]["avg"] == pytest.approx(7000)  # J
     assert sorted(doc["telemetry_data"]["pods"]["pods_by_phase"]["window"]) == ["bench/llama-0", "bench/llama-1"]
     assert "pods: 2 GPUs served pods matching bench/llama-0, bench/llama-1; 2 scraped but not selected" in result.output
+    assert "pods: window: bench/llama-0 (GPU-a); bench/llama-1 (GPU-b)" in result.output
 
 
 def test_report_gpu_pods_without_labels_warns_and_writes_a_report_with_no_gpu(tmp_path: Path) -> None:
