@@ -67,6 +67,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     from bridge.report.write import ReportWriteError, output_names, write_report
 
     pod_patterns = parse_pod_patterns(gpu_pods)
+    if pod_patterns and prometheus_url is not None:
+        raise ReportInputError("--gpu-pods needs --jsonl: records read back from a PromQL store carry no pod labels")
     if (jsonl is None) == (prometheus_url is None):
         raise click.UsageError("give one record source: --jsonl FILE or --prometheus URL --run-id ID")
     if prometheus_url is not None and not run_id:
@@ -130,12 +132,11 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         click.echo(f"wrote {path}")
 
 
-def _pods_only(built: Any, source: Any, patterns: Any, **kwargs: Any) -> Any:
+def _pods_only(built: Any, source: Path, patterns: Any, **kwargs: Any) -> Any:
     """`--gpu-pods`: the report of the GPUs that served matching pods; the selection's lines on stderr."""
-    from bridge.report.pods import report_for_pods, timelines_of_log, timelines_of_records
+    from bridge.report.pods import report_for_pods, timelines_of_log
 
-    timelines = timelines_of_log(source) if isinstance(source, Path) else timelines_of_records(source)
-    built, selection = report_for_pods(built, timelines, patterns, **kwargs)
+    built, selection = report_for_pods(built, timelines_of_log(source), patterns, **kwargs)
     if selection.warning:
         click.echo(f"warning: {selection.warning}", err=True)
     click.echo(f"pods: {selection.summary_line()}", err=True)

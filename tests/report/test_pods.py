@@ -171,3 +171,12 @@ def test_a_bad_gpu_pods_value_is_one_line_and_exit_2(tmp_path: Path, value: str,
     assert result.exit_code == 2
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_gpu_pods_with_a_promql_store_is_refused_in_one_line() -> None:
+    result = CliRunner().invoke(main, ["report", "--prometheus", "http://127.0.0.1:9/", "--run-id", "r",
+                                       "--start-ns", str(WINDOW[0]), "--end-ns", str(WINDOW[1]),
+                                       "--gpu-pods", "bench/llama-*"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("Error: --gpu-pods needs --jsonl: records read back from a PromQL store carry "
+                                     "no pod labels")
