@@ -12,6 +12,7 @@ the labels), so the selection is made per sample:
 - A GPU whose UUID, in one scrape, serves a matching pod and another pod too (MIG instances, time-slicing,
   MPS) is not counted: its energy is the whole board's. It is listed apart with reason
   `gpu_shared_with_other_pods`.
+- In the `aiperf` counter mode a GPU's pod is frozen at its first record, as AIPerf keeps it.
 - Nothing selected is reported as such (reason `no_gpu_selected`, with `no_pod_labels` or `no_matching_pod`
   telling which fix applies), never by falling back to every GPU.
 
@@ -192,6 +193,8 @@ def select_gpus(series: Sequence[Series], timelines: Mapping[GpuKey, Timeline], 
     labelled = False
     for s in series:
         timeline = timelines.get((s.endpoint, s.meta.gpu_uuid, s.meta.gpu_instance_id), [])
+        if mode == "aiperf":  # AIPerf keeps a GPU's pod as its first record named it (the GpuMetadata it caches)
+            timeline = timeline[:1]
         in_window = [refs for t, refs in timeline if _inside(t, window)] or [refs for _, refs in timeline[-1:]]
         labelled = labelled or any(r is not None for refs in in_window for r in refs)
         spans = served_spans(timeline, patterns, window)

@@ -101,6 +101,14 @@ def test_a_gpu_handed_to_another_pod_and_back_moves_out_and_in_at_those_scrapes(
     assert report.energy.total_energy_j == pytest.approx(400 * 7)
 
 
+def test_the_aiperf_counter_mode_freezes_a_gpus_pod_at_its_first_record() -> None:
+    records = scrapes(lambda _, s: ("bench", "llama-0") if s < 4 else ("other", "train-0"), GPUS[:1])
+    built = build_report(records, window=explicit_window(*WINDOW), counter_mode="aiperf")
+    selection = select_gpus(built.series, timelines_of_records(records), BENCH, built.window, "aiperf")
+    (gpu,) = selection.selected
+    assert [(s.start_ns - T0, s.end_ns - T0, s.pods) for s in gpu.spans] == [(0, 10 * S, ("bench/llama-0",))]
+
+
 def test_a_pod_restarted_under_a_new_matching_name_keeps_its_gpu_for_the_whole_window() -> None:
     _, selection = selection_of(scrapes(lambda _, s: ("bench", "llama-0" if s < 5 else "llama-0-b"), GPUS[:1]))
     (gpu,) = selection.selected
