@@ -158,16 +158,13 @@ def _submit(resolved: Any, cluster: Mapping[str, Any]) -> None:
 
 def _rbac_objects(spec: Any) -> list[dict[str, Any]]:
     """The sidecar's ServiceAccount, Roles and RoleBindings when it discovers pods (--gpu-pod-selector)."""
-    from bridge.kube.jobset import JOB_ID_LABEL
+    from bridge.kube.jobset import object_labels
     from bridge.kube.rbac import rbac_objects
 
-    telemetry = spec.telemetry
-    if not telemetry.discovers_pods or not telemetry.exporter_service:
+    exporter_namespace = spec.telemetry.exporter_namespace
+    if not exporter_namespace:
         return []
-    exporter_namespace = telemetry.exporter_service[len("k8s://"):].split("/")[0]
-    labels = {JOB_ID_LABEL: spec.job_id, "app.kubernetes.io/name": "dcgm-bridge",
-              "app.kubernetes.io/managed-by": "dcgm-bridge"}
-    return rbac_objects(spec.job_id, spec.namespace, exporter_namespace, labels)
+    return rbac_objects(spec.job_id, spec.namespace, exporter_namespace, object_labels(spec.job_id))
 
 
 def _refuse_webhook_problems(jobset: dict[str, Any]) -> None:

@@ -150,6 +150,13 @@ class Telemetry:
         return self.enabled and bool(self.gpu_pod_selectors)
 
     @property
+    def exporter_namespace(self) -> str | None:
+        """The namespace of the exporter Service the sidecar discovers in, when it discovers pods."""
+        if not self.discovers_pods or not self.exporter_service:
+            return None
+        return self.exporter_service.removeprefix("k8s://").split("/")[0]
+
+    @property
     def mode(self) -> str:
         return "disabled" if not self.enabled else "legacy" if self.legacy_sidecar else "native"
 
@@ -194,15 +201,19 @@ def termination_grace_seconds(telemetry: Telemetry) -> int:
     return max(30, math.ceil(cpu_seconds / float(cpu_cores(telemetry.cpu)) * MARGIN))
 
 
+def object_labels(job_id: str) -> dict[str, str]:
+    """The labels of every object a run creates."""
+    return {JOB_ID_LABEL: job_id, "app.kubernetes.io/name": "dcgm-bridge", "app.kubernetes.io/managed-by": "dcgm-bridge"}
+
+
 def build_jobset(spec: ProfileSpec) -> dict[str, Any]:
-    labels = {JOB_ID_LABEL: spec.job_id, "app.kubernetes.io/name": "dcgm-bridge",
-              "app.kubernetes.io/managed-by": "dcgm-bridge"}
+    labels = object_labels(spec.job_id)
     js_labels = dict(labels)
     if spec.placement.queue:
         js_labels[QUEUE_LABEL] = spec.placement.queue
     annotations = {MODE_ANNOTATION: spec.telemetry.mode, HOLD_ANNOTATION: str(spec.results_hold_seconds)}
-    if spec.telemetry.discovers_pods and spec.telemetry.exporter_service:
-        annotations[rbac.EXPORTER_NAMESPACE_ANNOTATION] = spec.telemetry.exporter_service[len("k8s://"):].split("/")[0]
+    if spec.telemetry.exporter_namespace:
+        annotations[rbac.EXPORTER_NAMESPACE_ANNOTATION] = spec.telemetry.exporter_namespace
     pod_spec = _pod_spec(spec)
     job_template = {
         "spec": {
