@@ -203,7 +203,8 @@ def termination_grace_seconds(telemetry: Telemetry) -> int:
 
 def object_labels(job_id: str) -> dict[str, str]:
     """The labels of every object a run creates."""
-    return {JOB_ID_LABEL: job_id, "app.kubernetes.io/name": "dcgm-bridge", "app.kubernetes.io/managed-by": "dcgm-bridge"}
+    return {JOB_ID_LABEL: job_id, "app.kubernetes.io/name": "dcgm-bridge",
+            "app.kubernetes.io/managed-by": "dcgm-bridge"}
 
 
 def build_jobset(spec: ProfileSpec) -> dict[str, Any]:
