@@ -16,7 +16,7 @@ BRIDGE = Path(__file__).resolve().parent.parent / "bridge"
 LAYERS: list[set[str]] = [
     {"bridge", "bridge.samples", "bridge._kernel", "bridge.kernel", "bridge.views"},
     {"bridge.errors", "bridge.redact"},
-    {"bridge.endpoints", "bridge.fields", "bridge.simulator"},
+    {"bridge.endpoints", "bridge.fields", "bridge.simulator", "bridge.pods"},
     {"bridge.config", "bridge.fetch", "bridge.parse", "bridge.relabel", "bridge.events"},
     {"bridge.record_log", "bridge.health"},
     {"bridge.scrape", "bridge.normalize"},

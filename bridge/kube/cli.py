@@ -85,7 +85,12 @@ def kube() -> None:
               help="Secret key holding a bearer token for the DCGM exporters (key default: token)")
 @click.option("--benchmark-cpu", default="2", show_default=True, help="control-plane CPU request")
 @click.option("--benchmark-memory", help="control-plane memory (default: the estimate)")
-@click.option("--dry-run", is_flag=True, help="print the JobSet as YAML; submit nothing, need no cluster")
+@click.option("--gpu-pods", multiple=True, metavar="NAMESPACE/GLOB",
+              help="count only the GPUs the exporter attributes to matching pods (repeatable)")
+@click.option("--gpu-pod-selector", multiple=True, metavar="NAMESPACE/SELECTOR",
+              help="the sidecar finds these pods, their nodes and the exporters there through the API "
+                   "(a generated ServiceAccount with get/list/watch on pods and EndpointSlices)")
+@click.option("--dry-run", is_flag=True, help="print the JobSet (and RBAC objects) as YAML; submit nothing")
 @click.option("--wait", is_flag=True, help="follow the JobSet to its end; exit 0 completed, 1 failed, "
                                            "2 timed out, 3 deleted")
 @click.option("--timeout", type=float, default=86400.0, show_default=True, help="--wait limit in seconds")
@@ -95,7 +100,7 @@ def profile(**kw: Any) -> None:
     from bridge.kube.validate import ValidationError
 
     cluster = {k: kw.pop(k) for k in ("kubeconfig", "context", "dry_run", "wait", "timeout")}
-    tuples = ("gpu_telemetry", "node_selector", "toleration", "image_pull_secret")
+    tuples = ("gpu_telemetry", "node_selector", "toleration", "image_pull_secret", "gpu_pods", "gpu_pod_selector")
     values: dict[str, Any] = {k: tuple(v) if k in tuples else v for k, v in kw.items()}
     options = ProfileOptions(**values)
     try:
@@ -112,7 +117,7 @@ def profile(**kw: Any) -> None:
                        "they become one URL per ready endpoint", err=True)
         jobset = build_jobset(resolved.spec)
         _refuse_webhook_problems(jobset)
-        click.echo(to_yaml([jobset], header=resolved.estimate.all_lines()), nl=False)
+        click.echo(to_yaml([*_rbac_objects(resolved.spec), jobset], header=resolved.estimate.all_lines()), nl=False)
         return
     _submit(resolved, cluster)
 
@@ -135,6 +140,8 @@ def _submit(resolved: Any, cluster: Mapping[str, Any]) -> None:
             spec = resolved.with_urls(urls)
         jobset = build_jobset(spec)
         _refuse_webhook_problems(jobset)
+        for obj in _rbac_objects(spec):
+            submit.create_rbac_object(clients, obj)
         submit.create_jobset(clients.custom, jobset)
         click.echo(f"jobset.jobset.x-k8s.io/{spec.job_id} created in namespace {spec.namespace}")
         click.echo(f"  status:  dcgm-bridge kube status {spec.job_id} -n {spec.namespace}")
@@ -147,6 +154,17 @@ def _submit(resolved: Any, cluster: Mapping[str, Any]) -> None:
             raise click.exceptions.Exit(state.exit_code)
     except submit.KubeError as exc:
         _fail(str(exc), exc.exit_code)
+
+
+def _rbac_objects(spec: Any) -> list[dict[str, Any]]:
+    """The sidecar's ServiceAccount, Roles and RoleBindings when it discovers pods (--gpu-pod-selector)."""
+    from bridge.kube.jobset import object_labels
+    from bridge.kube.rbac import rbac_objects
+
+    exporter_namespace = spec.telemetry.exporter_namespace
+    if not exporter_namespace:
+        return []
+    return rbac_objects(spec.job_id, spec.namespace, exporter_namespace, object_labels(spec.job_id))
 
 
 def _refuse_webhook_problems(jobset: dict[str, Any]) -> None:
@@ -216,9 +234,12 @@ def delete(job_id: str, namespace: str, kubeconfig: str | None, context: str | N
 
     try:
         clients = submit.connect(kubeconfig, context)
+        removed = submit.delete_rbac_objects(clients, namespace, job_id)
         submit.delete_jobset(clients.custom, namespace, job_id)
     except submit.KubeError as exc:
         _fail(str(exc), exc.exit_code)
+    for line in removed:
+        click.echo(line)
     click.echo(f"jobset.jobset.x-k8s.io/{job_id} deleted from namespace {namespace}")
 
 

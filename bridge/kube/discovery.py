@@ -60,6 +60,11 @@ def expand(items: Iterable[str], api: EndpointSliceLister) -> list[str]:
 
 
 def service_urls(ref: ServiceRef, api: EndpointSliceLister, item: str) -> list[str]:
+    return [url for _, _, url in ready_endpoints(ref, api, item)]
+
+
+def ready_endpoints(ref: ServiceRef, api: EndpointSliceLister, item: str) -> list[tuple[str, str, str]]:
+    """(node, address, URL) of every ready endpoint of the Service, sorted by node then address."""
     from kubernetes.client.exceptions import ApiException  # lazy: only submission imports the client
     from urllib3.exceptions import HTTPError
 
@@ -96,7 +101,7 @@ def service_urls(ref: ServiceRef, api: EndpointSliceLister, item: str) -> list[s
         raise DiscoveryError(f"--gpu-telemetry {item}: Service {ref.namespace}/{ref.service} has no ready endpoint"
                              f"{on_port} (kubectl -n {ref.namespace} get endpointslices "
                              f"-l {SERVICE_NAME_LABEL}={ref.service})")
-    return [url for _, _, url in sorted(set(found))]
+    return sorted(set(found))
 
 
 def _pick_port(ports: list[Any], ref: ServiceRef) -> int | None:
@@ -124,3 +129,110 @@ def _host(address: str) -> str:
         return f"[{address}]" if isinstance(ipaddress.ip_address(address), ipaddress.IPv6Address) else address
     except ValueError:
         return address  # an FQDN endpoint (addressType FQDN)
+
+
+# -- --gpu-pod-selector NAMESPACE/SELECTOR: pods → their nodes → the exporter endpoints on those nodes (issue 31)
+
+DEFAULT_EXPORTER_SERVICE = "k8s://gpu-operator/nvidia-dcgm-exporter"  # the GPU Operator's Service
+SELECTOR_FLAG = "--gpu-pod-selector"
+_KEY = r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
+# One requirement of a label selector (k8s.io/apimachinery pkg/labels/selector.go): key, !key, key=v, key==v,
+# key!=v, key in (v,...), key notin (v,...).
+_SET = rf"\s+(in|notin)\s*\(\s*{_VALUE}(\s*,\s*{_VALUE})*\s*\)"
+_REQUIREMENT = re.compile(rf"!\s*{_KEY}|{_KEY}\s*((==?|!=)\s*{_VALUE}|{_SET})?")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_NOT_RUNNING = ("Succeeded", "Failed")
+
+
+class PodLister(Protocol):
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class PodSelector:
+    namespace: str
+    selector: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.selector}"
+
+
+def pod_selector_problems(value: str) -> list[str]:
+    """What is wrong with one `--gpu-pod-selector` value, as lines naming it; [] when it is good."""
+    namespace, slash, selector = value.partition("/")
+    if not slash or not selector.strip():
+        return [f"{SELECTOR_FLAG} {value!r}: expected NAMESPACE/SELECTOR, e.g. {SELECTOR_FLAG} 'bench/app=llama'"]
+    if not _NAMESPACE.fullmatch(namespace):
+        return [f"{SELECTOR_FLAG} {value!r}: {namespace!r} is not a namespace name"]
+    bad = [part for part in _requirements(selector) if not _REQUIREMENT.fullmatch(part.strip())]
+    return [f"{SELECTOR_FLAG} {value!r}: {part.strip()!r} is not a label selector requirement "
+            "(key, !key, key=value, key!=value, key in (a,b), key notin (a,b))" for part in bad]
+
+
+def parse_pod_selector(value: str) -> PodSelector:
+    problems = pod_selector_problems(value)
+    if problems:
+        raise DiscoveryError(problems[0], exit_code=2)
+    namespace, _, selector = value.partition("/")
+    return PodSelector(namespace, selector.strip())
+
+
+def _requirements(selector: str) -> list[str]:
+    """The selector split at the commas outside parentheses."""
+    parts, depth, current = [], 0, ""
+    for ch in selector:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return [*parts, current]
+
+
+@dataclass(frozen=True)
+class PodEndpoints:
+    """What a selector resolved to: its pods (name, node, labels), their nodes, the exporter URLs there."""
+
+    pods: tuple[tuple[str, str, dict[str, str]], ...]
+    nodes: tuple[str, ...]
+    urls: tuple[str, ...]
+
+
+def pod_endpoints(selectors: Iterable[PodSelector], pods_api: PodLister, slices_api: EndpointSliceLister,
+                  service: str = DEFAULT_EXPORTER_SERVICE) -> PodEndpoints:
+    """The selected pods that are placed and not finished, their nodes, and the ready endpoints of the exporter
+    Service on those nodes (EndpointSlices filtered by `nodeName`). Raises DiscoveryError with the fix."""
+    found: list[tuple[str, str, dict[str, str]]] = []
+    for sel in selectors:
+        for pod in _list_pods(sel, pods_api):
+            node = pod.spec.node_name if pod.spec is not None else None
+            phase = pod.status.phase if pod.status is not None else None
+            if node and phase not in _NOT_RUNNING:
+                found.append((f"{sel.namespace}/{pod.metadata.name}", node, dict(pod.metadata.labels or {})))
+    nodes = tuple(sorted({node for _, node, _ in found}))
+    if not nodes:
+        raise DiscoveryError(f"{SELECTOR_FLAG} {', '.join(map(str, selectors))}: no running pod matches "
+                             "(kubectl get pods -n NAMESPACE -l SELECTOR shows what it selects)")
+    ref = ServiceRef.parse(service)
+    urls = tuple(url for node, _, url in ready_endpoints(ref, slices_api, service) if node in nodes)
+    if not urls:
+        raise DiscoveryError(f"{SELECTOR_FLAG}: Service {ref.namespace}/{ref.service} has no ready endpoint on the "
+                             f"pods' nodes ({', '.join(nodes)}); is dcgm-exporter scheduled there?")
+    return PodEndpoints(tuple(sorted(found, key=lambda p: p[0])), nodes, urls)
+
+
+def _list_pods(sel: PodSelector, api: PodLister) -> list[Any]:
+    from kubernetes.client.exceptions import ApiException  # lazy: only discovery imports the client
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return list(api.list_namespaced_pod(sel.namespace, label_selector=sel.selector).items or [])
+    except HTTPError as exc:
+        raise DiscoveryError(f"{SELECTOR_FLAG} {sel}: cannot reach the Kubernetes API server: {exc}") from None
+    except ApiException as exc:
+        if exc.status in (401, 403):
+            raise DiscoveryError(f"{SELECTOR_FLAG} {sel}: not allowed to list pods in namespace {sel.namespace} "
+                                 f"(HTTP {exc.status}); the sidecar's Role from `kube profile` grants it") from None
+        raise DiscoveryError(f"{SELECTOR_FLAG} {sel}: listing pods failed: HTTP {exc.status} {exc.reason}") from None

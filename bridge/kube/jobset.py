@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import Any
 
 from bridge import __version__
+from bridge.kube import rbac
 from bridge.kube.validate import quantity_value
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -140,6 +141,20 @@ class Telemetry:
     expected_records: int = 0  # GPU records the run should produce (sizes the shutdown grace period)
     otlp_headers_secret: SecretRef | None = None
     exporter_token_secret: SecretRef | None = None
+    gpu_pods: tuple[str, ...] = ()  # NAMESPACE/GLOB, passed to the sidecar (issue 31)
+    gpu_pod_selectors: tuple[str, ...] = ()  # NAMESPACE/SELECTOR: the sidecar discovers through the API
+    exporter_service: str | None = None  # k8s://NS/SERVICE the sidecar discovers exporters in (with selectors)
+
+    @property
+    def discovers_pods(self) -> bool:
+        return self.enabled and bool(self.gpu_pod_selectors)
+
+    @property
+    def exporter_namespace(self) -> str | None:
+        """The namespace of the exporter Service the sidecar discovers in, when it discovers pods."""
+        if not self.discovers_pods or not self.exporter_service:
+            return None
+        return self.exporter_service.removeprefix("k8s://").split("/")[0]
 
     @property
     def mode(self) -> str:
@@ -186,13 +201,20 @@ def termination_grace_seconds(telemetry: Telemetry) -> int:
     return max(30, math.ceil(cpu_seconds / float(cpu_cores(telemetry.cpu)) * MARGIN))
 
 
+def object_labels(job_id: str) -> dict[str, str]:
+    """The labels of every object a run creates."""
+    return {JOB_ID_LABEL: job_id, "app.kubernetes.io/name": "dcgm-bridge",
+            "app.kubernetes.io/managed-by": "dcgm-bridge"}
+
+
 def build_jobset(spec: ProfileSpec) -> dict[str, Any]:
-    labels = {JOB_ID_LABEL: spec.job_id, "app.kubernetes.io/name": "dcgm-bridge",
-              "app.kubernetes.io/managed-by": "dcgm-bridge"}
+    labels = object_labels(spec.job_id)
     js_labels = dict(labels)
     if spec.placement.queue:
         js_labels[QUEUE_LABEL] = spec.placement.queue
     annotations = {MODE_ANNOTATION: spec.telemetry.mode, HOLD_ANNOTATION: str(spec.results_hold_seconds)}
+    if spec.telemetry.exporter_namespace:
+        annotations[rbac.EXPORTER_NAMESPACE_ANNOTATION] = spec.telemetry.exporter_namespace
     pod_spec = _pod_spec(spec)
     job_template = {
         "spec": {
@@ -252,7 +274,12 @@ def _pod_spec(spec: ProfileSpec) -> dict[str, Any]:
     pod["containers"] = containers
     pod["volumes"] = volumes
     placement = spec.placement
-    if placement.service_account:
+    if telemetry.discovers_pods:
+        # The sidecar alone reads the API (pods, EndpointSlices): its own account, its own projected token.
+        pod["serviceAccountName"] = rbac.account_name(spec.job_id)
+        pod["automountServiceAccountToken"] = False
+        volumes.append(rbac.token_volume())
+    elif placement.service_account:
         pod["serviceAccountName"] = placement.service_account
     else:
         # Neither container talks to the Kubernetes API; don't hand them a token.
@@ -349,8 +376,13 @@ def _sidecar(spec: ProfileSpec) -> dict[str, Any]:
     items = list(telemetry.urls)
     if telemetry.metrics_csv is not None:
         items.append(METRICS_CSV_PATH)
+    if telemetry.discovers_pods and telemetry.exporter_service:
+        items.append(telemetry.exporter_service)
     if items:
         args += ["--gpu-telemetry", ",".join(items)]
+    for flag, values in (("--gpu-pods", telemetry.gpu_pods), ("--gpu-pod-selector", telemetry.gpu_pod_selectors)):
+        for value in values:
+            args += [flag, value]
     command = ["dcgm-bridge", "sidecar"]
     if telemetry.metrics_csv is not None:
         # No ConfigMap: the CSV rides in the environment and is written to the container's /tmp
@@ -377,7 +409,8 @@ def _sidecar(spec: ProfileSpec) -> dict[str, Any]:
         "livenessProbe": _probe("/healthz", 10, probe_timeout, 6),
         "readinessProbe": _probe("/readyz", PROBE_PERIOD_SECONDS, probe_timeout, 3),
         "securityContext": _security_context(),
-        "volumeMounts": [_artifacts_mount(spec), {"name": "telemetry-tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [_artifacts_mount(spec), {"name": "telemetry-tmp", "mountPath": "/tmp"},
+                         *([rbac.token_mount()] if telemetry.discovers_pods else [])],
     }
 
 

@@ -13,8 +13,9 @@ from decimal import Decimal
 from pathlib import Path
 
 from bridge.endpoints import TelemetryItemError, parse_default_endpoints, parse_items
+from bridge.errors import ConfigError
 from bridge.kube import validate
-from bridge.kube.discovery import DiscoveryError, ServiceRef
+from bridge.kube.discovery import DEFAULT_EXPORTER_SERVICE, DiscoveryError, ServiceRef, pod_selector_problems
 from bridge.kube.estimate import Estimate, benchmark_memory_request, estimate_controller
 from bridge.kube.jobset import (
     DEFAULT_CPU,
@@ -28,6 +29,7 @@ from bridge.kube.jobset import (
     Telemetry,
     Toleration,
 )
+from bridge.pods import parse_pod_patterns
 from bridge.redact import has_credentials, redact_url
 
 CPU_ENV = "AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU"
@@ -73,6 +75,8 @@ class ProfileOptions:
     benchmark_memory: str | None = None
     gpus_per_endpoint: int = 8
     duration: float = 600.0
+    gpu_pods: tuple[str, ...] = ()
+    gpu_pod_selector: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,7 @@ def resolve(opts: ProfileOptions, env: Mapping[str, str], *, job_id: str | None 
         problems.append(f"--endpoint {opts.endpoint!r}: must be a path starting with '/'")
 
     telemetry, discovery = _telemetry(opts, env, problems, warnings)
+    telemetry, discovery = _pods(opts, telemetry, discovery, problems)
     placement = _placement(opts, problems)
     if opts.artifacts_pvc:
         problems += validate.check_dns_subdomain("--artifacts-pvc", opts.artifacts_pvc)
@@ -224,6 +229,31 @@ def _telemetry(opts: ProfileOptions, env: Mapping[str, str], problems: list[str]
         image=opts.sidecar_image, cpu=cpu, memory=memory, env=tuple(sorted(passed.items())),
         otlp_headers_secret=refs["--otlp-headers-secret"], exporter_token_secret=refs["--exporter-token-secret"])
     return telemetry, tuple(items.discovery)
+
+
+def _pods(opts: ProfileOptions, telemetry: Telemetry, discovery: tuple[str, ...],
+          problems: list[str]) -> tuple[Telemetry, tuple[str, ...]]:
+    """--gpu-pods and --gpu-pod-selector go to the sidecar; with a selector, the sidecar (not the submitter)
+    discovers the exporters, in the first k8s:// item's Service or the GPU Operator's."""
+    if not (opts.gpu_pods or opts.gpu_pod_selector):
+        return telemetry, discovery
+    if opts.no_gpu_telemetry:
+        problems.append("--gpu-pods/--gpu-pod-selector and --no-gpu-telemetry: there is no sidecar to select GPUs")
+        return telemetry, discovery
+    try:
+        pods = tuple(str(p) for p in parse_pod_patterns(opts.gpu_pods))
+    except ConfigError as exc:
+        problems.append(str(exc))
+        pods = ()
+    for value in opts.gpu_pod_selector:
+        problems += pod_selector_problems(value)
+    telemetry = replace(telemetry, gpu_pods=pods, gpu_pod_selectors=tuple(dict.fromkeys(opts.gpu_pod_selector)))
+    if not opts.gpu_pod_selector:
+        return telemetry, discovery
+    if opts.service_account:
+        problems.append("--service-account and --gpu-pod-selector: the sidecar gets a generated ServiceAccount "
+                        "with exactly the access discovery needs; drop --service-account")
+    return replace(telemetry, exporter_service=discovery[0] if discovery else DEFAULT_EXPORTER_SERVICE), discovery[1:]
 
 
 def _metrics_csv(paths: Sequence[str], problems: list[str]) -> str | None:

@@ -52,6 +52,7 @@ class Clients:
     custom: Any  # CustomObjectsApi: JobSets
     core: Any  # CoreV1Api: the controller pod, for `kube results`
     discovery: Any  # DiscoveryV1Api: EndpointSlices, for k8s:// items
+    rbac: Any = None  # RbacAuthorizationV1Api: the sidecar's Roles for --gpu-pod-selector
 
 
 def connect(kubeconfig: str | None, context: str | None) -> Clients:
@@ -71,7 +72,7 @@ def connect(kubeconfig: str | None, context: str | None) -> Clients:
         else:
             raise KubeError(f"cannot load kubeconfig {kubeconfig or '(default)'}: {exc}") from None
     return Clients(api_client, client.CustomObjectsApi(api_client), client.CoreV1Api(api_client),
-                   client.DiscoveryV1Api(api_client))
+                   client.DiscoveryV1Api(api_client), client.RbacAuthorizationV1Api(api_client))
 
 
 def explain(exc: Any, *, verb: str, namespace: str, name: str | None = None) -> KubeError:
@@ -152,6 +153,60 @@ def create_jobset(custom: Any, jobset: dict[str, Any]) -> dict[str, Any]:
     except _api_errors() as exc:
         raise explain(exc, verb="create", namespace=namespace, name=name) from None
     return created
+
+
+def _rbac_calls(clients: Clients, kind: str) -> tuple[Any, str]:
+    """The API object and the method-name stem for one of the sidecar's RBAC kinds."""
+    return {"ServiceAccount": (clients.core, "namespaced_service_account"),
+            "Role": (clients.rbac, "namespaced_role"),
+            "RoleBinding": (clients.rbac, "namespaced_role_binding")}[kind]
+
+
+def create_rbac_object(clients: Clients, obj: dict[str, Any]) -> None:
+    """Create one of the sidecar's ServiceAccount/Role/RoleBinding (bridge/kube/rbac.py)."""
+    kind, meta = obj["kind"], obj["metadata"]
+    api, stem = _rbac_calls(clients, kind)
+    try:
+        getattr(api, f"create_{stem}")(meta["namespace"], obj)
+    except _api_errors() as exc:
+        status = getattr(exc, "status", None)
+        if status == 403:
+            raise KubeError(f"403 Forbidden: your credentials may not create {kind} {meta['name']} in namespace "
+                            f"{meta['namespace']} (--gpu-pod-selector gives the sidecar its own Roles); apply "
+                            f"deploy/rbac/submitter-role.yaml there and bind it to you", status=403) from None
+        if status == 409:
+            raise KubeError(f"409 Conflict: {kind} {meta['name']} already exists in namespace {meta['namespace']} "
+                            f"(left by an earlier run with this --job-id? `dcgm-bridge kube delete "
+                            f"{obj['metadata']['labels'].get(JOB_ID_LABEL, '')}` removes it)", status=409) from None
+        raise explain(exc, verb="create", namespace=meta["namespace"], name=meta["name"]) from None
+
+
+def delete_rbac_objects(clients: Clients, namespace: str, job_id: str) -> list[str]:
+    """Remove the sidecar's RBAC objects of a run, in both namespaces (a RoleBinding in the exporter's namespace
+    cannot be owned by the JobSet, so nothing else would). The JobSet's annotation names the exporter
+    namespace; a run without it has none. Objects already gone are skipped. Lines saying what went."""
+    from bridge.kube.rbac import EXPORTER_NAMESPACE_ANNOTATION, account_name
+
+    annotations = get_jobset(clients.custom, namespace, job_id).get("metadata", {}).get("annotations") or {}
+    exporter_namespace = annotations.get(EXPORTER_NAMESPACE_ANNOTATION)
+    if not exporter_namespace:
+        return []
+    account = account_name(job_id)
+    targets = [("Role", exporter_namespace, f"{account}-endpointslices"),
+               ("RoleBinding", exporter_namespace, f"{account}-endpointslices"),
+               ("Role", namespace, f"{account}-pods"), ("RoleBinding", namespace, f"{account}-pods"),
+               ("ServiceAccount", namespace, account)]
+    removed: list[str] = []
+    for kind, where, name in targets:
+        api, stem = _rbac_calls(clients, kind)
+        try:
+            getattr(api, f"delete_{stem}")(name, where)
+        except _api_errors() as exc:
+            if getattr(exc, "status", None) == 404:
+                continue
+            raise explain(exc, verb="delete", namespace=where, name=name) from None
+        removed.append(f"{kind.lower()}/{name} deleted from namespace {where}")
+    return removed
 
 
 def get_jobset(custom: Any, namespace: str, name: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from bridge.errors import ReportInputError
+from bridge.pods import parse_pod_patterns
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE
 
 GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
@@ -45,11 +46,14 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
               help="Also write a self-contained HTML page: summary, per-GPU charts with the phases, energy per phase.")
 @click.option("--metrics-csv", type=click.Path(exists=True, dir_okay=False), multiple=True,
               help="Custom-metrics CSV (dcgm-exporter format) that names extra fields in the log.")
+@click.option("--gpu-pods", multiple=True, metavar="NAMESPACE/GLOB",
+              help="Only the GPUs the exporter attributes to matching pods, each for the part of the window it "
+                   "served them (repeatable).")
 def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, strip_suffix: str | None,
            start_ns: int | None, end_ns: int | None, phase_manifest: Path | None,
            events_path: Path | None, counter_mode: str | None, grace_ns: int, output: Path | None,
            profile_export_prefix: str | None, write_csv: bool, show_console: bool,
-           metrics_csv: tuple[str, ...], html_path: Path | None) -> None:
+           metrics_csv: tuple[str, ...], html_path: Path | None, gpu_pods: tuple[str, ...] = ()) -> None:
     """Rebuild telemetry_data (+ energy, CSV, phase files) from a record log and a window.
 
     The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
@@ -62,6 +66,9 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     from bridge.report.window import WindowError, explicit_window, load_manifest
     from bridge.report.write import ReportWriteError, output_names, write_report
 
+    pod_patterns = parse_pod_patterns(gpu_pods)
+    if pod_patterns and prometheus_url is not None:
+        raise ReportInputError("--gpu-pods needs --jsonl: records read back from a PromQL store carry no pod labels")
     if (jsonl is None) == (prometheus_url is None):
         raise click.UsageError("give one record source: --jsonl FILE or --prometheus URL --run-id ID")
     if prometheus_url is not None and not run_id:
@@ -94,6 +101,9 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
             source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix)
         built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
                              grace_ns=grace_ns, **kwargs)
+        if pod_patterns:
+            built = _pods_only(built, source, pod_patterns, table=table, counter_mode=counter_mode,
+                               grace_ns=grace_ns, **kwargs)
     except WindowError as exc:
         raise click.ClickException(str(exc)) from None
     if built.read_errors:
@@ -101,7 +111,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
                    f"(first: {built.read_errors[0]})", err=True)
     if run.skipped:
         click.echo(f"warning: {run.skipped} unreadable or unknown events were skipped", err=True)
-    check_window_has_records(built, jsonl or prometheus_url or "")
+    if not pod_patterns or built.telemetry_data["pods"]["gpus"]:
+        check_window_has_records(built, jsonl or prometheus_url or "")
     json_path = output or (jsonl.parent if jsonl else Path(".")) / output_names(profile_export_prefix)[0]
     try:
         written = write_report(built, json_path.parent, profile_export_prefix, json_path=json_path,
@@ -119,6 +130,23 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     click.echo(f"{built.records} records, {gpus} GPUs, counter mode {counter_mode}")
     for path in written:
         click.echo(f"wrote {path}")
+
+
+def _pods_only(built: Any, source: Path, patterns: Any, **kwargs: Any) -> Any:
+    """`--gpu-pods`: the report of the GPUs that served matching pods; the selection's lines on stderr."""
+    from bridge.report.pods import report_for_pods, timelines_of_log
+
+    built, selection = report_for_pods(built, timelines_of_log(source), patterns, **kwargs)
+    if selection.warning:
+        click.echo(f"warning: {selection.warning}", err=True)
+    click.echo(f"pods: {selection.summary_line()}", err=True)
+    for phase, pods in selection.pods_by_phase.items():
+        covered = "; ".join(f"{pod} ({', '.join(gpus)})" for pod, gpus in pods.items()) or "none"
+        click.echo(f"pods: {phase}: {covered}", err=True)
+    for gpu in selection.shared:
+        click.echo(f"pods: {gpu.series.endpoint} {gpu.series.meta.gpu_uuid} not counted ({gpu.reason}: "
+                   f"{', '.join(gpu.pods)})", err=True)
+    return built
 
 
 # -- inputs that would give an empty report (nothing is written then: an existing report stays) --------

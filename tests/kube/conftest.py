@@ -234,10 +234,14 @@ def _wait_ready(api: KubeAPI, procs: list[subprocess.Popen[bytes]], logs: dict[s
 
 
 def _install_crd(api: KubeAPI) -> None:
+    install_crd(api, load_crd())
+
+
+def install_crd(api: KubeAPI, crd: dict[str, Any]) -> None:
+    """Create a CRD and wait (bounded) until it is Established."""
     from kubernetes import client
 
     ext = client.ApiextensionsV1Api(api.clients().api_client)
-    crd = load_crd()
     # _preload_content=False: don't deserialise the 824 KB schema back into models.
     ext.create_custom_resource_definition(crd, _preload_content=False)
     deadline = time.monotonic() + READY_DEADLINE_S

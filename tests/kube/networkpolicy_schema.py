@@ -22,15 +22,22 @@ _PROTOCOLS = ("TCP", "UDP", "SCTP")
 _PORT_NAME = re.compile(r"(?=.*[a-z])[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?")  # IANA_SVC_NAME, IsValidPortName
 
 
-def networkpolicy_problems(doc: dict[str, Any]) -> list[str]:
-    """Everything the API server would refuse in `doc`, as `path: reason` lines; [] when it is valid."""
+def model_problems(model_type: Any, doc: dict[str, Any]) -> list[str]:
+    """`doc` against the client's model of its kind: the schema's fields and types, spelt as the API spells them."""
     try:
-        model = V1NetworkPolicy.model_validate(doc)
+        model = model_type.model_validate(doc)
     except pydantic.ValidationError as exc:
         return [f"{'.'.join(map(str, error['loc']))}: {error['msg']}" for error in exc.errors()]
-    problems = []
     if ApiClient().sanitize_for_serialization(model) != doc:
-        problems.append("a field is not spelt as the API spells it (camelCase) or is empty")
+        return ["a field is not spelt as the API spells it (camelCase) or is empty"]
+    return []
+
+
+def networkpolicy_problems(doc: dict[str, Any]) -> list[str]:
+    """Everything the API server would refuse in `doc`, as `path: reason` lines; [] when it is valid."""
+    problems = model_problems(V1NetworkPolicy, doc)
+    if problems:
+        return problems
     if (doc.get("apiVersion"), doc.get("kind")) != ("networking.k8s.io/v1", "NetworkPolicy"):
         problems.append("apiVersion/kind: expected networking.k8s.io/v1 NetworkPolicy")
     spec = doc.get("spec") or {}

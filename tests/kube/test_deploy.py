@@ -171,17 +171,32 @@ def test_the_headless_service_example_gives_one_endpoint_per_exporter_pod() -> N
     assert service["spec"]["ports"][0]["port"] == 9400
 
 
-def _rules(path: Path) -> dict[tuple[str, str], set[str]]:
-    (role,) = load(path)
+def _rules(path: Path, name: str | None = None) -> dict[tuple[str, str], set[str]]:
+    (role,) = [r for r in load(path) if name is None or r["metadata"]["name"] == name]
     return {(group, resource): set(rule["verbs"]) for rule in role["rules"]
             for group in rule["apiGroups"] for resource in rule["resources"]}
 
 
 def test_the_submitter_role_grants_what_the_kube_commands_call() -> None:
-    rules = _rules(DEPLOY / "rbac" / "submitter-role.yaml")
+    rules = _rules(DEPLOY / "rbac" / "submitter-role.yaml", "dcgm-bridge-submitter")
     assert rules[(submit.GROUP, submit.PLURAL)] >= {"create", "get", "list", "watch", "delete"}
     assert rules[("", "pods")] >= {"list"}
     assert rules[("", "pods/exec")] == {"create"}
+
+
+def test_the_submitter_roles_create_the_sidecars_rbac_and_hold_what_its_roles_grant() -> None:
+    from bridge.kube.rbac import rbac_objects
+
+    by_namespace = {"bench": _rules(DEPLOY / "rbac" / "submitter-role.yaml", "dcgm-bridge-submitter"),
+                    "gpu-operator": _rules(DEPLOY / "rbac" / "submitter-role.yaml", "dcgm-bridge-submitter-exporter")}
+    plural = {"ServiceAccount": ("", "serviceaccounts"), "Role": ("rbac.authorization.k8s.io", "roles"),
+              "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings")}
+    for obj in rbac_objects("bench-1", "bench", "gpu-operator", {}):
+        held = by_namespace[obj["metadata"]["namespace"]]
+        assert held[plural[obj["kind"]]] >= {"create", "delete"}, obj["kind"]
+        for rule in obj.get("rules", []):  # the API server refuses a Role granting more than its creator holds
+            for key in [(g, r) for g in rule["apiGroups"] for r in rule["resources"]]:
+                assert held[key] >= set(rule["verbs"]), key
 
 
 def test_the_discovery_role_is_list_on_endpointslices_only() -> None:

@@ -1,0 +1,297 @@
+"""`report --gpu-pods`: only the GPUs that served the benchmark's pods, each for the part of the window it served them.
+
+The record log keeps every GPU with the pod the exporter attributed it to at each scrape (bridge/pods.py reads
+the labels), so the selection is made per sample:
+
+- A scrape's attribution holds until the GPU's next scrape (sample and hold). A GPU is *in* from the first
+  scrape that shows a matching pod and *out* at the first later scrape that shows another pod or none; a
+  GPU's first scrape holds back to the window's start and its last one up to the window's end. So a pod
+  restarted under another matching name keeps its GPU, and a GPU handed to another pod leaves at that scrape.
+- Each span is cut out of the window as a phase is (`Window(start, end, grace)` through the same counter
+  functions), so its edges are interpolated as phase edges are.
+- A GPU whose UUID, in one scrape, serves a matching pod and another pod too (MIG instances, time-slicing,
+  MPS) is not counted: its energy is the whole board's. It is listed apart with reason
+  `gpu_shared_with_other_pods`.
+- In the `aiperf` counter mode a GPU's pod is frozen at its first record, as AIPerf keeps it.
+- Nothing selected is reported as such (reason `no_gpu_selected`, with `no_pod_labels` or `no_matching_pod`
+  telling which fix applies), never by falling back to every GPU.
+
+The reasons are data (`PodSelection.reasons`) for the run's validity verdict; this module builds no verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bridge.endpoints import display_key
+from bridge.pods import PodPattern, PodRef, attribution
+from bridge.record_log import read_dicts
+from bridge.report.energy import energy_totals
+from bridge.report.series import Series
+from bridge.report.window import Phase, Window, phase_window
+from bridge.samples import CounterMode, GpuRecord
+
+if TYPE_CHECKING:
+    from bridge.report.build import Report
+
+NO_GPU_SELECTED = "no_gpu_selected"
+NO_POD_LABELS = "no_pod_labels"
+NO_MATCHING_POD = "no_matching_pod"
+GPU_SHARED = "gpu_shared_with_other_pods"
+
+FIX = ("dcgm-exporter labels a GPU with its pod only when the pod requests it through the device plugin "
+       "(resources.limits nvidia.com/gpu) or a DRA claim, and the exporter runs in Kubernetes mode "
+       "(DCGM_EXPORTER_KUBERNETES=true) with the kubelet's pod-resources socket mounted "
+       "(/var/lib/kubelet/pod-resources)")
+
+GpuKey = tuple[str, str, str | None]  # (endpoint display key, GPU UUID, MIG instance)
+# one GPU's scrapes in time order: (time, the pods its records at that time name; None for an unattributed one)
+Timeline = list[tuple[int, frozenset[PodRef | None]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A stretch of the window a GPU served the same matching pods, and those pods."""
+
+    start_ns: int
+    end_ns: int
+    pods: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ServedGpu:
+    series: Series
+    spans: tuple[Span, ...]
+    energy_j: float | None  # over its spans; None without an energy counter or power samples
+
+    @property
+    def pods(self) -> tuple[str, ...]:
+        return tuple(sorted({p for span in self.spans for p in span.pods}))
+
+
+@dataclass(frozen=True, slots=True)
+class SharedGpu:
+    series: Series
+    pods: tuple[str, ...]  # every pod seen on the board while it served a matching one
+    reason: str = GPU_SHARED
+
+
+@dataclass(frozen=True, slots=True)
+class PodSelection:
+    patterns: tuple[PodPattern, ...]
+    selected: tuple[ServedGpu, ...]
+    shared: tuple[SharedGpu, ...]
+    other_pod: int  # GPUs scraped that served only other pods in the window
+    unattributed: int  # GPUs scraped that no pod held in the window
+    reasons: tuple[str, ...]
+    pods_by_phase: Mapping[str, Mapping[str, tuple[str, ...]]]  # phase → pod → GPU UUIDs
+
+    @property
+    def not_selected(self) -> int:
+        return len(self.shared) + self.other_pod + self.unattributed
+
+    @property
+    def energy_j(self) -> float | None:
+        energies = [g.energy_j for g in self.selected if g.energy_j is not None]
+        return sum(energies) if energies else None
+
+    @property
+    def warning(self) -> str | None:
+        wanted = ", ".join(map(str, self.patterns))
+        if NO_POD_LABELS in self.reasons:
+            return f"no GPU carries pod labels (namespace/pod), so none can be matched to {wanted}: {FIX}"
+        if NO_MATCHING_POD in self.reasons:
+            return f"no GPU is attributed to a pod matching {wanted}; check the pattern, and that {FIX}"
+        return None
+
+    def summary_line(self) -> str:
+        """The one line that counts every GPU scraped but not selected."""
+        return (f"{len(self.selected)} GPUs served pods matching {', '.join(map(str, self.patterns))}; "
+                f"{self.not_selected} scraped but not selected ({len(self.shared)} shared with other pods, "
+                f"{self.other_pod} in other pods, {self.unattributed} unattributed)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "patterns": [str(p) for p in self.patterns],
+            "gpus": [{"endpoint": g.series.endpoint, "gpu_uuid": g.series.meta.gpu_uuid,
+                      "gpu_instance_id": g.series.meta.gpu_instance_id, "pods": list(g.pods), "energy_j": g.energy_j,
+                      "spans": [{"start_ns": s.start_ns, "end_ns": s.end_ns, "pods": list(s.pods)} for s in g.spans]}
+                     for g in self.selected],
+            "shared": [{"endpoint": g.series.endpoint, "gpu_uuid": g.series.meta.gpu_uuid,
+                        "gpu_instance_id": g.series.meta.gpu_instance_id, "pods": list(g.pods), "reason": g.reason}
+                       for g in self.shared],
+            "pods_by_phase": {phase: {pod: list(gpus) for pod, gpus in pods.items()}
+                              for phase, pods in self.pods_by_phase.items()},
+            "not_selected": {"total": self.not_selected, "shared": len(self.shared), "other_pod": self.other_pod,
+                             "unattributed": self.unattributed},
+            "energy_j": self.energy_j,
+            "reasons": list(self.reasons),
+        }
+
+
+# -- the pods each GPU served, per scrape ---------------------------------------------------------------
+
+def timelines_of_records(records: Iterable[GpuRecord]) -> dict[GpuKey, Timeline]:
+    return _timelines((display_key(r.telemetry_source_url), r.gpu_uuid, r.gpu_instance_id, r.timestamp_ns,
+                       r.namespace, r.pod_name) for r in records)
+
+
+def timelines_of_log(path: Path) -> dict[GpuKey, Timeline]:
+    """The same from a record log (ours or AIPerf's); lines the report cannot read are skipped here too."""
+    return _timelines(_row_of(obj) for obj in read_dicts(path) if isinstance(obj.get("timestamp_ns"), int))
+
+
+def _row_of(obj: Mapping[str, Any]) -> tuple[str, str, str | None, int, Any, Any]:
+    url = str(obj.get("telemetry_source_url") or obj.get("dcgm_url") or "")
+    uuid = str(obj.get("gpu_uuid") or f"unknown:{obj.get('hostname') or ''}:{obj.get('gpu_index')}")
+    return (display_key(url), uuid, obj.get("gpu_instance_id"), obj["timestamp_ns"], obj.get("namespace"),
+            obj.get("pod_name"))
+
+
+def _timelines(rows: Iterable[tuple[str, str, str | None, int, Any, Any]]) -> dict[GpuKey, Timeline]:
+    seen: dict[GpuKey, dict[int, set[PodRef | None]]] = {}
+    for endpoint, uuid, instance, t_ns, namespace, pod in rows:
+        ref = PodRef(namespace, pod) if isinstance(namespace, str) and isinstance(pod, str) and namespace and pod \
+            else None
+        seen.setdefault((endpoint, uuid, instance), {}).setdefault(t_ns, set()).add(ref)
+    return {key: [(t, frozenset(pods)) for t, pods in sorted(times.items())] for key, times in seen.items()}
+
+
+# -- the selection -------------------------------------------------------------------------------------
+
+def served_spans(timeline: Timeline, patterns: Sequence[PodPattern], window: Window) -> tuple[Span, ...]:
+    """The stretches of `window` this GPU served a matching pod (sample and hold, see the module docstring)."""
+    start, end = window.start_ns, window.end_ns
+    if start is None or end is None or not timeline:
+        return ()
+    spans: list[Span] = []
+    opened: int | None = None
+    pods: set[str] = set()
+    for position, (t_ns, refs) in enumerate(timeline):
+        matching = {str(r) for r in refs if attribution(patterns, r) == "selected"}
+        if opened is not None and matching != pods:  # handed to another pod, or its pod restarted: a new span
+            spans.append(Span(opened, t_ns, tuple(sorted(pods))))
+            opened = None
+        if matching and opened is None:
+            opened, pods = (start if position == 0 else t_ns), matching
+    if opened is not None:
+        spans.append(Span(opened, end, tuple(sorted(pods))))
+    cut = [Span(max(s.start_ns, start), min(s.end_ns, end), s.pods) for s in spans]
+    return tuple(s for s in cut if s.start_ns < s.end_ns)
+
+
+def select_gpus(series: Sequence[Series], timelines: Mapping[GpuKey, Timeline], patterns: Sequence[PodPattern],
+                window: Window, mode: CounterMode, phases: Sequence[Phase] = ()) -> PodSelection:
+    """Which of the report's series served matching pods in `window`, for how long, and what that cost."""
+    boards = _board_pods(timelines, patterns, window)
+    selected: list[ServedGpu] = []
+    shared: list[SharedGpu] = []
+    other = unattributed = 0
+    labelled = False
+    for s in series:
+        timeline = timelines.get((s.endpoint, s.meta.gpu_uuid, s.meta.gpu_instance_id), [])
+        if mode == "aiperf":  # AIPerf keeps a GPU's pod as its first record named it (the GpuMetadata it caches)
+            timeline = timeline[:1]
+        in_window = [refs for t, refs in timeline if _inside(t, window)] or [refs for _, refs in timeline[-1:]]
+        labelled = labelled or any(r is not None for refs in in_window for r in refs)
+        spans = served_spans(timeline, patterns, window)
+        if not spans:
+            if any(r is not None for refs in in_window for r in refs):
+                other += 1
+            else:
+                unattributed += 1
+            continue
+        board = boards.get((s.endpoint, s.meta.gpu_uuid))
+        if board:
+            shared.append(SharedGpu(s, tuple(sorted(str(r) for r in board if r is not None))))
+            continue
+        selected.append(ServedGpu(s, spans, _energy(s, spans, window.grace_ns, mode)))
+    reasons: list[str] = []
+    if not selected:
+        reasons += [NO_GPU_SELECTED, NO_MATCHING_POD if labelled else NO_POD_LABELS]
+    if shared:
+        reasons.append(GPU_SHARED)
+    return PodSelection(tuple(patterns), tuple(selected), tuple(shared), other, unattributed, tuple(reasons),
+                        _pods_by_phase(selected, phases, window))
+
+
+def _inside(t_ns: int, window: Window) -> bool:
+    return window.start_ns is not None and window.end_ns is not None and window.start_ns <= t_ns <= window.end_ns
+
+
+def _board_pods(timelines: Mapping[GpuKey, Timeline], patterns: Sequence[PodPattern],
+                window: Window) -> dict[tuple[str, str], set[PodRef | None]]:
+    """Per board (endpoint, UUID): the pods on it at the scrapes in the window where it served a matching pod
+    and another pod too."""
+    boards: dict[tuple[str, str], dict[int, set[PodRef | None]]] = {}
+    for (endpoint, uuid, _), timeline in timelines.items():
+        for t_ns, refs in timeline:
+            if _inside(t_ns, window):
+                boards.setdefault((endpoint, uuid), {}).setdefault(t_ns, set()).update(refs)
+    out: dict[tuple[str, str], set[PodRef | None]] = {}
+    for board, times in boards.items():
+        for on_board in times.values():
+            kinds = {attribution(patterns, r) for r in on_board}
+            if {"selected", "other_pod"} <= kinds:
+                out.setdefault(board, set()).update(on_board)
+    return out
+
+
+def _energy(s: Series, spans: Sequence[Span], grace_ns: int, mode: CounterMode) -> float | None:
+    parts = [energy_totals([s], Window(span.start_ns, span.end_ns, grace_ns), mode).total_energy_j for span in spans]
+    known = [p for p in parts if p is not None]
+    return sum(known) if known else None
+
+
+def _pods_by_phase(selected: Sequence[ServedGpu], phases: Sequence[Phase],
+                   window: Window) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Phase → pod → the GPU UUIDs that served it in that phase (the whole window as "window" without phases)."""
+    cuts = [(p.name, phase_window(p, window, phases)) for p in phases] or [("window", window)]
+    out: dict[str, dict[str, tuple[str, ...]]] = {}
+    for name, cut in cuts:
+        if cut.start_ns is None or cut.end_ns is None:
+            continue
+        pods: dict[str, set[str]] = {}
+        for gpu in selected:
+            for span in gpu.spans:
+                if span.start_ns < cut.end_ns and cut.start_ns < span.end_ns:
+                    for pod in span.pods:
+                        pods.setdefault(pod, set()).add(gpu.series.meta.gpu_uuid)
+        out[name] = {pod: tuple(sorted(gpus)) for pod, gpus in sorted(pods.items())}
+    return out
+
+
+# -- the report of the selected GPUs ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Chosen:
+    """The selected series, as a SeriesSource the builder takes."""
+
+    series: tuple[Series, ...]
+    records: int
+
+    def finish(self) -> list[Series]:
+        return list(self.series)
+
+
+def report_for_pods(built: Report, timelines: Mapping[GpuKey, Timeline], patterns: Sequence[PodPattern],
+                    **build_kwargs: Any) -> tuple[Report, PodSelection]:
+    """`built` (a report of every GPU) rebuilt with the selected GPUs only, its energy over their spans, and the
+    selection under `telemetry_data["pods"]`. `build_kwargs` are what `built` was built with."""
+    from bridge.report.build import build_report
+
+    selection = select_gpus(built.series, timelines, patterns, built.window, built.counter_mode, built.phases)
+    chosen = tuple(g.series for g in selection.selected)
+    kwargs = {**build_kwargs, "window": built.window, "phases": built.phases, "counter_mode": built.counter_mode}
+    kwargs.pop("marks", None)
+    report = build_report(_Chosen(chosen, sum(len(s) for s in chosen)), **kwargs)
+    energy = selection.energy_j
+    duration = report.energy.duration_s
+    totals = replace(report.energy, total_energy_j=energy,
+                     average_power_w=energy / duration if energy is not None and duration > 0 else None)
+    data = {**report.telemetry_data, "pods": selection.to_dict()}
+    return replace(report, telemetry_data=data, energy=totals, records=built.records,
+                   read_errors=built.read_errors), selection
