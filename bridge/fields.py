@@ -89,7 +89,8 @@ def default_table() -> FieldTable:
 DIALECT_NAMES = {
     "any": "every dcgm-exporter", "<=4.8": "dcgm-exporter <= 4.8", "<=4.9": "dcgm-exporter <= 4.9",
     "4.9+": "dcgm-exporter 4.9+ (DCGM 4.7 name)", "4.10+": "dcgm-exporter 4.10+", "1.x": "1.x / -o name",
-    "custom": "custom-metrics CSV", "amd": "AMD device-metrics-exporter", "nvml": "dcgm-bridge NVML source",
+    "custom": "custom-metrics CSV", "amd": "AMD device-metrics-exporter",
+    "nvml": "dcgm-bridge NVML source", "amdsmi": "dcgm-bridge amdsmi source",
 }
 
 

@@ -249,7 +249,7 @@ def _code(exc: BaseException) -> int | None:
 
 
 def _text(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _str(value: str | bytes) -> str:
