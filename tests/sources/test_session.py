@@ -99,3 +99,32 @@ def test_a_gpu_that_disappears_mid_run_keeps_its_records_and_the_other_goes_on(
     last = {uuid: max(r["timestamp_ns"] for r in lines if r["gpu_uuid"] == uuid) for uuid in (H100, LOST)}
     assert last[LOST] < T0 + 1_000_000_000 <= last[H100]
     assert sum(r["gpu_uuid"] == LOST for r in lines) == 5  # the baseline and the reads before 1.0 s
+
+
+def test_an_amdsmi_run_reports_aiperfs_amd_energy_family_against_the_exact_integral(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.fakes import amdsmi as fake_amdsmi
+    from tests.fakes.amdsmi import FakeAmdGpu, FakeAmdSmi
+
+    clocks = Clocks()
+    gpus = [FakeAmdGpu("uuid-0", "SN-0"), FakeAmdGpu("uuid-1", "SN-1", energy_offset_j=7.5e6)]
+    module = types.ModuleType("amdsmi")
+    module.__dict__.update(fake_amdsmi.module_attributes(FakeAmdSmi(clocks.seconds, gpus)))
+    monkeypatch.setitem(sys.modules, "amdsmi", module)
+    config = Config(telemetry=TelemetryItems(local=["amdsmi"]), default_endpoints=[], artifact_dir=str(tmp_path),
+                    collection_interval=0.2, run_id="amd-run")
+    session = Session(config, default_table(), now_ns=clocks.ns, monotonic=clocks.seconds)
+    clocks.t = 0.013
+    session.configure()
+    session.mark_phase("profiling", "profiling", "start", T0 + 8 * 10**9)
+    while clocks.t < 30.0:
+        clocks.t = round(clocks.t + 0.2, 9)
+        assert session.loops["amdsmi://localhost"].scrape_now()
+    session.complete(requests_end_ns=T0 + 28 * 10**9)
+    report = json.loads((tmp_path / "profile_export_aiperf.json").read_text())
+    exact = sum(g.curve.energy_j(28.0) - g.curve.energy_j(8.0) for g in gpus)
+    assert report["amd_total_gpu_energy"]["unit"] == "J"
+    assert report["amd_total_gpu_energy"]["avg"] == pytest.approx(exact, rel=1e-3)
+    assert report["amd_average_gpu_power"]["avg"] == pytest.approx(exact / 20.0, rel=1e-3)
+    assert "nvidia_total_gpu_energy" not in report
+    assert list(report["telemetry_data"]["endpoints"]) == ["amdsmi://localhost"]
