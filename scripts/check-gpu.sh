@@ -27,7 +27,12 @@ while [ $# -gt 0 ]; do
     *) PASS+=("$1"); shift ;;
   esac
 done
-PYTHON="${PYTHON:-$(command -v python3.12 || command -v python3)}"
+if [ -z "${PYTHON:-}" ]; then  # the first interpreter that runs (a pyenv shim may exist and fail)
+  for candidate in python3.12 python3; do
+    if "$candidate" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then PYTHON=$candidate; break; fi
+  done
+fi
+[ -n "${PYTHON:-}" ] || { echo "check-gpu: needs Python 3.11+ (3.12 on the GPU machines)" >&2; exit 2; }
 if [ -z "$VENV" ]; then
   if [ "$FAKE" = 1 ] && [ -x .venv/bin/python ]; then VENV=.venv; else VENV=.venv-gpu; fi
 fi

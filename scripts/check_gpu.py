@@ -149,7 +149,7 @@ def check(args: argparse.Namespace) -> int:
                                                  capture_output=True).returncode == 0 else "pure-Python path"
     done = json.loads(load.read_text())
     if done["driver"] is None:
-        print("no torch or CuPy here: the three phases are idle (the check still compares the windows)")
+        print(f"no torch or CuPy here: the three phases are idle (the check still compares the windows); {kernel}")
     else:
         print(f"load: matrix products with {done['driver']} on GPU 0; {kernel}")
     log = out / "run" / "gpu_telemetry_export.jsonl"
