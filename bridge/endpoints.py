@@ -37,6 +37,7 @@ class TelemetryItems:
     discovery: list[str] = field(default_factory=list)  # k8s://namespace/service[:port]
     metrics_files: list[str] = field(default_factory=list)  # custom-metrics CSVs
     dashboard: bool = False
+    local: list[str] = field(default_factory=list)  # pynvml, amdsmi: this machine's GPUs (bridge/sources)
 
 
 def split_items(values: Iterable[str]) -> list[str]:
@@ -70,12 +71,11 @@ def parse_items(values: Iterable[str]) -> TelemetryItems:
     for item in split_items(values):
         lowered = item.lower()
         if lowered == "dashboard":
-            items = TelemetryItems(items.urls, items.discovery, items.metrics_files, dashboard=True)
+            items = TelemetryItems(items.urls, items.discovery, items.metrics_files, dashboard=True,
+                                   local=items.local)
         elif lowered in LOCAL_COLLECTORS:
-            raise TelemetryItemError(
-                f"--gpu-telemetry {item}: the local {lowered} collector is not supported by dcgm-bridge; "
-                "run NVIDIA dcgm-exporter on the node and pass its URL (e.g. --gpu-telemetry localhost:9400)"
-            )
+            if lowered not in items.local:
+                items.local.append(lowered)
         elif lowered.startswith("k8s://"):
             items.discovery.append(item)
         elif lowered.endswith(".csv"):
@@ -87,9 +87,9 @@ def parse_items(values: Iterable[str]) -> TelemetryItems:
         else:
             raise TelemetryItemError(
                 f"--gpu-telemetry {item!r} is not a DCGM exporter URL, a custom-metrics .csv, "
-                "k8s://namespace/service[:port] or a keyword (dashboard). Accepted forms: "
+                "k8s://namespace/service[:port] or a keyword (pynvml, amdsmi, dashboard). Accepted forms: "
                 "http://host:9400/metrics, host:9400, metrics.csv, "
-                "k8s://gpu-operator/nvidia-dcgm-exporter:9400, dashboard"
+                "k8s://gpu-operator/nvidia-dcgm-exporter:9400, pynvml, amdsmi, dashboard"
             )
     return items
 
@@ -160,6 +160,8 @@ def parse_default_endpoints(value: str) -> list[str]:
 def display_key(url: str) -> str:
     """`http://u:p@h:9400/metrics` → `h:9400`; `http://h:9400/custom/metrics` → `h:9400/custom`."""
     parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):  # a local source (pynvml://localhost) is its own key
+        return url
     path = parts.path
     if path.endswith("/metrics"):
         path = path[: -len("/metrics")]

@@ -80,14 +80,17 @@ def parse_table(text: str) -> list[FieldSpec]:
 
 
 def default_table() -> FieldTable:
-    text = resources.files("bridge").joinpath("data/fields.csv").read_text(encoding="utf-8")
-    return FieldTable.of(parse_table(text))
+    """DCGM's rows (fields.csv), then the rows no DCGM table holds (fields_other.csv: AMD's exporter, NVML)."""
+    data = resources.files("bridge").joinpath("data")
+    return FieldTable.of([*parse_table(data.joinpath("fields.csv").read_text(encoding="utf-8")),
+                          *parse_table(data.joinpath("fields_other.csv").read_text(encoding="utf-8"))])
 
 
 DIALECT_NAMES = {
     "any": "every dcgm-exporter", "<=4.8": "dcgm-exporter <= 4.8", "<=4.9": "dcgm-exporter <= 4.9",
     "4.9+": "dcgm-exporter 4.9+ (DCGM 4.7 name)", "4.10+": "dcgm-exporter 4.10+", "1.x": "1.x / -o name",
-    "custom": "custom-metrics CSV",
+    "custom": "custom-metrics CSV", "amd": "AMD device-metrics-exporter",
+    "nvml": "dcgm-bridge NVML source", "amdsmi": "dcgm-bridge amdsmi source",
 }
 
 

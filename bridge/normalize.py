@@ -58,6 +58,7 @@ class GpuMeta(NamedTuple):
     pod_name: str | None
     instance_id: str | None
     instance_profile: str | None
+    platform: str = "nvidia"
 
 
 def _label(labels: Mapping[str, str], *names: str) -> str | None:
@@ -71,6 +72,8 @@ def _label(labels: Mapping[str, str], *names: str) -> str | None:
 def meta_of(labels: Mapping[str, str]) -> GpuMeta | None:
     """GPU metadata from a series' labels, in every dialect; None for a line that is not a GPU."""
     gpu = labels.get("gpu")
+    if gpu is None and "gpu_id" in labels:
+        return _amd_meta_of(labels)
     if gpu is None or any(name in labels for name in _NOT_GPU_LABELS):
         return None
     try:
@@ -90,6 +93,30 @@ def meta_of(labels: Mapping[str, str]) -> GpuMeta | None:
         pod_name=_label(labels, "pod", "pod_name"),
         instance_id=_label(labels, "GPU_I_ID"),
         instance_profile=_label(labels, "GPU_I_PROFILE"),
+    )
+
+
+def _amd_meta_of(labels: Mapping[str, str]) -> GpuMeta:
+    """AMD device-metrics-exporter's labels (pkg/amdgpu/gpuagent/gpuagent_gpu_metrics.go populateLabelsFromGPU):
+    `gpu_id`, `serial_number` (a partition carries its package's), `card_model`, `hostname`, and under compute
+    partitioning (`gpu_compute_partition_type` cpx/dpx/qpx, not spx) `gpu_partition_id`: each partition is an
+    instance of its package, as a MIG instance is of its GPU, so the package's power and energy count once."""
+    gpu = labels["gpu_id"]
+    hostname = _label(labels, "hostname")
+    partitioned = (_label(labels, "gpu_compute_partition_type") or "spx").lower() != "spx"
+    partition = _label(labels, "gpu_partition_id") if partitioned else None
+    return GpuMeta(
+        gpu_index=int(gpu) if gpu.isdigit() else None,
+        gpu_uuid=_label(labels, "serial_number", "gpu_uuid") or f"unknown:{hostname or ''}:{gpu}",
+        gpu_model_name=_label(labels, "card_model"),
+        pci_bus_id=_label(labels, "pci_bus_id"),
+        device=f"amd{gpu}",
+        hostname=hostname,
+        namespace=_label(labels, "namespace"),
+        pod_name=_label(labels, "pod"),
+        instance_id=None if partition == "NA" else partition,
+        instance_profile=_label(labels, "gpu_compute_partition_type") if partition not in (None, "NA") else None,
+        platform="amd",
     )
 
 
@@ -372,7 +399,11 @@ class Normalizer:
                 parent = GpuIdentity(meta.gpu_uuid, None)
                 if parent not in metas:
                     metas[parent] = meta._replace(instance_id=None, instance_profile=None)
-                parent_fallback.setdefault(parent, {}).setdefault(spec.key, slot)
+                fallback = parent_fallback.setdefault(parent, {})
+                if meta.instance_id == "0":  # AMD partition 0 carries the package's sensors, the others 0
+                    fallback[spec.key] = slot
+                else:
+                    fallback.setdefault(spec.key, slot)
                 continue
             identity = GpuIdentity(meta.gpu_uuid, meta.instance_id)
             if identity not in metas or identity in parent_fallback and identity not in slots:
@@ -402,7 +433,7 @@ def _record(meta: GpuMeta, data: dict[str, float], source_url: str, timestamp_ns
         hostname=meta.hostname,
         namespace=meta.namespace,
         pod_name=meta.pod_name,
-        platform="nvidia",
+        platform=meta.platform,
         timestamp_ns=timestamp_ns,
         telemetry_source_url=source_url,
         telemetry_data=data,

@@ -42,10 +42,9 @@ def test_items_are_classified_in_order_and_split_on_spaces_and_commas(tmp_path):
     assert items.discovery == ["k8s://gpu-operator/dcgm:9400"]
 
 
-@pytest.mark.parametrize("item", ["pynvml", "AMDSMI"])
-def test_local_collectors_get_a_clear_not_supported_error(item):
-    with pytest.raises(TelemetryItemError, match="not supported by dcgm-bridge.*dcgm-exporter"):
-        parse_items([item])
+def test_local_sources_mix_with_exporter_urls_once_each_in_order():
+    items = parse_items(["AMDSMI node2:9400", "pynvml,amdsmi"])
+    assert items.local == ["amdsmi", "pynvml"] and items.urls == ["http://node2:9400/metrics"]
 
 
 def test_an_unrecognised_item_names_itself_and_the_accepted_forms():

@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"bridge.errors", "bridge.redact"},
     {"bridge.endpoints", "bridge.fields", "bridge.simulator", "bridge.pods"},
     {"bridge.config", "bridge.fetch", "bridge.parse", "bridge.relabel", "bridge.events"},
-    {"bridge.record_log", "bridge.health"},
+    {"bridge.record_log", "bridge.health", "bridge.sources"},
     {"bridge.scrape", "bridge.normalize"},
     {"bridge.otlp", "bridge.report"},
     {"bridge.sidecar", "bridge.kube"},

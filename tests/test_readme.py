@@ -100,8 +100,10 @@ def exporters() -> Iterator[Exporters]:
 def _env() -> dict[str, str]:
     # No default endpoints (another test's simulator may listen on :9400), an ephemeral control port
     # (8086 may be taken), quick scrapes and a short shutdown.
+    # `pynvml` and `amdsmi` are the fakes (tests/fakes/modules): no GPU here.
     return {**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "DCGM_BRIDGE_HEALTH_PORT": "0",
-            "AIPERF_GPU_COLLECTION_INTERVAL": "0.1", "AIPERF_GPU_SHUTDOWN_DELAY": "2", "COLUMNS": "80"}
+            "AIPERF_GPU_COLLECTION_INTERVAL": "0.1", "AIPERF_GPU_SHUTDOWN_DELAY": "2", "COLUMNS": "80",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fakes" / "modules"), str(ROOT)])}
 
 
 def _run_until_ready(argv: list[str], cwd: Path, ready: str, log: Path) -> subprocess.CompletedProcess[str]:

@@ -127,7 +127,8 @@ DIALECT_SHAPES = {
 
 
 def test_every_dialect_is_described() -> None:
-    assert set(DIALECT_SHAPES) == set(DIALECT_NAMES)
+    # amd: AMD's families and labels, none of DCGM's (tests/sources/test_simulator_amd.py)
+    assert set(DIALECT_SHAPES) | {"amd"} == set(DIALECT_NAMES)
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECT_SHAPES))

@@ -167,6 +167,9 @@ def _telemetry(opts: ProfileOptions, env: Mapping[str, str], problems: list[str]
     except TelemetryItemError as exc:
         problems.append(str(exc))
         return Telemetry(), ()
+    for name in items.local:  # the sidecar container is given no GPU: NVML/amdsmi would see none
+        problems.append(f"--gpu-telemetry {name}: not on Kubernetes (the sidecar container holds no GPU); pass "
+                        "the node's exporter, e.g. --gpu-telemetry k8s://gpu-operator/nvidia-dcgm-exporter:9400")
     for url in items.urls:
         if has_credentials(url):
             problems.append(f"--gpu-telemetry {redact_url(url)}: the URL carries credentials, which would be "

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy  # noqa: F401
 
 from bridge.fields import FieldTable
-from bridge.report.energy import EnergyTotals, energy_totals
+from bridge.report.energy import EnergyTotals, amd_series, energy_totals
 from bridge.report.events import EndpointState, RunEvents, load_events
 from bridge.report.phases import PhaseFile, phase_files
 from bridge.report.series import Series, SeriesAccumulator
@@ -61,6 +61,7 @@ class Report:
     # What the report was built from (one per endpoint and GPU): the HTML page and the demo draw these
     # instead of reading the record log again.
     series: tuple[Series, ...] = field(default=(), repr=False, compare=False)
+    amd_energy: EnergyTotals | None = None  # AMD GPUs' (the amd_* family); None without AMD energy or power
 
     @property
     def writes_phase_files(self) -> bool:
@@ -110,6 +111,7 @@ def build_report(
     return Report(
         telemetry_data=block.data,
         energy=energy_totals(series, resolved, counter_mode),
+        amd_energy=energy_totals(amd, resolved, counter_mode) if (amd := amd_series(series)) else None,
         phase_files=files,
         labels=labels,
         endpoints=block.endpoints,

@@ -153,13 +153,21 @@ ENERGY_FAMILY: tuple[tuple[str, str, str], ...] = (
     ("nvidia_output_tps_per_watt", "Output Tokens per Second per Watt", "tokens/sec/W"),
     ("nvidia_goodput_per_watt", "Goodput per Watt", "good-req/s/W"),
 )
+# AIPerf emits the same family per platform, `amd_` for AMD GPUs (AmdTotalGpuEnergyMetric, …: the same headers and
+# units), platforms in sorted order: amd's before nvidia's.
+ENERGY_FAMILY = tuple((tag.replace("nvidia_", "amd_", 1), header, unit) for tag, header, unit in ENERGY_FAMILY) + \
+    ENERGY_FAMILY
 ENERGY_TAGS = frozenset(tag for tag, _, _ in ENERGY_FAMILY)
+_AMD_KEYS = {"amd_energy_consumption": ENERGY_KEY, "amd_power": POWER_KEY}  # MJ and W, as the NVIDIA keys
 
 
 def energy_metrics(totals: EnergyTotals, benchmark: Mapping[str, Any] | None = None,
-                   concurrency: int | None = None) -> dict[str, dict[str, Any]]:
-    """Top-level `nvidia_*` metrics as `{"unit", "avg"}`, each only when its inputs exist (AIPerf's rule), in
-    AIPerf's order. `concurrency` defaults to the benchmark JSON's profiling concurrency (energy per user)."""
+                   concurrency: int | None = None, vendor: str = "nvidia") -> dict[str, dict[str, Any]]:
+    """Top-level `nvidia_*` (or `amd_*`: `vendor`) metrics as `{"unit", "avg"}`, each only when its inputs exist
+    (AIPerf's rule), in AIPerf's order. `concurrency` defaults to the benchmark JSON's profiling concurrency."""
+    if vendor != "nvidia":
+        return {tag.replace("nvidia_", f"{vendor}_", 1): value
+                for tag, value in energy_metrics(totals, benchmark, concurrency).items()}
     values: dict[str, float] = {}
     if totals.total_power_w is not None and totals.total_power_w > 0:
         values["nvidia_total_gpu_power"] = totals.total_power_w
@@ -201,3 +209,16 @@ def _energy_family(values: dict[str, float], energy: float, power: float | None,
             value = _avg(benchmark, tag)
             if value is not None:
                 values[name] = value / power
+
+
+def amd_series(series: Sequence[Series]) -> list[Series]:
+    """The AMD GPUs' series with their energy and power under the keys `energy_totals` reads (same units), so the
+    `amd_*` family is computed by the same rules as the NVIDIA one; empty when no AMD GPU reported either."""
+    from dataclasses import replace
+
+    out = []
+    for s in series:
+        found = {ours: s.values[theirs] for theirs, ours in _AMD_KEYS.items() if theirs in s.values}
+        if found:
+            out.append(replace(s, values=found))
+    return out

@@ -58,6 +58,8 @@ def write_report(report: Report, artifact_dir: Path, prefix: str | None = None,
     else:
         benchmark = benchmark_json if benchmark_json is not None else existing
     energy = energy_metrics(report.energy, benchmark)
+    if report.amd_energy is not None:  # AIPerf's amd_* family; platforms in its order: amd's first
+        energy = {**energy_metrics(report.amd_energy, benchmark, vendor="amd"), **energy}
     if existing is not None and "nvidia_energy_per_user" not in energy:
         _rescale_energy_per_user(existing, energy)
     written = [merge_json(json_path, {"telemetry_data": report.telemetry_data, **energy}, existing)]

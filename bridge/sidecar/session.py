@@ -48,6 +48,7 @@ from bridge.sidecar.pipeline import (
     PullPageSink,
     RecordLogSink,
 )
+from bridge.sources.runner import SourceFetcher, open_reader
 
 __all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
 
@@ -135,6 +136,7 @@ class Session:
                                  phase=lambda: self.phase, otlp=self._otlp, max_series=config.max_series,
                                  max_gpus=config.max_gpus, health=self.health)
         self._write_check = threading.Lock()  # not self._lock: a probe must answer while completion runs
+        self._pages = threading.Lock()  # the pipeline takes one page at a time (several scrape threads)
         self._write_checked: tuple[float, str | None] | None = None  # (when, the problem)
 
     @property
@@ -181,7 +183,8 @@ class Session:
             if self.state != "created":
                 return self.probes
             self.started_ns = self._now_ns()
-            urls = candidate_endpoints(self.config.telemetry.urls, self.config.default_endpoints)
+            local = self.config.telemetry.local  # this machine's GPUs: no exporter defaults probed beside them
+            urls = candidate_endpoints(self.config.telemetry.urls, () if local else self.config.default_endpoints)
             defaults = set(candidate_endpoints([], self.config.default_endpoints))
             self.probes = self._probe_all(urls)
             group = ScrapeGroup(self.fetcher, self.config.collection_interval, monotonic=self._monotonic,
@@ -191,9 +194,18 @@ class Session:
                 # failed, so an exporter that comes up late is still collected (and shown as down).
                 if probe.reachable or probe.url not in defaults:
                     self.loops[probe.url] = ScrapeLoop(probe.url, self.fetcher, self.config.collection_interval,
-                                                       self._on_page, self.pipeline.on_failure,
+                                                       self._take_page, self._take_failure,
                                                        monotonic=self._monotonic, now_ns=self._now_ns, group=group,
                                                        stats=self.health.of(probe.url))
+            for name in local:  # bridge/sources: read like an exporter, on a thread (a ScrapeGroup) of its own
+                source = SourceFetcher(open_reader(name), self._now_ns)  # SourceError: one line, exit 2
+                own = ScrapeGroup(source, self.config.collection_interval, monotonic=self._monotonic,
+                                  now_ns=self._now_ns)
+                self.loops[source.reader.source] = ScrapeLoop(
+                    source.reader.source, source, self.config.collection_interval, self._take_page,
+                    self._take_failure, monotonic=self._monotonic, now_ns=self._now_ns, group=own,
+                    stats=self.health.of(source.reader.source))
+                self.probes.append(Probe(source.reader.source, True))
             configured = tuple(redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults)
             successful = tuple(redact_url(p.url) for p in self.probes if p.reachable)
             self.events.write_event(Configured(self._now_ns(), self.run_id, configured, successful,
@@ -300,6 +312,8 @@ class Session:
                 deadline = self._monotonic() + self.config.shutdown_delay
             for loop in self.loops.values():
                 loop.stop(timeout=max(0.1, deadline - self._monotonic()))
+                if isinstance(loop.group.fetcher, SourceFetcher):
+                    loop.group.fetcher.close()
             otlp = self._close_forwarder(deadline)
             self.records.close()
             self.events.write_event(Complete(self._now_ns(), requests_end_ns, True,
@@ -349,6 +363,15 @@ class Session:
         if waiting:
             logger.warning("no new DCGM refresh from %s within %.0f s: the window's end is extrapolated",
                            ", ".join(display_key(u) for u in waiting), budget)
+
+    def _take_page(self, url: str, fetched: FetchedPage) -> None:
+        """Pages of every scrape thread (the exporters' and each local source's) enter the pipeline one at a time."""
+        with self._pages:
+            self._on_page(url, fetched)
+
+    def _take_failure(self, url: str, exc: FetchError, start_ns: int) -> None:
+        with self._pages:
+            self.pipeline.on_failure(url, exc, start_ns)
 
     def _on_page(self, url: str, fetched: FetchedPage) -> None:
         """A page: the pipeline, then its exporter's refresh period to the events file (and a warning when slow)."""

@@ -9,7 +9,8 @@ from typing import Literal, cast, get_args
 from bridge.simulator.schema import DIALECTS
 
 Dialect = Literal[
-    "legacy", "current", "old-namespace", "dcgm49", "dcgm410", "bare", "openmetrics", "sorted-labels", "spaced"
+    "legacy", "current", "old-namespace", "dcgm49", "dcgm410", "bare", "openmetrics", "sorted-labels", "spaced",
+    "amd",  # AMD device-metrics-exporter: the same GPUs' values under its gpu_* families and labels
 ]
 PodLabels = Literal["none", "mapped", "empty"]
 Counters = Literal["full", "default"]
@@ -116,6 +117,8 @@ class SimulatorConfig:
             problems.append(f"unknown dialect {self.dialect!r} (one of: {', '.join(DIALECT_NAMES)})")
         if self.counters not in get_args(Counters):
             problems.append(f"counters must be full or default, got {self.counters!r}")
+        if self.dialect == "amd" and self.mig:
+            problems.append("the amd dialect has no MIG (its compute partitions are not simulated)")
         if not 0 <= self.mig <= 7:
             problems.append(f"mig must be 0-7 instances per GPU, got {self.mig}")
         if self.pod_labels not in get_args(PodLabels):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from bridge.simulator.model import Entity, NodeModel, Snapshot, Value
 from bridge.simulator.schema import (
+    AMD_FAMILIES,
     BLANK_FP64,
     BLANK_INT32,
     BLANK_INT64,
@@ -75,6 +76,11 @@ def entity_labels(model: NodeModel, index: int, spec: DialectSpec, attrs: Mappin
     """One entity's labels in the exporter's order; `overrides` replaces values by label key."""
     cfg, entity = model.config, model.entities[index]
     gpu = model.gpus[entity.gpu]
+    if spec.naming == "amd":  # populateLabelsFromGPU's default labels, sorted as client_golang writes them
+        host = () if cfg.no_hostname else (("hostname", model.hostname),)
+        return tuple(sorted([("card_model", cfg.model_name), ("gpu_compute_partition_type", "spx"),
+                             ("gpu_id", str(gpu.index)), ("gpu_partition_id", "0"),
+                             ("serial_number", gpu.uuid.removeprefix("GPU-")[:12]), *host]))
     pairs = [("gpu", str(gpu.index)), (spec.uuid_label, gpu.uuid), ("pci_bus_id", gpu.pci_bus_id),
              ("device", gpu.device), ("modelName", cfg.model_name)]
     if entity.instance_id is not None:
@@ -110,6 +116,12 @@ def build_layout(model: NodeModel, overrides: Mapping[int, Mapping[str, str]] = 
         if name is None or (cfg.counters == "default" and not field.default):
             continue
         si = spec.naming in ("si", "si410")
+        amd = AMD_FAMILIES.get(field.key) if spec.naming == "amd" else None
+        if amd is not None:  # every AMD family is a gauge; the scale takes the value to its unit
+            header = f"# HELP {name} {amd[2]}\n# TYPE {name} gauge\n"
+            rows = tuple((i, f"{name}{{{format_labels(labels[i], spec)}}} ") for i in range(len(model.entities)))
+            families.append(Family(field.key, header, field.integer and amd[1] in (1, 1000), amd[1], rows, name))
+            continue
         header = ""
         if spec.headers:
             header = f"# HELP {name} {field.si_help if si else field.help}\n# TYPE {name} {field.prom_type}\n"

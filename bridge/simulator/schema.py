@@ -181,7 +181,22 @@ def _parse_table(text: str) -> tuple[FieldDef, ...]:
 FIELDS: tuple[FieldDef, ...] = _parse_table(_TABLE)
 FIELD_BY_KEY: Mapping[str, FieldDef] = MappingProxyType({f.key: f for f in FIELDS})
 
-Naming = Literal["legacy", "old", "si", "si410"]
+Naming = Literal["legacy", "old", "si", "si410", "amd"]
+
+# AMD device-metrics-exporter (ROCm/device-metrics-exporter pkg/amdgpu/gpuagent/gpuagent_gpu_metrics.go, units from
+# docs/configuration/metricslist.md): the families carrying the quantities a DCGM field does, every one a gauge.
+# legacy field -> (family, value in the legacy unit x scale = value in the family's unit, help)
+AMD_FAMILIES: Mapping[str, tuple[str, float, str]] = MappingProxyType({
+    "DCGM_FI_DEV_POWER_USAGE": ("gpu_package_power", 1, "Current socket power in Watts"),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("gpu_energy_consumed", 1000,  # mJ -> uJ
+                                             "Accumulated energy consumed by the GPU in uJ"),
+    "DCGM_FI_DEV_GPU_TEMP": ("gpu_junction_temperature", 1, "Current junction/hotspot temperature in Celsius"),
+    "DCGM_FI_DEV_MEMORY_TEMP": ("gpu_memory_temperature", 1, "Current memory temperature in Celsius"),
+    "DCGM_FI_DEV_GPU_UTIL": ("gpu_gfx_activity", 1, "Graphics engine usage in Percentage (0-100)"),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("gpu_umc_activity", 1, "Memory engine usage in Percentage (0-100)"),
+    "DCGM_FI_DEV_FB_TOTAL": ("gpu_total_vram", 1.048576, "Total VRAM memory of the GPU (in MB)"),  # MiB -> MB
+    "DCGM_FI_DEV_FB_USED": ("gpu_used_vram", 1.048576, "Used VRAM memory of the GPU (in MB)"),
+})
 
 # dcgm-exporter 4.10.0 release notes: the PROF byte rates (ids 1009-1012) are written as ..._BYTES_PER_SECOND.
 RENAMED_410: Mapping[str, str] = MappingProxyType({
@@ -225,6 +240,7 @@ DIALECTS: Mapping[str, DialectSpec] = MappingProxyType({
     "openmetrics": DialectSpec("legacy", openmetrics=True),
     "sorted-labels": DialectSpec("legacy", sort_labels=True),
     "spaced": DialectSpec("legacy", separator=", "),
+    "amd": DialectSpec("amd", host_label="hostname"),
 })
 
 
@@ -236,6 +252,9 @@ def family_name(field: FieldDef, naming: Naming) -> str | None:
         return field.si_name
     if naming == "si410":
         return RENAMED_410.get(field.si_name, field.si_name)
+    if naming == "amd":
+        amd = AMD_FAMILIES.get(field.key)
+        return amd[0] if amd is not None else None
     return None if field.si_only else field.key
 
 
