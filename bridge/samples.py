@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal, NamedTuple, get_args
+from typing import Literal, NamedTuple, Protocol, get_args
 
 
 class Sample(NamedTuple):
@@ -21,6 +21,32 @@ class Sample(NamedTuple):
     labels: Mapping[str, str]
     value: float
     timestamp_ms: int | None = None
+
+
+class SourcePage(Protocol):
+    """A page as a source hands it to the pipeline (sidecar/pipeline.py `Pipeline.on_page(source, page)`): the
+    bytes of a Prometheus text page (DCGM field names) and its sample time. An HTTP exporter's is fetch.py's
+    `FetchedPage`; a local reader (NVML, AMD SMI) hands a `LocalPage` under a source name such as
+    `pynvml://localhost`. Everything after this point is the same for every kind of source."""
+
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def start_ns(self) -> int: ...  # wall clock when the sample was taken: the sample time
+    @property
+    def end_ns(self) -> int: ...  # wall clock when the page was complete
+    @property
+    def content_type(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LocalPage:
+    """A page a local reader wrote itself (no HTTP in between): Prometheus text format 0.0.4."""
+
+    body: bytes
+    start_ns: int
+    end_ns: int
+    content_type: str = "text/plain; version=0.0.4"
 
 
 class Dropped(NamedTuple):
@@ -89,7 +115,7 @@ FetchErrorKind = Literal["connect", "timeout", "http_status", "content_type", "t
 # a failed scrape, a page whose lines could not be read, or a value contradicting its name's unit (issue 14)
 FailureKind = Literal[FetchErrorKind, "parse", "unit"]
 FAILURE_KINDS: tuple[FailureKind, ...] = (*get_args(FetchErrorKind), "parse", "unit")
-EndpointStateKind = Literal["up", "down"]
+EndpointStateKind = Literal["up", "down", "duplicate"]  # duplicate: serves the same GPUs as another (select.py)
 ENDPOINT_STATES: tuple[EndpointStateKind, ...] = get_args(EndpointStateKind)
 SessionState = Literal["created", "configured", "collecting", "completed"]
 

@@ -263,8 +263,8 @@ class ScrapeGroup:
             current = math.floor((now - origin) / interval)
             wake_at = now + interval
             for loop in self.loops.values():
-                if loop.in_flight_start_ns is not None:
-                    continue  # its tick is reckoned when its GET ends
+                if loop.in_flight_start_ns is not None or loop.retired is not None:
+                    continue  # its tick is reckoned when its GET ends; a retired endpoint is not scraped
                 if now - loop.began < MIN_START_GAP_S:  # its previous scrape started under a millisecond ago
                     wake_at = min(wake_at, loop.began + MIN_START_GAP_S)
                     continue
@@ -312,6 +312,7 @@ class ScrapeLoop:
         self.next_tick = 0  # the next tick of the group's grid this endpoint is scraped at
         self.tick_lateness_s = self.stats.lateness_s  # bounded ring of recent lateness samples (bench, /status)
         self.alone = threading.RLock()  # held by a scrape on a caller's thread (`_scrape_once`)
+        self.retired: str | None = None  # why it is scraped no more (`retire`)
 
     # -- control ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -321,8 +322,8 @@ class ScrapeLoop:
         boundary = _Boundary(time_ns)
         group = self.group
         with group.cond:
-            if group.stopped:  # the run is complete: a late phase mark gets no scrape
-                boundary.finish("collection has stopped")
+            if group.stopped or self.retired is not None:  # the run is complete: a late phase mark gets no scrape
+                boundary.finish(self.retired or "collection has stopped")
                 return boundary
             running = group.running
             if self.in_flight_start_ns is not None and self.in_flight_start_ns >= time_ns:
@@ -334,10 +335,20 @@ class ScrapeLoop:
             self._scrape_once()
         return boundary
 
+    def retire(self, reason: str) -> None:
+        """This endpoint is scraped no more (a duplicate source: bridge/select.py); the group goes on without it,
+        a scrape in flight is discarded when it ends, and boundaries are answered at once with `reason`."""
+        with self.group.cond:
+            self.retired = reason
+            self.stats.state = "duplicate"
+            pending, self._pending = self._pending, []
+        for boundary in pending:
+            boundary.finish(reason)
+
     def stop(self, timeout: float | None = None) -> None:
         """Stops the whole group (every endpoint on its thread)."""
         self.group.stop(timeout)
-        self.stats.state = "stopped" if self.stats.state != "down" else "down"
+        self.stats.state = "stopped" if self.stats.state not in ("down", "duplicate") else self.stats.state
 
     def scrape_now(self) -> bool:
         """One scrape now, waited for (the baseline: before the loop starts); True when it succeeded."""
@@ -380,7 +391,9 @@ class ScrapeLoop:
         start_ns = self.in_flight_start_ns or 0
         error: str | None = None
         try:
-            if isinstance(outcome, FetchError):
+            if self.retired is not None:
+                error = self.retired
+            elif isinstance(outcome, FetchError):
                 error = outcome.message
                 self.stats.failures[outcome.kind] += 1
                 self.stats.last_error, self.stats.last_error_ns = outcome.message, start_ns

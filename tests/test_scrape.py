@@ -109,7 +109,8 @@ def wait_until(predicate, what: str, timeout_s: float = 30.0) -> None:
 
 
 def test_a_slow_endpoint_never_holds_up_the_others_on_the_scrape_thread(tmp_path):
-    with SimulatedExporter(SimulatorConfig(gpus=1)) as slow, SimulatedExporter(SimulatorConfig(gpus=1)) as ok:
+    with SimulatedExporter(SimulatorConfig(gpus=1, seed=1)) as slow, \
+            SimulatedExporter(SimulatorConfig(gpus=1, seed=2)) as ok:
         session = session_for([slow.url, ok.url], tmp_path, collection_interval=0.05, scrape_timeout=5.0)
         session.configure()
         slow.add_fault(Fault("slow", delay_s=1.0))
@@ -127,7 +128,8 @@ def test_a_slow_endpoint_never_holds_up_the_others_on_the_scrape_thread(tmp_path
 
 
 def test_a_phase_mark_between_ticks_scrapes_every_endpoint_at_once(tmp_path):
-    with SimulatedExporter(SimulatorConfig(gpus=1)) as first, SimulatedExporter(SimulatorConfig(gpus=1)) as second:
+    with SimulatedExporter(SimulatorConfig(gpus=1, seed=1)) as first, \
+            SimulatedExporter(SimulatorConfig(gpus=1, seed=2)) as second:
         session = session_for([first.url, second.url], tmp_path, collection_interval=300.0)
         session.configure()  # the baseline scrape
         session.start()  # tick 0; the next tick is 5 minutes away
@@ -228,7 +230,8 @@ def test_a_ticks_pages_are_handed_over_together_and_a_slow_get_holds_the_others_
     every page is handed over, also those that ended just before the stop."""
     from bridge.scrape import HOLD_S
 
-    with SimulatedExporter(SimulatorConfig(gpus=2)) as first, SimulatedExporter(SimulatorConfig(gpus=2)) as second:
+    with SimulatedExporter(SimulatorConfig(gpus=2, seed=1)) as first, \
+            SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as second:
         seen = _handed_over([first.url, second.url], 1.6)
         assert len(seen) >= 2 * 3
         for a, b in zip(seen[0::2], seen[1::2], strict=False):  # a tick's two pages

@@ -31,6 +31,7 @@ from bridge.report.telemetry_data import (
 )
 from bridge.report.window import DEFAULT_GRACE_NS, Phase, Window, phases_from_marks, window_from_phases
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE, CounterMode, GpuRecord, PhaseMark, ScrapeFailure
+from bridge.select import kept_of, select_series
 
 
 @runtime_checkable
@@ -98,6 +99,11 @@ def build_report(
     table = table or default_table()
     read_errors: list[str] = []
     series, count = _series_of(records, read_errors)
+    # The selection stage, as live (bridge/select.py): the series of an endpoint that duplicates another's GPUs
+    # are left out, whether the live run dropped it (its `duplicate` state) or the log holds both.
+    dropped_live = {s.endpoint: kept for s in endpoint_states if s.state == "duplicate"
+                    for kept in [kept_of(s.reason)] if kept is not None}
+    series, duplicates = select_series(series, endpoints_configured or (), dropped_live)
     run_phases = list(phases) if phases is not None else phases_from_marks(marks)
     if window is None:
         window = window_from_phases(run_phases, requests_end_ns, grace_ns)
@@ -105,6 +111,9 @@ def build_report(
     resolved = window.resolved(first, last)
     info = RunInfo(endpoints_configured, endpoints_successful, errors, endpoint_states)
     block = build_block(series, resolved, table, counter_mode, info, tz=tz)
+    if duplicates:  # which endpoint was dropped, and for which it was a duplicate
+        block.data["summary"]["duplicate_endpoints"] = [{"endpoint": d, "duplicate_of": k}
+                                                         for d, k in duplicates.items()]
     files = phase_files(series, run_phases, resolved, table, counter_mode, info, last_sample_ns=last, tz=tz)
     labels = {k: label_for(k, table) for k in ordered_keys(series, table)}
     return Report(

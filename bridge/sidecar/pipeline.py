@@ -1,15 +1,17 @@
-"""The per-page pipeline: a fetched page → parse → normalise → every sink, on the scrape thread.
+"""The per-page pipeline: a source's page → parse → normalise → select → every sink, one page at a time.
 
-    FetchedPage ─▶ parse (per-endpoint PageParser) ─▶ normalise ─▶ Page ─┬─▶ RecordLogSink   (JSONL line per record)
-                                                                         ├─▶ LiveSeriesSink  (the report's spool)
-                                                                         ├─▶ LatestRecords   (the live view)
-                                                                         ├─▶ PullPageSink    (pull /metrics page)
-                                                                         ├─▶ OtlpSink        (forwarder queue)
-                                                                         └─▶ ListenerSink    (in-process callbacks)
+    SourcePage ─▶ parse ─▶ normalise ─▶ select (select.py) ─▶ Page ─┬─▶ RecordLogSink   (JSONL line per record)
+                                                                    ├─▶ LiveSeriesSink  (the report's spool)
+                                                                    ├─▶ LatestRecords   (the live view)
+                                                                    ├─▶ PullPageSink    (pull /metrics page)
+                                                                    ├─▶ OtlpSink        (forwarder queue)
+                                                                    └─▶ ListenerSink    (in-process callbacks)
 
-Each sink takes a tick's pages at once (`PageSink.take`); today the scrape loop hands them over one by
-one, a batching caller passes several. The pipeline also writes what a page or a failure says about its
-endpoint to the events file: unreadable lines (`parse` errors), failed scrapes, endpoint down and up.
+Sources (bridge/samples.py `SourcePage`): the scrape loop's HTTP exporters, on the scrape thread, and local
+readers on threads of their own, each calling `Pipeline.on_page(source, page)`. Each sink takes a tick's
+pages at once (`PageSink.take`); today the sources hand them over one by one, a batching caller passes
+several. The pipeline also writes what a page or a failure says about its endpoint to the events file:
+unreadable lines (`parse` errors), failed scrapes, endpoint down and up, a source found a duplicate.
 `Session` (session.py) keeps the state machine and builds one `Pipeline`.
 """
 
@@ -22,7 +24,7 @@ from typing import Protocol
 
 from bridge.endpoints import display_key
 from bridge.events import EndpointState
-from bridge.fetch import FetchedPage, FetchError
+from bridge.fetch import FetchError
 from bridge.normalize import CompiledRecords, Normalizer
 from bridge.otlp.export import ExportStats
 from bridge.parse import PageParser, TemplatedPage
@@ -30,12 +32,15 @@ from bridge.parse.lines import MAX_SERIES
 from bridge.record_log import LineWriter
 from bridge.redact import redact_url
 from bridge.report.spool import LiveSeries
-from bridge.samples import GpuRecord, ParsedPage, ScrapeFailure
+from bridge.samples import GpuRecord, ParsedPage, ScrapeFailure, SourcePage
+from bridge.select import Deduplicator, describe, duplicate_reason
 
 logger = logging.getLogger(__name__)
 
 PageListener = Callable[[str, ParsedPage, int, str | None], None]
 """(url, parsed page, scrape start ns, phase or None): called on the scrape thread for every page."""
+DuplicateHandler = Callable[[str], None]
+"""(url): the endpoint was found a duplicate of another (bridge/select.py): stop scraping it."""
 
 Identity = tuple[str, str | None]
 DROPPED_NOTE_INTERVAL_NS = 60 * 1_000_000_000
@@ -250,7 +255,10 @@ class Pipeline:
 
     def __init__(self, normalizer: Normalizer, sinks: Sequence[PageSink], events: LineWriter, *, run_id: str,
                  phase: Callable[[], str | None], otlp: OtlpSink | None = None,
-                 max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS) -> None:
+                 max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS, preference: Sequence[str] = (),
+                 on_duplicate: DuplicateHandler | None = None) -> None:
+        """`preference`: the sources in the order de-duplication prefers them (bridge/select.py
+        `preference_order`); `on_duplicate` is told of each source found a duplicate."""
         self.normalizer = normalizer
         self.max_series = max_series
         self.sinks = list(sinks)
@@ -266,14 +274,28 @@ class Pipeline:
         self._identities: dict[str, set[tuple[str, str | None]]] = {}  # url -> GPU identities seen (≤ max_gpus)
         self.over_gpu_limit: dict[str, int] = {}  # url -> records dropped past max_gpus
         self._entries_within: dict[str, object] = {}  # url -> the compiled entries last found within the limit
+        self.dedup = Deduplicator(preference)
+        self.on_duplicate = on_duplicate
+        self._lock = threading.Lock()  # sources on threads of their own hand pages over too (`on_page`)
 
-    def on_page(self, url: str, fetched: FetchedPage) -> Page:
-        """The scrape loop's page callback: one page through the whole pipeline."""
-        page = self.read(url, fetched)
-        self.take([page])
-        return page
+    def on_page(self, url: str, fetched: SourcePage) -> Page:
+        """The page callback of every source (the scrape loop's, a local reader's): one page through the whole
+        pipeline, one page at a time whichever thread hands it over. A duplicate source's page goes nowhere."""
+        with self._lock:
+            page = self.read(url, fetched)
+            if page.display not in self.dedup.dropped:
+                self.take([page])
+            return page
 
-    def read(self, url: str, fetched: FetchedPage) -> Page:
+    def preview(self, url: str, fetched: SourcePage) -> None:
+        """A page read for the selection stage only (a probe's, before collection starts): nothing to the sinks."""
+        with self._lock:
+            self.read(url, fetched)
+
+    def is_duplicate(self, url: str) -> bool:
+        return display_key(redact_url(url)) in self.dedup.dropped
+
+    def read(self, url: str, fetched: SourcePage) -> Page:
         """Parse and normalise one fetched page (the template check, the values, the records)."""
         parser = self._parsers.get(url)
         if parser is None:
@@ -290,6 +312,8 @@ class Pipeline:
         if compiled is not None:
             within = self._entries_within.get(url) is compiled.entries  # (seen GPUs stay within it all run)
             keep = None if within else self._within_gpu_limit(url, compiled.identities())
+            if not within:
+                self._select(url, compiled.identities(), fetched.start_ns)
             if keep is None:
                 self._entries_within[url] = compiled.entries
                 return Page(url, redacted, display, parsed, compiled, phase, fetched.start_ns, fetched.end_ns)
@@ -298,9 +322,25 @@ class Pipeline:
             records = self.normalizer.records(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
                                               run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
             keep = self._within_gpu_limit(url, [r.identity for r in records])
+            self._select(url, [r.identity for r in records], fetched.start_ns)
         if keep is not None:
             records = self._drop_past_gpu_limit(url, redacted, records, keep, fetched.start_ns)
         return Page(url, redacted, display, parsed, records, phase, fetched.start_ns, fetched.end_ns)
+
+    def _select(self, url: str, identities: Sequence[Identity], time_ns: int) -> None:
+        """The selection stage (bridge/select.py): the page's GPUs to de-duplication; each source now found a
+        duplicate is said once (the log, an `endpoint_state` event) and dropped from then on: not scraped, not
+        recorded, not forwarded (its series end in the OTLP stores)."""
+        display = self._keys[url][1]
+        for dropped, kept in self.dedup.observe(display, identities).items():
+            dropped_url = next((u for u, (_, d) in self._keys.items() if d == dropped), url)
+            logger.warning("%s", describe(dropped, kept))
+            self.events.write_event(EndpointState(redact_url(dropped_url), time_ns, "duplicate",
+                                                  duplicate_reason(kept)))
+            if self.otlp is not None:
+                self.otlp.mark_stale([dropped_url], self.phase(), time_ns)
+            if self.on_duplicate is not None:
+                self.on_duplicate(dropped_url)
 
     def _within_gpu_limit(self, url: str, identities: Sequence[Identity]) -> list[bool] | None:
         """At most `max_gpus` GPU identities (UUID × MIG instance) per endpoint and run: a node has up to 16

@@ -31,6 +31,7 @@ from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.samples import GpuRecord, PhaseMark, SessionState
 from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, ScrapeGroup, ScrapeLoop
+from bridge.select import preference_order
 from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir, write_problem
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
@@ -63,6 +64,7 @@ class Probe:
     url: str
     reachable: bool
     reason: str | None = None
+    page: FetchedPage | None = None  # what it answered (its GPUs go to de-duplication before any scrape)
 
 
 def cpu_by_thread() -> dict[str, float]:
@@ -129,9 +131,11 @@ class Session:
             sinks.append(ListenerSink(listeners))
         self.disposition: Disposition | None = None  # what the artifact directory held (prepare_artifacts)
         self.started_ns: int | None = None  # when configure began: a phase manifest older than this is not ours
+        self.preference = preference_order(config.telemetry.urls, candidate_endpoints([], config.default_endpoints))
         self.pipeline = Pipeline(Normalizer(table), sinks, self.events, run_id=self.run_id,
                                  phase=lambda: self.phase, otlp=self._otlp, max_series=config.max_series,
-                                 max_gpus=config.max_gpus)
+                                 max_gpus=config.max_gpus, preference=self.preference,
+                                 on_duplicate=self._retire)
         self._write_check = threading.Lock()  # not self._lock: a probe must answer while completion runs
         self._write_checked: tuple[float, str | None] | None = None  # (when, the problem)
 
@@ -181,13 +185,16 @@ class Session:
             self.started_ns = self._now_ns()
             urls = candidate_endpoints(self.config.telemetry.urls, self.config.default_endpoints)
             defaults = set(candidate_endpoints([], self.config.default_endpoints))
-            self.probes = self._probe_all(urls)
+            self.probes = sorted(self._probe_all(urls), key=lambda p: self.preference.index(p.url))
+            for probe in self.probes:
+                if probe.page is not None:  # the first scrapes: which endpoints serve the same GPUs (select.py)
+                    self.pipeline.preview(probe.url, probe.page)
             group = ScrapeGroup(self.fetcher, self.config.collection_interval, monotonic=self._monotonic,
                                 now_ns=self._now_ns)  # one thread scrapes every endpoint
             for probe in self.probes:
                 # Defaults are only scraped when they answer; a user URL is scraped even when the probe
                 # failed, so an exporter that comes up late is still collected (and shown as down).
-                if probe.reachable or probe.url not in defaults:
+                if (probe.reachable or probe.url not in defaults) and not self.pipeline.is_duplicate(probe.url):
                     self.loops[probe.url] = ScrapeLoop(probe.url, self.fetcher, self.config.collection_interval,
                                                        self._on_page, self.pipeline.on_failure,
                                                        monotonic=self._monotonic, now_ns=self._now_ns, group=group)
@@ -199,7 +206,7 @@ class Session:
                 logger.warning("no exporter answered (%s): collecting nothing until one does; check the URLs with "
                                "`dcgm-bridge parse URL`", ", ".join(configured) or "no endpoint configured")
             for probe in self.probes:
-                if probe.reachable:
+                if probe.reachable and probe.url in self.loops:
                     self.loops[probe.url].scrape_now()  # the baseline scrape
                 elif probe.url in self.loops:
                     logger.warning("endpoint %s is not reachable: %s", redact_url(probe.url), probe.reason)
@@ -219,11 +226,18 @@ class Session:
 
     def _probe(self, url: str) -> Probe:
         try:
-            self.fetcher.fetch(url)
+            page = self.fetcher.fetch(url)
         except FetchError as exc:
             reachable = exc.kind not in ("connect", "timeout", "http_status")
             return Probe(url, reachable, exc.message)
-        return Probe(url, True)
+        return Probe(url, True, page=page)
+
+    def _retire(self, url: str) -> None:
+        """A source found a duplicate of another (the pipeline said so, in the log and the events): not scraped
+        any more. Called on the scrape thread: no session lock (completion holds it while it waits for scrapes)."""
+        loop = self.loops.get(url)
+        if loop is not None:
+            loop.retire("a duplicate of another endpoint: not scraped")
 
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> None:

@@ -32,14 +32,16 @@ def pipeline(tmp_path: Path, *sinks: object) -> tuple[Pipeline, LineWriter]:
                     phase=lambda: "profiling"), events
 
 
-def fetched(t: int) -> FetchedPage:
-    return FetchedPage(dcgm_page(gpus=2).encode(), t * NS, t * NS + 1000, "text/plain")
+def fetched(t: int, node: int = 0) -> FetchedPage:
+    """A page of 2 GPUs; another `node`'s are other GPUs (the same GPUs at two URLs are one source: select.py)."""
+    page = dcgm_page(gpus=2).replace("-1343419b1a1c", f"-{node:012x}" if node else "-1343419b1a1c")
+    return FetchedPage(page.encode(), t * NS, t * NS + 1000, "text/plain")
 
 
 def test_each_sink_takes_a_ticks_pages_in_one_call(tmp_path: Path) -> None:
     recorder, latest = Recorder(), LatestRecords()
     pipe, _ = pipeline(tmp_path, recorder, latest)
-    pages = [pipe.read(URL_A, fetched(1)), pipe.read(URL_B, fetched(1))]
+    pages = [pipe.read(URL_A, fetched(1)), pipe.read(URL_B, fetched(1, node=2))]
     pipe.take(pages)
     assert [[p.display for p in call] for call in recorder.calls] == [["a:9400", "b:9400"]]
     assert pages[0].endpoint == "http://REDACTED@a:9400/metrics" and pages[0].phase == "profiling"
