@@ -362,8 +362,8 @@ def _run_pipeline(tmp_path, bodies: list[bytes], *, kernel_on: bool, monkeypatch
     from bridge.fields import default_table
     from bridge.normalize import Normalizer
     from bridge.record_log import LineWriter
-    from bridge.report.spool import LiveSeries
     from bridge.sidecar.pipeline import LatestRecords, LiveSeriesSink, Pipeline, RecordLogSink
+    from bridge.sidecar.spool import LiveSeries
 
     if not kernel_on:
         monkeypatch.setattr(bridge.normalize, "_records_of", None)
@@ -430,7 +430,7 @@ def test_the_live_series_hands_out_held_pages_in_time_order_whatever_comes_betwe
     those of every page added record by record, with spooling on the way (small flush thresholds)."""
     from bridge.fields import default_table
     from bridge.normalize import Normalizer
-    from bridge.report import spool
+    from bridge.sidecar import spool
     from tests.test_hostile import _simulated
 
     monkeypatch.setattr(spool, "_BLOCK_BYTES", block_bytes)
@@ -466,7 +466,7 @@ def test_a_spool_that_cannot_be_written_gives_up_cleanly_while_pages_are_held(tm
     the middle of handing two endpoints' held pages out: no exception reaches the scrape thread."""
     from bridge.fields import default_table
     from bridge.normalize import Normalizer
-    from bridge.report import spool
+    from bridge.sidecar import spool
     from tests.test_hostile import _simulated
 
     monkeypatch.setattr(spool, "_FLUSH_BYTES", 1024)

@@ -36,7 +36,7 @@ from bridge.select import kept_of, select_series
 
 @runtime_checkable
 class SeriesSource(Protocol):
-    """Series already collected: a SeriesAccumulator, or the sidecar's report.spool.LiveSeries."""
+    """Series already collected: a SeriesAccumulator, or the sidecar's sidecar.spool.LiveSeries."""
 
     @property
     def records(self) -> int: ...

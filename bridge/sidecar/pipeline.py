@@ -31,9 +31,9 @@ from bridge.parse import PageParser, TemplatedPage
 from bridge.parse.lines import MAX_SERIES
 from bridge.record_log import LineWriter
 from bridge.redact import redact_url
-from bridge.report.spool import LiveSeries
 from bridge.samples import GpuRecord, ParsedPage, ScrapeFailure, SourcePage
 from bridge.select import Deduplicator, describe, duplicate_reason
+from bridge.sidecar.spool import LiveSeries
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class RecordLogSink:
 
 
 class LiveSeriesSink:
-    """The report's input, kept as the records are written (report/spool.py: no log re-read at the end)."""
+    """The report's input, kept as the records are written (sidecar/spool.py: no log re-read at the end)."""
 
     def __init__(self, spool: LiveSeries) -> None:
         self.spool = spool

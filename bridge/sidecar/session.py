@@ -28,7 +28,6 @@ from bridge.parse.template import COMPILED
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig
-from bridge.report.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.samples import GpuRecord, PhaseMark, SessionState
 from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, ScrapeGroup, ScrapeLoop
 from bridge.select import preference_order
@@ -48,6 +47,7 @@ from bridge.sidecar.pipeline import (
     PullPageSink,
     RecordLogSink,
 )
+from bridge.sidecar.spool import LiveSeries, remove_stale_spools, spool_dir
 
 __all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
 
