@@ -9,9 +9,9 @@ scrapes (the parser caches them by their raw bytes), so no stage may mutate them
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Literal, NamedTuple, Protocol, get_args
+from typing import Any, Literal, NamedTuple, Protocol, get_args
 
 
 class Sample(NamedTuple):
@@ -71,11 +71,12 @@ class MetricKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class GpuRecord:
-    """One GPU (or MIG instance) in one scrape: a line of gpu_telemetry_export.jsonl.
+class GpuMeta:
+    """What a GPU (or MIG instance) is, from its series' labels (bridge/normalize.py `meta_of`): the metadata
+    fields of every `GpuRecord`, defined here once.
 
-    The first twelve fields are AIPerf's, in AIPerf's order (`TelemetryRecord`, AIPerf 0.13.0, ai-dynamo/aiperf
-    `src/aiperf/common/models/telemetry_models.py`); the rest are ours.
+    AIPerf's record (`TelemetryRecord`, AIPerf 0.13.0, ai-dynamo/aiperf
+    `src/aiperf/common/models/telemetry_models.py`) has the first eight, in this order; the MIG instance is ours.
     """
 
     gpu_index: int | None
@@ -86,21 +87,36 @@ class GpuRecord:
     hostname: str | None
     namespace: str | None
     pod_name: str | None
-    platform: str
-    timestamp_ns: int
-    telemetry_source_url: str  # redacted
-    telemetry_data: Mapping[str, float]  # report key -> value in report units
     gpu_instance_id: str | None = None
     gpu_instance_profile: str | None = None
-    run_id: str | None = None
-    phase: str | None = None
-    scrape_start_ns: int | None = None
-    scrape_end_ns: int | None = None
 
     @property
     def identity(self) -> tuple[str, str | None]:
         """GPU UUID plus MIG instance: never the index alone."""
         return (self.gpu_uuid, self.gpu_instance_id)
+
+
+GPU_META_FIELDS = tuple(f.name for f in fields(GpuMeta))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuRecord(GpuMeta):
+    """One GPU (or MIG instance) in one scrape: a line of gpu_telemetry_export.jsonl (bridge/record_log.py
+    writes AIPerf's keys in AIPerf's order, then ours): its metadata, then what the scrape read."""
+
+    platform: str
+    timestamp_ns: int
+    telemetry_source_url: str  # redacted
+    telemetry_data: Mapping[str, float]  # report key -> value in report units
+    run_id: str | None = None
+    phase: str | None = None
+    scrape_start_ns: int | None = None
+    scrape_end_ns: int | None = None
+
+    @classmethod
+    def of(cls, meta: GpuMeta, **scrape: Any) -> GpuRecord:
+        """A record of the GPU `meta` describes; `scrape`: the fields past the metadata, by name."""
+        return cls(*[getattr(meta, name) for name in GPU_META_FIELDS], **scrape)
 
 
 # The kinds, defined once: the events file (events.py), the config, the report and the sidecar use these.

@@ -244,9 +244,9 @@ TEMPLATE_PAGES = [page for page in map(_twice, CORPUS) if page is not None]
 def test_a_float_is_written_as_orjson_writes_it(value: float) -> None:
     import orjson
 
-    from bridge.normalize import flat_program
+    from bridge.record_log import line_program
 
-    program = flat_program([(b"{", b"", (b'"v":',), (0,), (1.0,), b"", b"")])
+    program = line_program([((b"{", b"", (b'"v":',), b"", b""), (0,), (1.0,))])
     lines, rows = kernel.records_of(*program, doubles([value]), 0, None)
     assert lines == b"{0" + b'"v":' + orjson.dumps(value) + b"0}\n"
     assert rows == struct.pack("=d", value)
@@ -521,9 +521,9 @@ class _Sneaky(float):
 def test_the_kernel_refuses_arguments_that_do_not_fit_rather_than_read_past_them() -> None:
     """Flat arguments that disagree with each other (a position past the values, a layout past its text or its
     frame, a buffer that is not whole numbers) are an exception, never a read outside a buffer."""
-    from bridge.normalize import flat_program
+    from bridge.record_log import line_program
 
-    program = flat_program([(b"{", b"", (b'"v":',), (1,), (1.0,), b"", b"")])
+    program = line_program([((b"{", b"", (b'"v":',), b"", b""), (1,), (1.0,))])
     with pytest.raises(IndexError):
         kernel.records_of(*program, doubles([2.0]), 0, None)  # position 1 of one value
     text, layout, scales = program

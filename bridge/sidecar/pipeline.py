@@ -137,9 +137,10 @@ class LiveSeriesSink:
                 self.spool.add(page.records, page.display)
 
 
-def _plan_of(page: Page | None) -> object | None:
-    """The kernel's entries of a page (the same tuple for every page of one plan), None off the kernel path."""
-    return page.compiled.entries if page is not None and page.compiled is not None else None
+def _plan_of(page: Page | None) -> int | None:
+    """The key of a page's kernel plan (pages of one plan have the same GPUs in the same places), None off the
+    kernel path."""
+    return page.compiled.plan if page is not None and page.compiled is not None else None
 
 
 class LatestRecords:
@@ -161,7 +162,7 @@ class LatestRecords:
             with self._lock:
                 previous = self._current.get(page.display)
                 self._current[page.display] = page
-                if plan is not None and _plan_of(previous) is plan:
+                if plan is not None and _plan_of(previous) == plan:
                     continue
                 if previous is not None and previous.compiled is not None:
                     for index, identity in enumerate(previous.compiled.identities()):
@@ -183,7 +184,7 @@ class LatestRecords:
         out = {}
         for key, (page, index) in held:
             now = current[key[0]]
-            if _plan_of(now) is not None and _plan_of(now) is _plan_of(page):
+            if _plan_of(now) is not None and _plan_of(now) == _plan_of(page):
                 page = now  # a later page of the same plan: the same GPU at the same place
             out[key] = (first[key], page.records[index])
         return out
@@ -273,7 +274,7 @@ class Pipeline:
         self.max_gpus = max_gpus
         self._identities: dict[str, set[tuple[str, str | None]]] = {}  # url -> GPU identities seen (≤ max_gpus)
         self.over_gpu_limit: dict[str, int] = {}  # url -> records dropped past max_gpus
-        self._entries_within: dict[str, object] = {}  # url -> the compiled entries last found within the limit
+        self._plan_within: dict[str, int] = {}  # url -> the key of the plan last found within the limit
         self.dedup = Deduplicator(preference)
         self.on_duplicate = on_duplicate
         self._lock = threading.Lock()  # sources on threads of their own hand pages over too (`on_page`)
@@ -310,12 +311,12 @@ class Pipeline:
         compiled = self.normalizer.compiled(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
                                             run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
         if compiled is not None:
-            within = self._entries_within.get(url) is compiled.entries  # (seen GPUs stay within it all run)
+            within = self._plan_within.get(url) == compiled.plan  # (seen GPUs stay within it all run)
             keep = None if within else self._within_gpu_limit(url, compiled.identities())
             if not within:
                 self._select(url, compiled.identities(), fetched.start_ns)
             if keep is None:
-                self._entries_within[url] = compiled.entries
+                self._plan_within[url] = compiled.plan
                 return Page(url, redacted, display, parsed, compiled, phase, fetched.start_ns, fetched.end_ns)
             records = compiled.records()
         else:
