@@ -194,10 +194,12 @@ class Session:
             for probe in self.probes:
                 # Defaults are only scraped when they answer; a user URL is scraped even when the probe
                 # failed, so an exporter that comes up late is still collected (and shown as down).
-                if (probe.reachable or probe.url not in defaults) and not self.pipeline.is_duplicate(probe.url):
+                if probe.reachable or probe.url not in defaults:
                     self.loops[probe.url] = ScrapeLoop(probe.url, self.fetcher, self.config.collection_interval,
                                                        self._on_page, self.pipeline.on_failure,
                                                        monotonic=self._monotonic, now_ns=self._now_ns, group=group)
+                    if self.pipeline.is_duplicate(probe.url):  # never scraped (shown in /status as `duplicate`)
+                        self._retire(probe.url)
             configured = tuple(redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults)
             successful = tuple(redact_url(p.url) for p in self.probes if p.reachable)
             self.events.write_event(Configured(self._now_ns(), self.run_id, configured, successful,
@@ -206,9 +208,10 @@ class Session:
                 logger.warning("no exporter answered (%s): collecting nothing until one does; check the URLs with "
                                "`dcgm-bridge parse URL`", ", ".join(configured) or "no endpoint configured")
             for probe in self.probes:
-                if probe.reachable and probe.url in self.loops:
-                    self.loops[probe.url].scrape_now()  # the baseline scrape
-                elif probe.url in self.loops:
+                loop = self.loops.get(probe.url)
+                if probe.reachable and loop is not None and loop.retired is None:
+                    loop.scrape_now()  # the baseline scrape
+                elif loop is not None and not probe.reachable:
                     logger.warning("endpoint %s is not reachable: %s", redact_url(probe.url), probe.reason)
             self.events.flush()
             self.state = "configured"

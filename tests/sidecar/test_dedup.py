@@ -42,7 +42,8 @@ def test_a_default_and_the_explicit_address_of_one_exporter_count_eight_gpus_not
     with SimulatedExporter(SimulatorConfig(gpus=8, seed=21)) as exporter:
         default = f"http://localhost:{exporter.port}/metrics"
         session = _run(tmp_path, [exporter.url], [default], counter_mode)
-    assert list(session.loops) == [exporter.url]  # the default is not scraped at all
+    assert session.loops[default].stats.scrapes == 0  # the default is not scraped at all
+    assert [e["state"] for e in session.status()["endpoints"]] == ["stopped", "duplicate"]
     sources = {d["telemetry_source_url"] for d in read_dicts(session.records.path)}
     assert sources == {exporter.url}
     assert session.outputs is not None and session.outputs.report is not None
@@ -59,8 +60,8 @@ def test_two_given_names_of_one_exporter_count_once_and_the_first_given_wins(tmp
         by_name = f"http://localhost:{exporter.port}/metrics"
         first = _run(tmp_path / "a", [exporter.url, by_name], [])
         second = _run(tmp_path / "b", [by_name, exporter.url], [])
-    assert list(first.loops) == [exporter.url] and _gpus(first) == 2
-    assert list(second.loops) == [by_name] and _gpus(second) == 2
+    assert first.loops[by_name].retired and not first.loops[exporter.url].retired and _gpus(first) == 2
+    assert second.loops[exporter.url].retired and not second.loops[by_name].retired and _gpus(second) == 2
 
 
 def test_report_on_a_log_holding_both_gives_the_live_numbers(tmp_path: Path) -> None:
