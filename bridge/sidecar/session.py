@@ -34,6 +34,7 @@ from bridge.select import preference_order
 from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir, write_problem
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
+from bridge.sidecar.local import LocalReader, LocalSourceLoop
 from bridge.sidecar.marks import check_sequence, checked_mark, checked_requests_end, phase_after
 from bridge.sidecar.pipeline import (
     Forwarder,
@@ -87,8 +88,9 @@ class Session:
                  now_ns: Callable[[], int] = time.time_ns, monotonic: Callable[[], float] = time.monotonic,
                  listeners: Sequence[PageListener] = (), forwarder: Forwarder | None = None,
                  relabel_config: RelabelConfig | None = None,
-                 opener: Callable[[Path], IO[bytes]] | None = None) -> None:
-        """`opener` opens the record log and the events file for appending (tests inject a failing one)."""
+                 opener: Callable[[Path], IO[bytes]] | None = None, local_readers: Sequence[LocalReader] = ()) -> None:
+        """`opener` opens the record log and the events file for appending (tests inject a failing one);
+        `local_readers`: sources on this node (NVML, AMD SMI: sidecar/local.py), read on the same clock."""
         self.config = config
         self.table = table
         self.run_id = config.effective_run_id()
@@ -104,6 +106,8 @@ class Session:
         self._refresh_sent_ns = 0  # when the refresh gauges last went to OTLP
         self.self_metric_points = 0  # the bridge's own points handed to OTLP (the refresh gauges)
         self.loops: dict[str, ScrapeLoop] = {}
+        self.local_readers = list(local_readers)
+        self.local_loops: dict[str, LocalSourceLoop] = {}  # source name -> its loop
         self.marks: list[PhaseMark] = []
         self.phase: str | None = None
         self.requests_end_ns: int | None = None
@@ -131,7 +135,8 @@ class Session:
             sinks.append(ListenerSink(listeners))
         self.disposition: Disposition | None = None  # what the artifact directory held (prepare_artifacts)
         self.started_ns: int | None = None  # when configure began: a phase manifest older than this is not ours
-        self.preference = preference_order(config.telemetry.urls, candidate_endpoints([], config.default_endpoints))
+        self.preference = preference_order([*config.telemetry.urls, *(r.name for r in self.local_readers)],
+                                           candidate_endpoints([], config.default_endpoints))
         self.pipeline = Pipeline(Normalizer(table), sinks, self.events, run_id=self.run_id,
                                  phase=lambda: self.phase, otlp=self._otlp, max_series=config.max_series,
                                  max_gpus=config.max_gpus, preference=self.preference,
@@ -200,8 +205,10 @@ class Session:
                                                        monotonic=self._monotonic, now_ns=self._now_ns, group=group)
                     if self.pipeline.is_duplicate(probe.url):  # never scraped (shown in /status as `duplicate`)
                         self._retire(probe.url)
+            locals_read = self._configure_local_sources()
             configured = tuple(redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults)
-            successful = tuple(redact_url(p.url) for p in self.probes if p.reachable)
+            configured += tuple(self.local_loops)
+            successful = tuple(redact_url(p.url) for p in self.probes if p.reachable) + locals_read
             self.events.write_event(Configured(self._now_ns(), self.run_id, configured, successful,
                                                self.config.counter_mode))
             if not successful:
@@ -213,9 +220,26 @@ class Session:
                     loop.scrape_now()  # the baseline scrape
                 elif loop is not None and not probe.reachable:
                     logger.warning("endpoint %s is not reachable: %s", redact_url(probe.url), probe.reason)
+            for local in self.local_loops.values():
+                local.tick()  # the baseline read
             self.events.flush()
             self.state = "configured"
             return self.probes
+
+    def _configure_local_sources(self) -> tuple[str, ...]:
+        """A loop per local reader, after one read for the selection stage (as the probes' pages): a reader that
+        sees the GPUs of a preferred source is retired at once. The names of those whose read gave a page."""
+        read: list[str] = []
+        for reader in self.local_readers:
+            loop = self.local_loops[reader.name] = LocalSourceLoop(
+                reader, self.config.collection_interval, self.pipeline.preview, self.pipeline.on_failure,
+                monotonic=self._monotonic, now_ns=self._now_ns)
+            if loop.tick():
+                read.append(reader.name)
+            loop.on_page = self.pipeline.on_page
+            if self.pipeline.is_duplicate(reader.name):
+                self._retire(reader.name)
+        return tuple(read)
 
     def _probe_all(self, urls: Sequence[str]) -> list[Probe]:
         """Every endpoint probed at once (`fetch` is thread-safe): start-up takes one probe's time, not the
@@ -238,7 +262,7 @@ class Session:
     def _retire(self, url: str) -> None:
         """A source found a duplicate of another (the pipeline said so, in the log and the events): not scraped
         any more. Called on the scrape thread: no session lock (completion holds it while it waits for scrapes)."""
-        loop = self.loops.get(url)
+        loop = self.loops.get(url) or self.local_loops.get(url)
         if loop is not None:
             loop.retire("a duplicate of another endpoint: not scraped")
 
@@ -253,6 +277,8 @@ class Session:
                 logger.warning(KERNEL_MISSING)
             for loop in self.loops.values():
                 loop.start()
+            for local in self.local_loops.values():
+                local.start()
             self.state = "collecting"
             # The report's imports (numpy, the builder, the writers: ~0.2 CPU-s) are paid now, once, off the
             # shutdown path: under a 25m limit the grace period is 0.75 CPU-s for everything at the end.
@@ -278,6 +304,8 @@ class Session:
         return mark
 
     def _boundary(self, mark: PhaseMark, loops: list[ScrapeLoop]) -> None:
+        for local in list(self.local_loops.values()):
+            local.tick()
         waits = [(loop, loop.request_boundary(mark.time_ns)) for loop in loops]
         for loop, boundary in waits:
             finished = boundary.done.wait(self.config.scrape_timeout + self.config.connect_timeout + 1)
@@ -312,6 +340,9 @@ class Session:
             if await_refresh:
                 self._await_refresh(now)
                 deadline = self._monotonic() + self.config.shutdown_delay
+            for local in self.local_loops.values():
+                local.tick()  # the final read
+                local.stop(timeout=max(0.1, deadline - self._monotonic()))
             for loop in self.loops.values():
                 loop.stop(timeout=max(0.1, deadline - self._monotonic()))
             otlp = self._close_forwarder(deadline)

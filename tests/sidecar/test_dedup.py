@@ -15,7 +15,8 @@ from bridge.record_log import read_dicts
 from bridge.report import build_report_from_events
 from bridge.report.events import load_events
 from bridge.sidecar.session import Session
-from bridge.simulator import SimulatedExporter, SimulatorConfig
+from bridge.simulator import NodeModel, SimulatedExporter, SimulatorConfig
+from bridge.simulator.render import PageRenderer
 from tests.sidecar.helpers import scrape_synchronously
 
 
@@ -84,3 +85,57 @@ def test_report_on_a_log_holding_both_gives_the_live_numbers(tmp_path: Path) -> 
     assert offline.telemetry_data["endpoints"] == live.telemetry_data["endpoints"]
     assert offline.telemetry_data["summary"]["duplicate_endpoints"] == \
         live.telemetry_data["summary"]["duplicate_endpoints"]
+
+
+class SimulatedNvml:
+    """A local reader (sidecar/local.py `LocalReader`) of a simulated node: the page NVML's reader would write,
+    rendered without HTTP (no GPU or vendor library here)."""
+
+    def __init__(self, config: SimulatorConfig, name: str = "pynvml://localhost") -> None:
+        self.name = name
+        self.model = NodeModel(config)
+        self.renderer = PageRenderer(self.model)
+        self.closed = False
+
+    def read(self, sample_ns: int) -> bytes:
+        return self.renderer.page(sample_ns)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _with_local(tmp_path: Path, users: list[str], reader: SimulatedNvml) -> Session:
+    config = Config(telemetry=TelemetryItems(urls=users), default_endpoints=[], artifact_dir=str(tmp_path),
+                    collection_interval=0.05, scrape_timeout=1.0, connect_timeout=0.5, run_id="test-run",
+                    shutdown_delay=3.0)
+    session = Session(config, default_table(), local_readers=[reader])
+    session.configure()
+    scrape_synchronously(session, 2)
+    session.local_loops[reader.name].tick()
+    session.complete()
+    return session
+
+
+def test_a_local_reader_plugs_into_the_pipeline_and_its_gpus_are_recorded_beside_an_exporters(
+        tmp_path: Path) -> None:
+    reader = SimulatedNvml(SimulatorConfig(gpus=2, seed=24))
+    with SimulatedExporter(SimulatorConfig(gpus=2, seed=25)) as exporter:
+        session = _with_local(tmp_path, [exporter.url], reader)
+    by_source: dict[str, set[str]] = {}
+    for d in read_dicts(session.records.path):
+        by_source.setdefault(d["telemetry_source_url"], set()).add(d["gpu_uuid"])
+    assert {k: len(v) for k, v in by_source.items()} == {exporter.url: 2, reader.name: 2}
+    assert _gpus(session) == 4 and reader.closed
+    assert session.local_loops[reader.name].reads == 1 + 1 + 1 + 1  # preview, baseline, the tick, the final
+
+
+def test_a_local_reader_that_sees_the_gpus_of_a_given_exporter_is_its_duplicate(tmp_path: Path) -> None:
+    reader = SimulatedNvml(SimulatorConfig(gpus=2, seed=26))
+    with SimulatedExporter(SimulatorConfig(gpus=2, seed=26)) as exporter:
+        session = _with_local(tmp_path, [exporter.url], reader)
+    assert {d["telemetry_source_url"] for d in read_dicts(session.records.path)} == {exporter.url}
+    assert session.local_loops[reader.name].reads == 1  # the preview only: retired before its baseline
+    assert _gpus(session) == 2
+    assert session.outputs is not None and session.outputs.report is not None
+    assert session.outputs.report.telemetry_data["summary"]["duplicate_endpoints"] == \
+        [{"endpoint": "localhost", "duplicate_of": f"127.0.0.1:{exporter.port}"}]
