@@ -289,24 +289,30 @@ class Pipeline:
             return page
 
     def preview(self, url: str, fetched: SourcePage) -> None:
-        """A page read for the selection stage only (a probe's, before collection starts): nothing to the sinks."""
+        """A page read for the selection stage only (a probe's, before collection starts): nothing to the sinks,
+        nothing counted against the GPU limit."""
         with self._lock:
-            self.read(url, fetched)
+            parsed, redacted = self._parse(url, fetched)
+            records = self.normalizer.records(parsed, source_url=redacted, timestamp_ns=fetched.start_ns)
+            self._select(url, [r.identity for r in records], fetched.start_ns)
 
     def is_duplicate(self, url: str) -> bool:
         return display_key(redact_url(url)) in self.dedup.dropped
 
-    def read(self, url: str, fetched: SourcePage) -> Page:
-        """Parse and normalise one fetched page (the template check, the values, the records)."""
+    def _parse(self, url: str, fetched: SourcePage) -> tuple[ParsedPage, str]:
+        """The page parsed by its source's parser (the template check, the values), and the source's redacted URL."""
         parser = self._parsers.get(url)
         if parser is None:
             parser = self._parsers[url] = PageParser(max_series=self.max_series)
-        parsed = parser.parse(fetched.body, openmetrics="openmetrics" in fetched.content_type or None)
-        keys = self._keys.get(url)
-        if keys is None:
+        if url not in self._keys:
             redacted = redact_url(url)
-            keys = self._keys[url] = (redacted, display_key(redacted))
-        redacted, display = keys
+            self._keys[url] = (redacted, display_key(redacted))
+        return parser.parse(fetched.body, openmetrics="openmetrics" in fetched.content_type or None), self._keys[url][0]
+
+    def read(self, url: str, fetched: SourcePage) -> Page:
+        """Parse and normalise one fetched page (the template check, the values, the records)."""
+        parsed, redacted = self._parse(url, fetched)
+        display = self._keys[url][1]
         phase = self.phase()
         compiled = self.normalizer.compiled(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
                                             run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
