@@ -174,7 +174,7 @@ class Normalizer:
         self._specs: dict[str, FieldSpec | None] = {}
         self._plans: dict[tuple[PageTemplate, frozenset[int]], _Plan] = {}
         self._plan_numbers = count()
-        # (plan key, source, run, phase, with an end time): the record log's line program (None: not compiled)
+        # (plan key, source, run, phase, with an end time or not) -> the record log's line program for its records
         self._programs: dict[tuple[int, str, str | None, str | None, bool], LineProgram] = {}
         # Units come from the names (NVIDIA's table), never from the values: a value that contradicts its
         # name is said once per family per run (`take_anomalies`), and reported as the name says.
