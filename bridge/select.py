@@ -44,7 +44,7 @@ def duplicates_of(served: Mapping[str, Collection[Identity]], preference: Sequen
     """dropped endpoint → the endpoint it duplicates, for endpoints keyed by display key (host:port) as in
     `served` (each endpoint's GPU identities over the run). `preference` may hold URLs or display keys;
     an endpoint not in it comes after those that are, in `served`'s order."""
-    rank = {display_key(e) if "://" in e else e: n for n, e in enumerate(preference)}
+    rank = {_key(e): n for n, e in enumerate(preference)}
     gpus = {endpoint: known(ids) for endpoint, ids in served.items()}
     order = sorted(gpus, key=lambda e: (-len(gpus[e]), rank.get(e, len(rank))))  # (sorted is stable)
     kept: list[str] = []
@@ -57,6 +57,11 @@ def duplicates_of(served: Mapping[str, Collection[Identity]], preference: Sequen
         else:
             out[endpoint] = twin
     return out
+
+
+def _key(endpoint: str) -> str:
+    """An endpoint's display key, from its URL or its display key."""
+    return display_key(endpoint) if "://" in endpoint else endpoint
 
 
 def describe(dropped: str, kept: str) -> str:
@@ -103,13 +108,14 @@ S = TypeVar("S", bound=_HasEndpoint)
 
 
 def select_series(series: Sequence[S], preference: Sequence[str],
-                  dropped: Mapping[str, str] = {}) -> tuple[list[S], dict[str, str]]:  # noqa: B006 - read only
+                  dropped: Mapping[str, str] | None = None) -> tuple[list[S], dict[str, str]]:
     """The report's series without those of duplicate endpoints, and which were dropped (→ kept): the rule over
     the series' identities, plus `dropped` (what the live run decided, from its events file)."""
     served: dict[str, set[Identity]] = {}
     for s in series:
         served.setdefault(s.endpoint, set()).add(s.meta.identity)
-    out = {**{display_key(d) if "://" in d else d: k for d, k in dropped.items()}, **duplicates_of(served, preference)}
+    out = {_key(d): k for d, k in (dropped or {}).items()}
+    out.update(duplicates_of(served, preference))
     return [s for s in series if s.endpoint not in out], out
 
 
