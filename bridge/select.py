@@ -111,10 +111,11 @@ def select_series(series: Sequence[S], preference: Sequence[str],
                   dropped: Mapping[str, str] | None = None) -> tuple[list[S], dict[str, str]]:
     """The report's series without those of duplicate endpoints, and which were dropped (→ kept): the rule over
     the series' identities, plus `dropped` (what the live run decided, from its events file)."""
+    out = {_key(d): k for d, k in (dropped or {}).items()}
     served: dict[str, set[Identity]] = {}
     for s in series:
-        served.setdefault(s.endpoint, set()).add(s.meta.identity)
-    out = {_key(d): k for d, k in (dropped or {}).items()}
+        if s.endpoint not in out:  # (what the run decided stands; the rule decides among the others)
+            served.setdefault(s.endpoint, set()).add(s.meta.identity)
     out.update(duplicates_of(served, preference))
     return [s for s in series if s.endpoint not in out], out
 

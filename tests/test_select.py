@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from bridge.fields import default_table
 from bridge.normalize import Normalizer
 from bridge.record_log import LineWriter, read_dicts
 from bridge.report import build_report
 from bridge.samples import LocalPage
-from bridge.select import Deduplicator, duplicates_of, preference_order
+from bridge.select import Deduplicator, duplicates_of, preference_order, select_series
 from bridge.sidecar.pipeline import Pipeline, RecordLogSink
 from tests.otlp.pages import dcgm_page
 
@@ -55,6 +56,22 @@ def test_a_preferred_endpoint_seen_later_drops_the_one_seen_first_once() -> None
     assert dedup.observe("given:9400", A) == {"localhost:9400": "given:9400"}
     assert dedup.observe("given:9400", A) == {}
     assert dedup.dropped == {"localhost:9400": "given:9400"}
+
+
+class _Meta(NamedTuple):
+    identity: tuple[str, str | None]
+
+
+class _Series(NamedTuple):
+    endpoint: str
+    meta: _Meta
+
+
+def test_what_the_live_run_decided_stands_and_the_rule_decides_among_the_rest() -> None:
+    series = [_Series(e, _Meta(i)) for e in ("a:1", "b:1", "c:1") for i in sorted(A)]
+    kept, dropped = select_series(series, ["a:1", "b:1", "c:1"], {"http://a:1/metrics": "b:1"})
+    assert dropped == {"a:1": "b:1", "c:1": "b:1"}
+    assert {s.endpoint for s in kept} == {"b:1"}
 
 
 def test_a_local_reader_and_an_exporter_of_the_same_gpus_are_one_source_live_and_in_the_report(

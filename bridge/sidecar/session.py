@@ -206,8 +206,8 @@ class Session:
                     if self.pipeline.is_duplicate(probe.url):  # never scraped (shown in /status as `duplicate`)
                         self._retire(probe.url)
             locals_read = self._configure_local_sources()
-            configured = tuple(redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults)
-            configured += tuple(self.local_loops)
+            scraped = {p.url for p in self.probes if p.reachable or p.url not in defaults} | set(self.local_loops)
+            configured = tuple(redact_url(u) for u in self.preference if u in scraped)  # (the report's preference)
             successful = tuple(redact_url(p.url) for p in self.probes if p.reachable) + locals_read
             self.events.write_event(Configured(self._now_ns(), self.run_id, configured, successful,
                                                self.config.counter_mode))

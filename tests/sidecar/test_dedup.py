@@ -139,3 +139,24 @@ def test_a_local_reader_that_sees_the_gpus_of_a_given_exporter_is_its_duplicate(
     assert session.outputs is not None and session.outputs.report is not None
     assert session.outputs.report.telemetry_data["summary"]["duplicate_endpoints"] == \
         [{"endpoint": "localhost", "duplicate_of": f"127.0.0.1:{exporter.port}"}]
+
+
+def test_a_local_reader_beats_a_default_exporter_of_the_same_gpus_live_and_in_the_rebuilt_report(
+        tmp_path: Path) -> None:
+    reader = SimulatedNvml(SimulatorConfig(gpus=2, seed=27))
+    with SimulatedExporter(SimulatorConfig(gpus=2, seed=27)) as exporter:
+        config = Config(telemetry=TelemetryItems(urls=[]), default_endpoints=[exporter.url],
+                        artifact_dir=str(tmp_path), collection_interval=0.05, scrape_timeout=1.0, connect_timeout=0.5,
+                        run_id="test-run", shutdown_delay=3.0)
+        session = Session(config, default_table(), local_readers=[reader])
+        session.configure()
+        session.local_loops[reader.name].tick()
+        session.complete()
+    assert session.loops[exporter.url].retired and session.loops[exporter.url].stats.scrapes == 0
+    assert {d["telemetry_source_url"] for d in read_dicts(session.records.path)} == {reader.name}
+    live = session.outputs.report if session.outputs is not None else None
+    assert live is not None and _gpus(session) == 2
+    rebuilt = build_report_from_events(session.records.path, session.events.path)
+    assert rebuilt.energy == live.energy
+    assert rebuilt.telemetry_data["summary"]["duplicate_endpoints"] == \
+        [{"endpoint": f"127.0.0.1:{exporter.port}", "duplicate_of": "localhost"}]
