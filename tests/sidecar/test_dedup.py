@@ -82,6 +82,8 @@ def test_report_on_a_log_holding_both_gives_the_live_numbers(tmp_path: Path) -> 
                                 if orjson.loads(line).get("state") != "duplicate"))
     offline = build_report_from_events(both, events)
     assert offline.energy == live.energy
+    assert [(e.display, e.reason) for e in offline.endpoints if not e.up_at_end] == \
+        [(f"localhost:{exporter.port}", f"duplicate of 127.0.0.1:{exporter.port}")]
     assert offline.telemetry_data["endpoints"] == live.telemetry_data["endpoints"]
     assert offline.telemetry_data["summary"]["duplicate_endpoints"] == \
         live.telemetry_data["summary"]["duplicate_endpoints"]
