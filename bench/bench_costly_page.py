@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--seconds", type=float, default=20.0)
     opts = args.parse_args(argv)
     healthy_sim, (healthy,) = start_simulators(1, 8)
-    costly_sim, (costly,) = start_simulators(1, 64, "--mig", "7")
+    costly_sim, (costly,) = start_simulators(1, 64, "--mig", "7", "--seed", "1")  # (other GPUs than the healthy one)
     sink, otlp_url = start_otlp_sink()
     out = Path(tempfile.mkdtemp(prefix="bench-costly-"))
     port = free_port()

@@ -6,7 +6,7 @@ both sides, since AIPerf's side is timed after its imports too):
   writing profile_export_aiperf.json (the command's own function; plain and .jsonl.gz);
 - AIPerf 0.13.0's accumulator over the same log (TelemetryRecord validation + TelemetryHierarchy +
   export_results), in its own venv;
-- the sidecar's shutdown path: the records were fed to report.spool.LiveSeries while they were written
+- the sidecar's shutdown path: the records were fed to sidecar.spool.LiveSeries while they were written
   (spooled to disk as raw rows), so the end maps the spool, computes the statistics and writes the JSON and
   CSV; for the whole hour, and for the first 90 s of it (a short run).
 
@@ -54,7 +54,7 @@ if mode == "rebuild":  # what `dcgm-bridge report --jsonl LOG --start-ns A --end
     records = None
 else:  # the sidecar's path: LiveSeries fed during the run, then finish + build + write at the end
     from bridge.record_log import read_records
-    from bridge.report.spool import LiveSeries
+    from bridge.sidecar.spool import LiveSeries
     live = LiveSeries(work / "spool")
     limit = int(sys.argv[6])
     batch = []

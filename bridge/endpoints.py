@@ -18,6 +18,11 @@ from bridge.redact import netloc_without_userinfo
 
 DEFAULT_ENDPOINTS = ("http://localhost:9400/metrics", "http://localhost:9401/metrics")
 LOCAL_COLLECTORS = frozenset(["pynvml", "amdsmi"])
+
+
+def local_source_url(name: str) -> str:
+    """A local source's URL, its endpoint id and key (`pynvml://localhost`, as AIPerf names it)."""
+    return f"{name}://localhost"
 # What to tell a user whose exporter refreshes slower than we scrape (dcgm-exporter's `-c` / collect-interval,
 # env DCGM_EXPORTER_INTERVAL, 30000 ms by default: NVIDIA/dcgm-exporter `pkg/cmd/app.go`; DCGM samples the
 # watched fields at that interval).

@@ -31,7 +31,7 @@ REFRESH_PERIOD_HELP = "How often the DCGM endpoint's values change (dcgm-exporte
 LAST_REFRESH = "dcgm_bridge_exporter_last_refresh_timestamp_seconds"
 LAST_REFRESH_HELP = "When a scrape first saw the DCGM endpoint's current values (Unix seconds): stale when old."
 
-EndpointState = Literal["pending", "up", "down", "unreadable", "stopped"]
+EndpointState = Literal["pending", "up", "down", "unreadable", "duplicate", "stopped"]
 
 _KEEP_BODY = 1 << 20
 _LATENESS_KEPT = 4096  # recent tick lateness samples per endpoint; the older half goes when full
@@ -124,9 +124,13 @@ class EndpointStats:
         self.last_duration_s = seconds
 
     def stopped(self) -> None:
-        """The run is over: an endpoint that was down stays shown as down."""
-        if self.state != "down":
+        """The run is over: an endpoint that was down (or a duplicate) stays shown as such."""
+        if self.state not in ("down", "duplicate"):
             self.state = "stopped"
+
+    def retired(self) -> None:
+        """It serves the same GPUs as another endpoint and is scraped no more (bridge/select.py)."""
+        self.state = "duplicate"
 
     # -- fed by the pipeline -----------------------------------------------------------------------
     def answered(self, body: bytes, start_ns: int, *, readable: bool) -> bool:

@@ -14,28 +14,27 @@ keys and the sample positions and scales that fill them — and each page then c
 `map`/`zip`/`dict` calls per GPU. The plan is the line loop's result with positions in place of values
 (the same code computes both), so a compiled page and a looped page give the same records.
 
-Faster still, with the compiled kernel (bridge/_kernel.c): a plan also compiles into a record program — the
-JSON text of each record around its values, cut from `record_to_line` of the record itself — and the kernel
-writes a templated page's record lines and live-report rows in one call (`Normalizer.compiled`). The records
-are then built only when something asks for them (`CompiledRecords.records`: the live view's first sight of
-a GPU, listeners); tests/test_kernel.py holds the kernel's lines to `record_to_line`'s, byte for byte.
+Faster still, with the compiled kernel (bridge/_kernel.c): the record log lays a plan's records out as a line
+program — the JSON text of each record around its values (bridge/record_log.py `line_pieces`, its own format) —
+and the kernel writes a templated page's record lines and value rows in one call (`Normalizer.compiled`). The
+records are then built only when something asks for them (`CompiledRecords.records`: the live view's first
+sight of a GPU, listeners); tests/test_kernel.py holds the kernel's lines to `record_to_line`'s, byte for byte.
 """
 
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from itertools import count
 from typing import NamedTuple
-
-import orjson
 
 from bridge import kernel  # without the compiled kernel every page takes `Normalizer.records`
 from bridge.fields import BLANK_VALUES, FieldSpec, FieldTable, is_blank_label, is_blank_value, spec_for_family
 from bridge.parse import AnyPage, PageTemplate, TemplatedPage
 from bridge.parse.template import pack_ints
-from bridge.record_log import record_to_dict, record_to_line
-from bridge.samples import GpuRecord
+from bridge.record_log import LineProgram, line_pieces, line_program
+from bridge.samples import GpuMeta, GpuRecord
 
 _BLANKS = tuple(sorted(BLANK_VALUES))
 
@@ -45,20 +44,6 @@ _NOT_GPU_LABELS = ("nvlink", "nvswitch", "cpucore")
 class GpuIdentity(NamedTuple):
     uuid: str
     instance_id: str | None
-
-
-class GpuMeta(NamedTuple):
-    gpu_index: int | None
-    gpu_uuid: str
-    gpu_model_name: str | None
-    pci_bus_id: str | None
-    device: str | None
-    hostname: str | None
-    namespace: str | None
-    pod_name: str | None
-    instance_id: str | None
-    instance_profile: str | None
-    platform: str = "nvidia"
 
 
 def _label(labels: Mapping[str, str], *names: str) -> str | None:
@@ -91,8 +76,8 @@ def meta_of(labels: Mapping[str, str]) -> GpuMeta | None:
         hostname=hostname,
         namespace=_label(labels, "namespace", "pod_namespace"),
         pod_name=_label(labels, "pod", "pod_name"),
-        instance_id=_label(labels, "GPU_I_ID"),
-        instance_profile=_label(labels, "GPU_I_PROFILE"),
+        gpu_instance_id=_label(labels, "GPU_I_ID"),
+        gpu_instance_profile=_label(labels, "GPU_I_PROFILE"),
     )
 
 
@@ -114,13 +99,13 @@ def _amd_meta_of(labels: Mapping[str, str]) -> GpuMeta:
         hostname=hostname,
         namespace=_label(labels, "namespace"),
         pod_name=_label(labels, "pod"),
-        instance_id=None if partition == "NA" else partition,
-        instance_profile=_label(labels, "gpu_compute_partition_type") if partition not in (None, "NA") else None,
+        gpu_instance_id=None if partition == "NA" else partition,
+        gpu_instance_profile=_label(labels, "gpu_compute_partition_type") if partition not in (None, "NA") else None,
         platform="amd",
     )
 
 
-class _Entry(NamedTuple):
+class PlanEntry(NamedTuple):
     """One record of a plan: its metadata, report keys, and the sample positions and scales behind them."""
 
     meta: GpuMeta
@@ -128,84 +113,29 @@ class _Entry(NamedTuple):
     positions: tuple[int, ...]
     scaled: tuple[tuple[int, float], ...]  # (index in keys, scale) of the few keys whose scale is not 1
 
+    def scales(self) -> list[float]:
+        out = [1.0] * len(self.keys)
+        for index, scale in self.scaled:
+            out[index] = scale
+        return out
+
 
 class _Plan(NamedTuple):
+    key: int  # the plan's number, unique within its Normalizer: what caches and sinks key a plan's pages by
     candidates: tuple[int, ...]  # positions of GPU samples with a report key: where absence matters
     candidate_at: bytes  # the same, as the kernel reads them (int32)
-    entries: tuple[_Entry, ...]
+    entries: tuple[PlanEntry, ...]
     ratios: tuple[tuple[int, str], ...] = ()  # (position, family) of present `_RATIO` samples: 0-1 by name
-    programs: dict[tuple[str, str | None, str | None, bool], RecordProgram | None] | None = None
-
-
-# One record of a record program: the line's text before the timestamp, between it and the first value, before
-# each value (`"key":`), after the last value up to `scrape_start_ns`'s value, and before `scrape_end_ns`'s
-# value; the sample position and scale of each value.
-ProgramEntry = tuple[bytes, bytes, tuple[bytes, ...], tuple[int, ...], tuple[float, ...], bytes, bytes]
-# The program as bridge/_kernel.c reads it, flat (three buffers instead of a thousand objects to chase through
-# a cold cache): every record's texts in the order they are written; per record (key count, head, middle,
-# tail and end lengths) then per key (its text's length, its sample position), int32; every key's scale, float64.
-RecordProgram = tuple[bytes, bytes, bytes]
-
-
-def flat_program(entries: Sequence[ProgramEntry]) -> RecordProgram:
-    """A record program's entries laid out as the kernel reads them."""
-    text: list[bytes] = []
-    layout: list[int] = []
-    scales: list[float] = []
-    for head, middle, keys, positions, factors, tail, end in entries:
-        text += (head, middle)
-        layout += (len(keys), len(head), len(middle), len(tail), len(end))
-        for key, position in zip(keys, positions, strict=True):
-            text.append(key)
-            layout += (len(key), position)
-        text += (tail, end)
-        scales += factors
-    return b"".join(text), pack_ints(layout), array("d", scales).tobytes()
-_START, _END = -(2**62), -(2**62) + 1  # placeholder times, cut out of the reference line
-
-
-def _program_entry(entry: _Entry, source_url: str, run_id: str | None, phase: str | None,
-                   has_end: bool) -> ProgramEntry | None:
-    """The record's own line (`record_to_line`) cut at its times and values; None when the line is not laid out
-    as the kernel writes it (the record then takes `record_to_line`)."""
-    marks = [float(k) for k in range(len(entry.keys))]
-    record = _record(entry.meta, dict(zip(entry.keys, marks, strict=True)), source_url, _START, run_id, phase,
-                     _END if has_end else None)
-    layout = list(record_to_dict(record))
-    ends = ["scrape_start_ns", "scrape_end_ns"] if has_end else ["scrape_start_ns"]
-    if layout[-len(ends):] != ends or layout.index("timestamp_ns") > layout.index("telemetry_data"):
-        return None
-    line = record_to_line(record)
-    head, rest = line.split(b'"timestamp_ns":%d' % _START, 1)
-    middle, rest = rest.split(b'"telemetry_data":{', 1)
-    keys: list[bytes] = []
-    for k, key in enumerate(entry.keys):
-        text = (b"," if k else b"") + orjson.dumps(key) + b":"
-        value = b"%d.0" % k
-        if not rest.startswith(text + value):
-            return None
-        keys.append(text)
-        rest = rest[len(text) + len(value):]
-    tail, rest = rest.split(b'"scrape_start_ns":%d' % _START, 1)
-    end = b""
-    if has_end:
-        end, rest = rest.split(b'"scrape_end_ns":%d' % _END, 1)
-        end += b'"scrape_end_ns":'
-    if rest != b"}\n":
-        return None
-    scales = [1.0] * len(keys)
-    for index, scale in entry.scaled:
-        scales[index] = scale
-    return (head + b'"timestamp_ns":', middle + b'"telemetry_data":{', tuple(keys), entry.positions, tuple(scales),
-            tail + b'"scrape_start_ns":', end)
 
 
 class CompiledRecords(NamedTuple):
     """A templated page's records as the kernel wrote them: their lines and rows (each record's values as
     native float64, in its entry's key order); `records()` builds the GpuRecords themselves, equal to what
-    `Normalizer.records` returns for the page."""
+    `Normalizer.records` returns for the page. `plan`: its plan's key (pages of one plan have the same GPUs in
+    the same places, the same `entries`)."""
 
-    entries: tuple[_Entry, ...]
+    plan: int
+    entries: tuple[PlanEntry, ...]
     lines: bytes
     rows: bytes
     source_url: str
@@ -215,9 +145,9 @@ class CompiledRecords(NamedTuple):
     scrape_end_ns: int | None
 
     def identities(self) -> list[tuple[str, str | None]]:
-        return [(e.meta.gpu_uuid, e.meta.instance_id) for e in self.entries]
+        return [(e.meta.gpu_uuid, e.meta.gpu_instance_id) for e in self.entries]
 
-    def row_views(self) -> list[tuple[_Entry, memoryview]]:
+    def row_views(self) -> list[tuple[PlanEntry, memoryview]]:
         """Each record's entry and its row of values."""
         view = memoryview(self.rows)
         out = []
@@ -228,7 +158,7 @@ class CompiledRecords(NamedTuple):
             offset += width
         return out
 
-    def record(self, entry: _Entry, row: memoryview) -> GpuRecord:
+    def record(self, entry: PlanEntry, row: memoryview) -> GpuRecord:
         return _record(entry.meta, dict(zip(entry.keys, row.cast("d").tolist(), strict=True)), self.source_url,
                        self.timestamp_ns, self.run_id, self.phase, self.scrape_end_ns)
 
@@ -264,6 +194,9 @@ class Normalizer:
         self._meta: dict[int, tuple[Mapping[str, str], GpuMeta | None]] = {}
         self._specs: dict[str, FieldSpec | None] = {}
         self._plans: dict[tuple[PageTemplate, frozenset[int]], _Plan] = {}
+        self._plan_numbers = count()
+        # (plan key, source, run, phase, with an end time or not) -> the record log's line program for its records
+        self._programs: dict[tuple[int, str, str | None, str | None, bool], LineProgram] = {}
         # Units come from the names (NVIDIA's table), never from the values: a value that contradicts its
         # name is said once per family per run (`take_anomalies`), and reported as the name says.
         self._anomalous: set[str] = set()
@@ -329,23 +262,27 @@ class Normalizer:
         if not kernel.running() or not isinstance(page, TemplatedPage):
             return None
         plan = self._plan_for(page)
-        programs = plan.programs
-        if programs is None:
-            return None
-        key = (source_url, run_id, phase, scrape_end_ns is not None)
-        if key in programs:
-            program = programs[key]
-        else:
-            if len(programs) > 16:
-                programs.clear()
-            entries = [_program_entry(e, *key) for e in plan.entries]
-            program = programs[key] = None if None in entries else flat_program(entries)  # type: ignore[arg-type]
+        key = (plan.key, source_url, run_id, phase, scrape_end_ns is not None)
+        program = self._programs.get(key)
         if program is None:
-            return None
+            if len(self._programs) > 256:
+                self._programs.clear()
+            program = self._programs[key] = self._line_program(plan, *key[1:])
         if plan.ratios:
             self._check_ratios(plan, page.value_getter(), source_url)
         lines, rows = kernel.records_of(*program, page.raw, timestamp_ns, scrape_end_ns)
-        return CompiledRecords(plan.entries, lines, rows, source_url, timestamp_ns, run_id, phase, scrape_end_ns)
+        return CompiledRecords(plan.key, plan.entries, lines, rows, source_url, timestamp_ns, run_id, phase,
+                               scrape_end_ns)
+
+    @staticmethod
+    def _line_program(plan: _Plan, source_url: str, run_id: str | None, phase: str | None,
+                      has_end: bool) -> LineProgram:
+        """The record log's line program for a plan's records (bridge/record_log.py lays the lines out)."""
+        def shape(entry: PlanEntry) -> GpuRecord:  # (its times and values are not read)
+            return _record(entry.meta, dict.fromkeys(entry.keys, 0.0), source_url, 0, run_id, phase,
+                           0 if has_end else None)
+
+        return line_program((line_pieces(shape(e)), e.positions, e.scales()) for e in plan.entries)
 
     def _plan_for(self, page: TemplatedPage) -> _Plan:
         template = page.template
@@ -394,18 +331,18 @@ class Normalizer:
             if name.endswith("_RATIO"):
                 ratios.append((position, name))
             slot = (position, spec.scale)
-            if meta.instance_id is not None and spec.level == "device":
+            if meta.gpu_instance_id is not None and spec.level == "device":
                 # Device-level field repeated on a MIG instance series: the parent's, counted once.
                 parent = GpuIdentity(meta.gpu_uuid, None)
                 if parent not in metas:
-                    metas[parent] = meta._replace(instance_id=None, instance_profile=None)
+                    metas[parent] = replace(meta, gpu_instance_id=None, gpu_instance_profile=None)
                 fallback = parent_fallback.setdefault(parent, {})
-                if meta.instance_id == "0":  # AMD partition 0 carries the package's sensors, the others 0
+                if meta.gpu_instance_id == "0":  # AMD partition 0 carries the package's sensors, the others 0
                     fallback[spec.key] = slot
                 else:
                     fallback.setdefault(spec.key, slot)
                 continue
-            identity = GpuIdentity(meta.gpu_uuid, meta.instance_id)
+            identity = GpuIdentity(meta.gpu_uuid, meta.gpu_instance_id)
             if identity not in metas or identity in parent_fallback and identity not in slots:
                 metas[identity] = meta
             slots.setdefault(identity, {})[spec.key] = slot
@@ -414,33 +351,16 @@ class Normalizer:
             for key, slot in fallback.items():
                 merged.setdefault(key, slot)
         entries = tuple(
-            _Entry(metas[identity], tuple(data), tuple(p for p, _ in data.values()),
+            PlanEntry(metas[identity], tuple(data), tuple(p for p, _ in data.values()),
                    tuple((k, scale) for k, (_, scale) in enumerate(data.values()) if scale != 1.0))
             for identity, data in slots.items()
             if data
         )
-        return _Plan(tuple(candidates), pack_ints(candidates), entries, tuple(ratios), {})
+        return _Plan(next(self._plan_numbers), tuple(candidates), pack_ints(candidates), entries, tuple(ratios))
 
 
 def _record(meta: GpuMeta, data: dict[str, float], source_url: str, timestamp_ns: int, run_id: str | None,
             phase: str | None, scrape_end_ns: int | None) -> GpuRecord:
-    return GpuRecord(
-        gpu_index=meta.gpu_index,
-        gpu_uuid=meta.gpu_uuid,
-        gpu_model_name=meta.gpu_model_name,
-        pci_bus_id=meta.pci_bus_id,
-        device=meta.device,
-        hostname=meta.hostname,
-        namespace=meta.namespace,
-        pod_name=meta.pod_name,
-        platform=meta.platform,
-        timestamp_ns=timestamp_ns,
-        telemetry_source_url=source_url,
-        telemetry_data=data,
-        gpu_instance_id=meta.instance_id,
-        gpu_instance_profile=meta.instance_profile,
-        run_id=run_id,
-        phase=phase,
-        scrape_start_ns=timestamp_ns,
-        scrape_end_ns=scrape_end_ns,
-    )
+    return GpuRecord.of(meta, timestamp_ns=timestamp_ns, telemetry_source_url=source_url,
+                        telemetry_data=data, run_id=run_id, phase=phase, scrape_start_ns=timestamp_ns,
+                        scrape_end_ns=scrape_end_ns)

@@ -16,8 +16,9 @@ import os
 import threading
 import time
 import zlib
+from array import array
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import IO, Any, cast
@@ -25,6 +26,7 @@ from typing import IO, Any, cast
 import orjson
 
 from bridge.events import Event, event_to_line
+from bridge.parse.template import pack_ints
 from bridge.samples import GpuRecord
 from bridge.views import advance
 
@@ -60,6 +62,51 @@ def record_to_dict(rec: GpuRecord) -> dict[str, Any]:
 
 def record_to_line(rec: GpuRecord) -> bytes:
     return orjson.dumps(record_to_dict(rec)) + b"\n"
+
+
+# The record log's line as the compiled kernel writes it (bridge/_kernel.c `records_of`), per record: the text
+# before `timestamp_ns`'s value, between it and the first value, before each value (`"key":`), after the last
+# value up to `scrape_start_ns`'s value, and before `scrape_end_ns`'s value (b"" without one); the kernel writes
+# the numbers between them and the closing `}\n`. The same layout as `record_to_dict`, cut where numbers go.
+LinePieces = tuple[bytes, bytes, tuple[bytes, ...], bytes, bytes]
+# A page plan's line program as the kernel reads it, flat (three buffers instead of a thousand objects to chase
+# through a cold cache): every record's texts in the order they are written; per record (key count, head,
+# middle, tail and end lengths) then per key (its text's length, its sample position), int32; every key's
+# scale, float64.
+LineProgram = tuple[bytes, bytes, bytes]
+
+
+def _members(rec: GpuRecord, keys: Iterable[str]) -> list[bytes]:
+    return [orjson.dumps(key) + b":" + orjson.dumps(value) for key in keys
+            if (value := getattr(rec, key)) is not None]
+
+
+def line_pieces(rec: GpuRecord) -> LinePieces:
+    """`record_to_line(rec)` cut where the kernel writes its times and values (the keys of its telemetry_data,
+    in order; the values and times themselves are not read)."""
+    identity, ours = _members(rec, _AIPERF_IDENTITY), _members(rec, _OURS[:-2])
+    head = b"{" + b"".join(member + b"," for member in identity) + b'"timestamp_ns":'
+    middle = b',"telemetry_source_url":' + orjson.dumps(rec.telemetry_source_url) + b',"telemetry_data":{'
+    keys = tuple((b"," if k else b"") + orjson.dumps(key) + b":" for k, key in enumerate(rec.telemetry_data))
+    tail = b"}," + b"".join(member + b"," for member in ours) + b'"scrape_start_ns":'
+    end = b',"scrape_end_ns":' if rec.scrape_end_ns is not None else b""
+    return head, middle, keys, tail, end
+
+
+def line_program(records: Iterable[tuple[LinePieces, Sequence[int], Sequence[float]]]) -> LineProgram:
+    """The line program of a plan's records: each one's pieces, and the sample position and scale of each value."""
+    text: list[bytes] = []
+    layout: list[int] = []
+    scales: list[float] = []
+    for (head, middle, keys, tail, end), positions, factors in records:
+        text += (head, middle)
+        layout += (len(keys), len(head), len(middle), len(tail), len(end))
+        for key, position in zip(keys, positions, strict=True):
+            text.append(key)
+            layout += (len(key), position)
+        text += (tail, end)
+        scales += factors
+    return b"".join(text), pack_ints(layout), array("d", scales).tobytes()
 
 
 def dict_to_record(obj: Mapping[str, Any]) -> GpuRecord:

@@ -9,9 +9,9 @@ scrapes (the parser caches them by their raw bytes), so no stage may mutate them
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, Protocol, get_args
 
 
 class Sample(NamedTuple):
@@ -21,6 +21,32 @@ class Sample(NamedTuple):
     labels: Mapping[str, str]
     value: float
     timestamp_ms: int | None = None
+
+
+class SourcePage(Protocol):
+    """A page as a source hands it to the pipeline (sidecar/pipeline.py `Pipeline.on_page(source, page)`): the
+    bytes of a Prometheus text page (DCGM field names) and its sample time. An HTTP exporter's is fetch.py's
+    `FetchedPage`; a local reader (NVML, AMD SMI) hands a `LocalPage` under a source name such as
+    `pynvml://localhost`. Everything after this point is the same for every kind of source."""
+
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def start_ns(self) -> int: ...  # wall clock when the sample was taken: the sample time
+    @property
+    def end_ns(self) -> int: ...  # wall clock when the page was complete
+    @property
+    def content_type(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LocalPage:
+    """A page a local reader wrote itself (no HTTP in between): Prometheus text format 0.0.4."""
+
+    body: bytes
+    start_ns: int
+    end_ns: int
+    content_type: str = "text/plain; version=0.0.4"
 
 
 class Dropped(NamedTuple):
@@ -45,11 +71,12 @@ class MetricKind(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class GpuRecord:
-    """One GPU (or MIG instance) in one scrape: a line of gpu_telemetry_export.jsonl.
+class GpuMeta:
+    """What a GPU (or MIG instance) is, from its series' labels (bridge/normalize.py `meta_of`): the metadata
+    fields of every `GpuRecord`, defined here once.
 
-    The first twelve fields are AIPerf's, in AIPerf's order (`TelemetryRecord`, AIPerf 0.13.0, ai-dynamo/aiperf
-    `src/aiperf/common/models/telemetry_models.py`); the rest are ours.
+    AIPerf's record (`TelemetryRecord`, AIPerf 0.13.0, ai-dynamo/aiperf
+    `src/aiperf/common/models/telemetry_models.py`) has the first eight, in this order; the MIG instance is ours.
     """
 
     gpu_index: int | None
@@ -60,21 +87,36 @@ class GpuRecord:
     hostname: str | None
     namespace: str | None
     pod_name: str | None
-    platform: str
-    timestamp_ns: int
-    telemetry_source_url: str  # redacted
-    telemetry_data: Mapping[str, float]  # report key -> value in report units
     gpu_instance_id: str | None = None
     gpu_instance_profile: str | None = None
-    run_id: str | None = None
-    phase: str | None = None
-    scrape_start_ns: int | None = None
-    scrape_end_ns: int | None = None
+    platform: str = "nvidia"  # "amd" for AMD's exporter and amdsmi
 
     @property
     def identity(self) -> tuple[str, str | None]:
         """GPU UUID plus MIG instance: never the index alone."""
         return (self.gpu_uuid, self.gpu_instance_id)
+
+
+GPU_META_FIELDS = tuple(f.name for f in fields(GpuMeta))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuRecord(GpuMeta):
+    """One GPU (or MIG instance) in one scrape: a line of gpu_telemetry_export.jsonl (bridge/record_log.py
+    writes AIPerf's keys in AIPerf's order, then ours): its metadata, then what the scrape read."""
+
+    timestamp_ns: int
+    telemetry_source_url: str  # redacted
+    telemetry_data: Mapping[str, float]  # report key -> value in report units
+    run_id: str | None = None
+    phase: str | None = None
+    scrape_start_ns: int | None = None
+    scrape_end_ns: int | None = None
+
+    @classmethod
+    def of(cls, meta: GpuMeta, **scrape: Any) -> GpuRecord:
+        """A record of the GPU `meta` describes; `scrape`: the fields past the metadata, by name."""
+        return cls(*[getattr(meta, name) for name in GPU_META_FIELDS], **scrape)
 
 
 # The kinds, defined once: the events file (events.py), the config, the report and the sidecar use these.
@@ -89,7 +131,7 @@ FetchErrorKind = Literal["connect", "timeout", "http_status", "content_type", "t
 # a failed scrape, a page whose lines could not be read, or a value contradicting its name's unit (issue 14)
 FailureKind = Literal[FetchErrorKind, "parse", "unit"]
 FAILURE_KINDS: tuple[FailureKind, ...] = (*get_args(FetchErrorKind), "parse", "unit")
-EndpointStateKind = Literal["up", "down"]
+EndpointStateKind = Literal["up", "down", "duplicate"]  # duplicate: serves the same GPUs as another (select.py)
 ENDPOINT_STATES: tuple[EndpointStateKind, ...] = get_args(EndpointStateKind)
 SessionState = Literal["created", "configured", "collecting", "completed"]
 

@@ -207,8 +207,8 @@ class ScrapeGroup:
             current = math.floor((now - origin) / interval)
             look_at = now + interval
             for loop in self.loops.values():
-                if loop.in_flight is not None:
-                    continue  # its tick is reckoned when its GET ends
+                if loop.in_flight is not None or loop.retired is not None:
+                    continue  # its tick is reckoned when its GET ends; a retired endpoint is not scraped
                 if now - loop.began < MIN_START_GAP_S:  # its previous scrape started under a millisecond ago
                     look_at = min(look_at, loop.began + MIN_START_GAP_S)
                 elif loop.boundary_due(now_ns):
@@ -270,6 +270,7 @@ class ScrapeLoop:
         self.last_start_ns = 0
         self.next_tick = 0  # the next tick of the group's grid this endpoint is scraped at
         self.alone = threading.RLock()  # held by a scrape on a caller's thread (`_scrape_once`)
+        self.retired: str | None = None  # why it is scraped no more (`retire`)
 
     # -- control ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -279,8 +280,8 @@ class ScrapeLoop:
         boundary = _Boundary(time_ns)
         group = self.group
         with group.cond:
-            if group.stopped:  # the run is complete: a late phase mark gets no scrape
-                boundary.finish("collection has stopped")
+            if group.stopped or self.retired is not None:  # the run is complete: a late phase mark gets no scrape
+                boundary.finish(self.retired or "collection has stopped")
                 return boundary
             running = group.running
             if self.in_flight is not None and self.in_flight.start_ns >= time_ns:
@@ -292,6 +293,16 @@ class ScrapeLoop:
             self._scrape_once()
         return boundary
 
+    def retire(self, reason: str) -> None:
+        """This endpoint is scraped no more (a duplicate source: bridge/select.py); the group goes on without it,
+        a scrape in flight is discarded when it ends, and boundaries are answered at once with `reason`."""
+        with self.group.cond:
+            self.retired = reason
+            self.stats.retired()
+            pending, self._pending = self._pending, []
+        for boundary in pending:
+            boundary.finish(reason)
+
     def stop(self, timeout: float | None = None) -> None:
         """Stops the whole group (every endpoint on its thread)."""
         self.group.stop(timeout)
@@ -299,6 +310,8 @@ class ScrapeLoop:
 
     def scrape_now(self) -> bool:
         """One scrape now, waited for (the baseline: before the loop starts); True when it succeeded."""
+        if self.retired is not None:  # a duplicate source is not scraped
+            return False
         if self.group.running:  # the group's thread owns the endpoint's connection: ask it
             boundary = self.request_boundary(self._now_ns())
             return boundary.done.wait(600) and boundary.error is None
@@ -340,7 +353,9 @@ class ScrapeLoop:
         assert in_flight is not None
         error = outcome.message if isinstance(outcome, FetchError) else None
         try:
-            if isinstance(outcome, FetchError):
+            if self.retired is not None:
+                error = self.retired
+            elif isinstance(outcome, FetchError):
                 self._safe(self.on_failure, outcome, in_flight.start_ns)
             else:
                 self._safe_page(outcome)

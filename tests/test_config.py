@@ -120,9 +120,9 @@ def test_an_aiperf_style_yaml_block_is_accepted(tmp_path):
 
 # -- record log --------------------------------------------------------------------------------------
 def _record(ts: int) -> GpuRecord:
-    return GpuRecord(0, "GPU-x", "H100", "00:18.0", "nvidia0", "node", None, None, "nvidia", ts,
-                     "http://h:9400/metrics", {"nvidia_power_usage": 300.5}, run_id="r1", phase="profiling",
-                     scrape_end_ns=ts + 5)
+    return GpuRecord(0, "GPU-x", "H100", "00:18.0", "nvidia0", "node", None, None, platform="nvidia", timestamp_ns=ts,
+                     telemetry_source_url="http://h:9400/metrics", telemetry_data={"nvidia_power_usage": 300.5},
+                     run_id="r1", phase="profiling", scrape_end_ns=ts + 5)
 
 
 def test_a_record_line_has_aiperfs_keys_in_order_then_ours():

@@ -248,9 +248,9 @@ TEMPLATE_PAGES = [page for page in map(_twice, CORPUS) if page is not None]
 def test_a_float_is_written_as_orjson_writes_it(value: float) -> None:
     import orjson
 
-    from bridge.normalize import flat_program
+    from bridge.record_log import line_program
 
-    program = flat_program([(b"{", b"", (b'"v":',), (0,), (1.0,), b"", b"")])
+    program = line_program([((b"{", b"", (b'"v":',), b"", b""), (0,), (1.0,))])
     lines, rows = kernel.records_of(*program, doubles([value]), 0, None)
     assert lines == b"{0" + b'"v":' + orjson.dumps(value) + b"0}\n"
     assert rows == struct.pack("=d", value)
@@ -383,8 +383,8 @@ def _pipeline_output(tmp_path, bodies: list[bytes], *, kernel_on: bool) -> tuple
     from bridge.fields import default_table
     from bridge.normalize import Normalizer
     from bridge.record_log import LineWriter
-    from bridge.report.spool import LiveSeries
     from bridge.sidecar.pipeline import LatestRecords, LiveSeriesSink, Pipeline, RecordLogSink
+    from bridge.sidecar.spool import LiveSeries
 
     folder = tmp_path / ("compiled" if kernel_on else "python")
     folder.mkdir()
@@ -448,7 +448,7 @@ def test_the_live_series_hands_out_held_pages_in_time_order_whatever_comes_betwe
     those of every page added record by record, with spooling on the way (small flush thresholds)."""
     from bridge.fields import default_table
     from bridge.normalize import Normalizer
-    from bridge.report import spool
+    from bridge.sidecar import spool
     from tests.test_hostile import _simulated
 
     monkeypatch.setattr(spool, "_BLOCK_BYTES", block_bytes)
@@ -484,7 +484,7 @@ def test_a_spool_that_cannot_be_written_gives_up_cleanly_while_pages_are_held(tm
     the middle of handing two endpoints' held pages out: no exception reaches the scrape thread."""
     from bridge.fields import default_table
     from bridge.normalize import Normalizer
-    from bridge.report import spool
+    from bridge.sidecar import spool
     from tests.test_hostile import _simulated
 
     monkeypatch.setattr(spool, "_FLUSH_BYTES", 1024)
@@ -539,9 +539,9 @@ class _Sneaky(float):
 def test_the_kernel_refuses_arguments_that_do_not_fit_rather_than_read_past_them() -> None:
     """Flat arguments that disagree with each other (a position past the values, a layout past its text or its
     frame, a buffer that is not whole numbers) are an exception, never a read outside a buffer."""
-    from bridge.normalize import flat_program
+    from bridge.record_log import line_program
 
-    program = flat_program([(b"{", b"", (b'"v":',), (1,), (1.0,), b"", b"")])
+    program = line_program([((b"{", b"", (b'"v":',), b"", b""), (1,), (1.0,))])
     with pytest.raises(IndexError):
         kernel.records_of(*program, doubles([2.0]), 0, None)  # position 1 of one value
     text, layout, scales = program

@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"bridge.endpoints", "bridge.fields", "bridge.simulator", "bridge.pods"},
     {"bridge.config", "bridge.fetch", "bridge.parse", "bridge.relabel", "bridge.events"},
     {"bridge.record_log", "bridge.health", "bridge.sources"},
-    {"bridge.scrape", "bridge.normalize"},
+    {"bridge.scrape", "bridge.normalize", "bridge.select"},
     {"bridge.otlp", "bridge.report"},
     {"bridge.sidecar", "bridge.kube"},
     {"bridge.cli"},

@@ -233,7 +233,8 @@ def wait_until(predicate, what: str, timeout_s: float = 30.0) -> None:
 
 @pytest.mark.slow
 def test_a_slow_endpoint_never_holds_up_the_others_on_the_scrape_thread(tmp_path):
-    with SimulatedExporter(SimulatorConfig(gpus=1)) as slow, SimulatedExporter(SimulatorConfig(gpus=1)) as ok:
+    with SimulatedExporter(SimulatorConfig(gpus=1, seed=1)) as slow, \
+            SimulatedExporter(SimulatorConfig(gpus=1, seed=2)) as ok:
         session = session_for([slow.url, ok.url], tmp_path, collection_interval=0.05, scrape_timeout=5.0)
         session.configure()
         slow.add_fault(Fault("slow", delay_s=1.0))
@@ -251,7 +252,8 @@ def test_a_slow_endpoint_never_holds_up_the_others_on_the_scrape_thread(tmp_path
 
 
 def test_a_phase_mark_between_ticks_scrapes_every_endpoint_at_once(tmp_path):
-    with SimulatedExporter(SimulatorConfig(gpus=1)) as first, SimulatedExporter(SimulatorConfig(gpus=1)) as second:
+    with SimulatedExporter(SimulatorConfig(gpus=1, seed=1)) as first, \
+            SimulatedExporter(SimulatorConfig(gpus=1, seed=2)) as second:
         session = session_for([first.url, second.url], tmp_path, collection_interval=300.0)
         session.configure()  # the baseline scrape
         session.start()  # tick 0; the next tick is 5 minutes away

@@ -53,7 +53,7 @@ RUN_AS = 1000
 # (13 s wall at 25m), 0.22-0.31 CPU-s to shut down after a short run; the budgets keep ~5x headroom.
 SIDECAR_START_CPU_SECONDS = 1.5
 SIDECAR_SHUTDOWN_CPU_SECONDS = 1.5
-# The final report's statistics run over every record the sidecar spooled during the run (report/spool.py):
+# The final report's statistics run over every record the sidecar spooled during the run (sidecar/spool.py):
 # bench/bench_report.py measured 0.62 CPU-s for a 1-hour 64-GPU run (691,200 records, ~9e-7 per record)
 # and 0.17 for a 90 s one (the fixed part, within SIDECAR_SHUTDOWN_CPU_SECONDS); rounded up, so long runs
 # get a longer grace. (If the spool could not be kept, the report re-reads the log at ~2e-5 per record and

@@ -5,6 +5,7 @@ Pure: nothing here writes a file or prints; `write.py` and `console.py` take the
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
@@ -16,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 # (sidecar/session.py, _import_report_modules), so that the import is not paid at SIGTERM, in the shutdown budget.
 import numpy  # noqa: F401
 
+from bridge.endpoints import display_key
 from bridge.fields import FieldTable
 from bridge.report.energy import EnergyTotals, amd_series, energy_totals
 from bridge.report.events import EndpointState, RunEvents, load_events
@@ -31,11 +33,14 @@ from bridge.report.telemetry_data import (
 )
 from bridge.report.window import DEFAULT_GRACE_NS, Phase, Window, phases_from_marks, window_from_phases
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE, CounterMode, GpuRecord, PhaseMark, ScrapeFailure
+from bridge.select import describe, duplicate_reason, kept_of, select_series
+
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
 class SeriesSource(Protocol):
-    """Series already collected: a SeriesAccumulator, or the sidecar's report.spool.LiveSeries."""
+    """Series already collected: a SeriesAccumulator, or the sidecar's sidecar.spool.LiveSeries."""
 
     @property
     def records(self) -> int: ...
@@ -99,6 +104,13 @@ def build_report(
     table = table or default_table()
     read_errors: list[str] = []
     series, count = _series_of(records, read_errors)
+    # The selection stage, as live (bridge/select.py): the series of an endpoint that duplicates another's GPUs
+    # are left out, whether the live run dropped it (its `duplicate` state) or the log holds both.
+    dropped_live = {s.endpoint: kept for s in endpoint_states if s.state == "duplicate"
+                    for kept in [kept_of(s.reason)] if kept is not None}
+    every_series = series
+    series, duplicates = select_series(series, endpoints_configured or (), dropped_live)
+    endpoint_states = [*endpoint_states, *_found_here(every_series, duplicates, dropped_live)]
     run_phases = list(phases) if phases is not None else phases_from_marks(marks)
     if window is None:
         window = window_from_phases(run_phases, requests_end_ns, grace_ns)
@@ -106,6 +118,9 @@ def build_report(
     resolved = window.resolved(first, last)
     info = RunInfo(endpoints_configured, endpoints_successful, errors, endpoint_states)
     block = build_block(series, resolved, table, counter_mode, info, tz=tz)
+    if duplicates:  # which endpoint was dropped, and for which it was a duplicate
+        block.data["summary"]["duplicate_endpoints"] = [{"endpoint": d, "duplicate_of": k}
+                                                         for d, k in duplicates.items()]
     files = phase_files(series, run_phases, resolved, table, counter_mode, info, last_sample_ns=last, tz=tz)
     labels = {k: label_for(k, table) for k in ordered_keys(series, table)}
     return Report(
@@ -147,6 +162,21 @@ def _series_of(records: Records, read_errors: list[str]) -> tuple[list[Series], 
     else:
         acc = SeriesAccumulator().add_all(records)
     return acc.finish(), acc.records
+
+
+def _found_here(series: Sequence[Series], duplicates: dict[str, str], dropped_live: dict[str, str]
+                ) -> list[EndpointState]:
+    """The duplicates the rule found in the log (not decided by the live run: a log that holds both), each said
+    in one log line and as the endpoint's state, so its status reads `duplicate of …` as a live run's would."""
+    live = {display_key(e) for e in dropped_live}
+    urls = {s.endpoint: s.source_url for s in series}
+    first = _span(series)[0] or 0
+    out = []
+    for dropped, kept in duplicates.items():
+        if dropped not in live and dropped in urls:
+            logger.warning("%s", describe(dropped, kept))
+            out.append(EndpointState(urls[dropped], first, "duplicate", duplicate_reason(kept)))
+    return out
 
 
 def _span(series: Sequence[Series]) -> tuple[int | None, int | None]:

@@ -1,6 +1,6 @@
 """The run's last step: build the report from what the run recorded and write it.
 
-The series come from the live spool (report/spool.py) when it kept every record, else from the record
+The series come from the live spool (sidecar/spool.py) when it kept every record, else from the record
 log; the failures from the events file plus the lines a full disk still holds in memory.
 """
 
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bridge.config import Config
 from bridge.fields import FieldTable
 from bridge.record_log import LineWriter
-from bridge.report.spool import LiveSeries
 from bridge.samples import PhaseMark
+from bridge.sidecar.spool import LiveSeries
 
 if TYPE_CHECKING:
     from bridge.report.build import Records, Report

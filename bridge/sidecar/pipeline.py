@@ -1,16 +1,17 @@
-"""The per-page pipeline: a fetched page → parse → normalise → every sink, on the scrape thread.
+"""The per-page pipeline: a source's page → parse → normalise → select → every sink, one page at a time.
 
-    FetchedPage ─▶ parse (per-endpoint PageParser) ─▶ normalise ─▶ Page ─┬─▶ RecordLogSink   (JSONL line per record)
-                                                                         ├─▶ LiveSeriesSink  (the report's spool)
-                                                                         ├─▶ LatestRecords   (the live view)
-                                                                         ├─▶ PullPageSink    (pull /metrics page)
-                                                                         ├─▶ OtlpSink        (forwarder queue)
-                                                                         └─▶ ListenerSink    (in-process callbacks)
+    SourcePage ─▶ parse ─▶ normalise ─▶ select (select.py) ─▶ Page ─┬─▶ RecordLogSink   (JSONL line per record)
+                                                                    ├─▶ LiveSeriesSink  (the report's spool)
+                                                                    ├─▶ LatestRecords   (the live view)
+                                                                    ├─▶ PullPageSink    (pull /metrics page)
+                                                                    ├─▶ OtlpSink        (forwarder queue)
+                                                                    └─▶ ListenerSink    (in-process callbacks)
 
-Each sink takes one page at a time (`PageSink.take`), in the order the scrape loop hands them over (a tick's
-pages one after another: bridge/scrape.py HOLD_S). The pipeline also feeds each endpoint's health
+Sources (bridge/samples.py `SourcePage`): the scrape loop's HTTP exporters and local readers, each on a scrape
+thread, calling `Pipeline.on_page(source, page)`; pages enter one at a time whichever thread hands them over.
+Each sink takes one page at a time (`PageSink.take`). The pipeline also feeds each endpoint's health
 (bridge/health.py: up, unreadable, down) and writes what a page or a failure says about its endpoint to the
-events file: unreadable lines (`parse` errors), failed scrapes, endpoint down and up.
+events file: unreadable lines (`parse` errors), failed scrapes, endpoint down and up, a source found a duplicate.
 `Session` (session.py) keeps the state machine and builds one `Pipeline`.
 """
 
@@ -23,7 +24,7 @@ from typing import Protocol
 
 from bridge.endpoints import display_key
 from bridge.events import EndpointState
-from bridge.fetch import FetchedPage, FetchError
+from bridge.fetch import FetchError
 from bridge.health import Health
 from bridge.normalize import CompiledRecords, Normalizer
 from bridge.otlp.export import ExportStats
@@ -31,13 +32,16 @@ from bridge.parse import AnyPage, PageParser, TemplatedPage
 from bridge.parse.lines import MAX_SERIES
 from bridge.record_log import LineWriter
 from bridge.redact import redact_url
-from bridge.report.spool import LiveSeries
-from bridge.samples import GpuRecord, ScrapeFailure
+from bridge.samples import GpuRecord, ScrapeFailure, SourcePage
+from bridge.select import Deduplicator, describe, duplicate_reason
+from bridge.sidecar.spool import LiveSeries
 
 logger = logging.getLogger(__name__)
 
 PageListener = Callable[[str, AnyPage, int, str | None], None]
 """(url, parsed page, scrape start ns, phase or None): called on the scrape thread for every page."""
+DuplicateHandler = Callable[[str], None]
+"""(url): the endpoint was found a duplicate of another (bridge/select.py): stop scraping it."""
 
 Identity = tuple[str, str | None]
 DROPPED_NOTE_INTERVAL_NS = 60 * 1_000_000_000
@@ -120,7 +124,7 @@ class RecordLogSink:
 
 
 class LiveSeriesSink:
-    """The report's input, kept as the records are written (report/spool.py: no log re-read at the end)."""
+    """The report's input, kept as the records are written (sidecar/spool.py: no log re-read at the end)."""
 
     def __init__(self, spool: LiveSeries) -> None:
         self.spool = spool
@@ -132,9 +136,10 @@ class LiveSeriesSink:
             self.spool.add(page.records, page.display)
 
 
-def _plan_of(page: Page | None) -> object | None:
-    """The kernel's entries of a page (the same tuple for every page of one plan), None off the kernel path."""
-    return page.compiled.entries if page is not None and page.compiled is not None else None
+def _plan_of(page: Page | None) -> int | None:
+    """The key of a page's kernel plan (pages of one plan have the same GPUs in the same places), None off the
+    kernel path."""
+    return page.compiled.plan if page is not None and page.compiled is not None else None
 
 
 class LatestRecords:
@@ -155,7 +160,7 @@ class LatestRecords:
         with self._lock:
             previous = self._current.get(page.display)
             self._current[page.display] = page
-            if plan is not None and _plan_of(previous) is plan:
+            if plan is not None and _plan_of(previous) == plan:
                 return
             if previous is not None and previous.compiled is not None:
                 for index, identity in enumerate(previous.compiled.identities()):
@@ -177,7 +182,7 @@ class LatestRecords:
         out = {}
         for key, (page, index) in held:
             now = current[key[0]]
-            if _plan_of(now) is not None and _plan_of(now) is _plan_of(page):
+            if _plan_of(now) is not None and _plan_of(now) == _plan_of(page):
                 page = now  # a later page of the same plan: the same GPU at the same place
             out[key] = (first[key], page.records[index])
         return out
@@ -246,7 +251,10 @@ class Pipeline:
 
     def __init__(self, normalizer: Normalizer, sinks: Sequence[PageSink], events: LineWriter, *, run_id: str,
                  phase: Callable[[], str | None], otlp: OtlpSink | None = None,
-                 max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS, health: Health | None = None) -> None:
+                 max_series: int = MAX_SERIES, max_gpus: int = MAX_GPUS, health: Health | None = None,
+                 preference: Sequence[str] = (), on_duplicate: DuplicateHandler | None = None) -> None:
+        """`preference`: the sources in the order de-duplication prefers them (bridge/select.py
+        `preference_order`); `on_duplicate` is told of each source found a duplicate."""
         self.normalizer = normalizer
         self.max_series = max_series
         self.sinks = list(sinks)
@@ -261,44 +269,83 @@ class Pipeline:
         self.max_gpus = max_gpus
         self._identities: dict[str, set[tuple[str, str | None]]] = {}  # url -> GPU identities seen (≤ max_gpus)
         self.over_gpu_limit: dict[str, int] = {}  # url -> records dropped past max_gpus
-        self._entries_within: dict[str, object] = {}  # url -> the compiled entries last found within the limit
+        self._plan_within: dict[str, int] = {}  # url -> the key of the plan last found within the limit
+        self.dedup = Deduplicator(preference)
+        self.on_duplicate = on_duplicate
+        self._lock = threading.Lock()  # sources on threads of their own hand pages over too (`on_page`)
 
-    def on_page(self, url: str, fetched: FetchedPage) -> Page:
-        """The scrape loop's page callback: one page through the whole pipeline."""
-        page = self.read(url, fetched)
-        if self.health.of(url).answered(fetched.body, fetched.start_ns, readable=page.readable):
-            self.events.write_event(EndpointState(page.endpoint, page.start_ns, "up", "scrape succeeded"))
-        self.take(page)
-        return page
+    def on_page(self, url: str, fetched: SourcePage) -> Page:
+        """The page callback of every source (the scrape loop's, a local reader's): one page through the whole
+        pipeline, one page at a time whichever thread hands it over. A duplicate source's page goes nowhere."""
+        with self._lock:
+            page = self.read(url, fetched)
+            if page.display in self.dedup.dropped:
+                return page
+            if self.health.of(url).answered(fetched.body, fetched.start_ns, readable=page.readable):
+                self.events.write_event(EndpointState(page.endpoint, page.start_ns, "up", "scrape succeeded"))
+            self.take(page)
+            return page
 
-    def read(self, url: str, fetched: FetchedPage) -> Page:
-        """Parse and normalise one fetched page (the template check, the values, the records)."""
+    def preview(self, url: str, fetched: SourcePage) -> None:
+        """A page read for the selection stage only (a probe's, before collection starts): nothing to the sinks,
+        nothing counted against the GPU limit."""
+        with self._lock:
+            parsed, redacted = self._parse(url, fetched)
+            records = self.normalizer.records(parsed, source_url=redacted, timestamp_ns=fetched.start_ns)
+            self._select(url, [r.identity for r in records], fetched.start_ns)
+
+    def is_duplicate(self, url: str) -> bool:
+        return display_key(redact_url(url)) in self.dedup.dropped
+
+    def _parse(self, url: str, fetched: SourcePage) -> tuple[AnyPage, str]:
+        """The page parsed by its source's parser (the template check, the values), and the source's redacted URL."""
         parser = self._parsers.get(url)
         if parser is None:
             parser = self._parsers[url] = PageParser(max_series=self.max_series)
-        parsed = parser.parse(fetched.body, openmetrics="openmetrics" in fetched.content_type or None)
-        keys = self._keys.get(url)
-        if keys is None:
+        if url not in self._keys:
             redacted = redact_url(url)
-            keys = self._keys[url] = (redacted, display_key(redacted))
-        redacted, display = keys
+            self._keys[url] = (redacted, display_key(redacted))
+        return parser.parse(fetched.body, openmetrics="openmetrics" in fetched.content_type or None), self._keys[url][0]
+
+    def read(self, url: str, fetched: SourcePage) -> Page:
+        """Parse and normalise one fetched page (the template check, the values, the records)."""
+        parsed, redacted = self._parse(url, fetched)
+        display = self._keys[url][1]
         phase = self.phase()
         compiled = self.normalizer.compiled(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
                                             run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
         if compiled is not None:
-            within = self._entries_within.get(url) is compiled.entries  # (seen GPUs stay within it all run)
+            within = self._plan_within.get(url) == compiled.plan  # (seen GPUs stay within it all run)
             keep = None if within else self._within_gpu_limit(url, compiled.identities())
+            if not within:
+                self._select(url, compiled.identities(), fetched.start_ns)
             if keep is None:
-                self._entries_within[url] = compiled.entries
+                self._plan_within[url] = compiled.plan
                 return Page(url, redacted, display, parsed, compiled, phase, fetched.start_ns, fetched.end_ns)
             records = compiled.records()
         else:
             records = self.normalizer.records(parsed, source_url=redacted, timestamp_ns=fetched.start_ns,
                                               run_id=self.run_id, phase=phase, scrape_end_ns=fetched.end_ns)
             keep = self._within_gpu_limit(url, [r.identity for r in records])
+            self._select(url, [r.identity for r in records], fetched.start_ns)
         if keep is not None:
             records = self._drop_past_gpu_limit(url, redacted, records, keep, fetched.start_ns)
         return Page(url, redacted, display, parsed, records, phase, fetched.start_ns, fetched.end_ns)
+
+    def _select(self, url: str, identities: Sequence[Identity], time_ns: int) -> None:
+        """The selection stage (bridge/select.py): the page's GPUs to de-duplication; each source now found a
+        duplicate is said once (the log, an `endpoint_state` event) and dropped from then on: not scraped, not
+        recorded, not forwarded (its series end in the OTLP stores)."""
+        display = self._keys[url][1]
+        for dropped, kept in self.dedup.observe(display, identities).items():
+            dropped_url = next((u for u, (_, d) in self._keys.items() if d == dropped), url)
+            logger.warning("%s", describe(dropped, kept))
+            self.events.write_event(EndpointState(redact_url(dropped_url), time_ns, "duplicate",
+                                                  duplicate_reason(kept)))
+            if self.otlp is not None:
+                self.otlp.mark_stale([dropped_url], self.phase(), time_ns)
+            if self.on_duplicate is not None:
+                self.on_duplicate(dropped_url)
 
     def _within_gpu_limit(self, url: str, identities: Sequence[Identity]) -> list[bool] | None:
         """At most `max_gpus` GPU identities (UUID × MIG instance) per endpoint and run: a node has up to 16
@@ -344,11 +391,12 @@ class Pipeline:
     def on_failure(self, url: str, exc: FetchError, start_ns: int) -> None:
         """The scrape loop's failure callback: a `scrape_error` event; the first of a run marks the endpoint down."""
         endpoint = redact_url(url)
-        self.events.write_event(ScrapeFailure(endpoint, start_ns, exc.kind, exc.message))
-        if self.health.of(url).failed(exc, start_ns):
-            self.events.write_event(EndpointState(endpoint, start_ns, "down", exc.message))
-            if self.otlp is not None:  # its series are gone
-                self.otlp.mark_stale([url], self.phase(), start_ns)
+        with self._lock:
+            self.events.write_event(ScrapeFailure(endpoint, start_ns, exc.kind, exc.message))
+            if self.health.of(url).failed(exc, start_ns):
+                self.events.write_event(EndpointState(endpoint, start_ns, "down", exc.message))
+                if self.otlp is not None:  # its series are gone
+                    self.otlp.mark_stale([url], self.phase(), start_ns)
 
     def _note_dropped(self, page: Page) -> None:
         """Unreadable lines reach the report as `parse` errors: when what is dropped changes, else once a minute

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from bridge.config import Config
-from bridge.endpoints import REFRESH_FIX, candidate_endpoints, display_key
+from bridge.endpoints import REFRESH_FIX, candidate_endpoints, display_key, local_source_url
 from bridge.errors import BridgeError, SequenceError
 from bridge.errors import LifecycleError as LifecycleError
 from bridge.events import Complete, Configured, Refresh, event_to_line
@@ -29,9 +29,9 @@ from bridge.normalize import Normalizer
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig
-from bridge.report.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.samples import GpuRecord, PhaseMark, SessionState
 from bridge.scrape import ScrapeGroup, ScrapeLoop
+from bridge.select import preference_order
 from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir, write_problem
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
@@ -48,6 +48,7 @@ from bridge.sidecar.pipeline import (
     PullPageSink,
     RecordLogSink,
 )
+from bridge.sidecar.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.sources.runner import SourceFetcher, open_reader
 
 __all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
@@ -65,6 +66,7 @@ class Probe:
     url: str
     reachable: bool
     reason: str | None = None
+    page: FetchedPage | None = None  # what it answered (its GPUs go to de-duplication before any scrape)
 
 
 def cpu_by_thread() -> dict[str, float]:
@@ -88,7 +90,7 @@ class Session:
                  listeners: Sequence[PageListener] = (), forwarder: Forwarder | None = None,
                  relabel_config: RelabelConfig | None = None,
                  opener: Callable[[Path], IO[bytes]] | None = None) -> None:
-        """`opener` opens the record log and the events file for appending (tests inject a failing one)."""
+        """`opener` opens the record log and the events file for appending (tests inject a failing one);"""
         self.config = config
         self.table = table
         self.run_id = config.effective_run_id()
@@ -132,9 +134,12 @@ class Session:
             sinks.append(ListenerSink(listeners))
         self.disposition: Disposition | None = None  # what the artifact directory held (prepare_artifacts)
         self.started_ns: int | None = None  # when configure began: a phase manifest older than this is not ours
+        self.preference = preference_order([*config.telemetry.urls, *map(local_source_url, config.telemetry.local)],
+                                           candidate_endpoints([], config.default_endpoints))
         self.pipeline = Pipeline(Normalizer(table), sinks, self.events, run_id=self.run_id,
                                  phase=lambda: self.phase, otlp=self._otlp, max_series=config.max_series,
-                                 max_gpus=config.max_gpus, health=self.health)
+                                 max_gpus=config.max_gpus, health=self.health, preference=self.preference,
+                                 on_duplicate=self._retire)
         self._write_check = threading.Lock()  # not self._lock: a probe must answer while completion runs
         self._pages = threading.Lock()  # the pipeline takes one page at a time (several scrape threads)
         self._write_checked: tuple[float, str | None] | None = None  # (when, the problem)
@@ -186,7 +191,10 @@ class Session:
             local = self.config.telemetry.local  # this machine's GPUs: no exporter defaults probed beside them
             urls = candidate_endpoints(self.config.telemetry.urls, () if local else self.config.default_endpoints)
             defaults = set(candidate_endpoints([], self.config.default_endpoints))
-            self.probes = self._probe_all(urls)
+            self.probes = sorted(self._probe_all(urls), key=lambda p: self.preference.index(p.url))
+            for probe in self.probes:
+                if probe.page is not None:  # the first scrapes: which endpoints serve the same GPUs (select.py)
+                    self.pipeline.preview(probe.url, probe.page)
             group = ScrapeGroup(self.fetcher, self.config.collection_interval, monotonic=self._monotonic,
                                 now_ns=self._now_ns)  # one thread scrapes every endpoint
             for probe in self.probes:
@@ -199,14 +207,21 @@ class Session:
                                                        stats=self.health.of(probe.url))
             for name in local:  # bridge/sources: read like an exporter, on a thread (a ScrapeGroup) of its own
                 source = SourceFetcher(open_reader(name), self._now_ns)  # SourceError: one line, exit 2
+                url = source.reader.source
                 own = ScrapeGroup(source, self.config.collection_interval, monotonic=self._monotonic,
                                   now_ns=self._now_ns)
-                self.loops[source.reader.source] = ScrapeLoop(
-                    source.reader.source, source, self.config.collection_interval, self._take_page,
-                    self._take_failure, monotonic=self._monotonic, now_ns=self._now_ns, group=own,
-                    stats=self.health.of(source.reader.source))
-                self.probes.append(Probe(source.reader.source, True))
-            configured = tuple(redact_url(p.url) for p in self.probes if p.reachable or p.url not in defaults)
+                self.loops[url] = ScrapeLoop(url, source, self.config.collection_interval, self._take_page,
+                                             self._take_failure, monotonic=self._monotonic, now_ns=self._now_ns,
+                                             group=own, stats=self.health.of(url))
+                probe = self._probe_with(source, url)
+                if probe.page is not None:  # its first read: which GPUs it serves (select.py)
+                    self.pipeline.preview(url, probe.page)
+                self.probes.append(probe)
+            for url in self.loops:
+                if self.pipeline.is_duplicate(url):  # never scraped (shown in /status as `duplicate`)
+                    self._retire(url)
+            scraped = set(self.loops)
+            configured = tuple(redact_url(u) for u in self.preference if u in scraped)  # (the report's preference)
             successful = tuple(redact_url(p.url) for p in self.probes if p.reachable)
             self.events.write_event(Configured(self._now_ns(), self.run_id, configured, successful,
                                                self.config.counter_mode))
@@ -214,9 +229,10 @@ class Session:
                 logger.warning("no exporter answered (%s): collecting nothing until one does; check the URLs with "
                                "`dcgm-bridge parse URL`", ", ".join(configured) or "no endpoint configured")
             for probe in self.probes:
-                if probe.reachable:
-                    self.loops[probe.url].scrape_now()  # the baseline scrape
-                elif probe.url in self.loops:
+                loop = self.loops.get(probe.url)
+                if probe.reachable and loop is not None and loop.retired is None:
+                    loop.scrape_now()  # the baseline scrape
+                elif loop is not None and not probe.reachable:
                     logger.warning("endpoint %s is not reachable: %s", redact_url(probe.url), probe.reason)
             self.events.flush()
             self.state = "configured"
@@ -233,12 +249,23 @@ class Session:
             return list(pool.map(self._probe, urls))
 
     def _probe(self, url: str) -> Probe:
+        return self._probe_with(self.fetcher, url)
+
+    @staticmethod
+    def _probe_with(fetcher: Fetcher, url: str) -> Probe:
         try:
-            self.fetcher.fetch(url)
+            page = fetcher.fetch(url)
         except FetchError as exc:
             reachable = exc.kind not in ("connect", "timeout", "http_status")
             return Probe(url, reachable, exc.message)
-        return Probe(url, True)
+        return Probe(url, True, page=page)
+
+    def _retire(self, url: str) -> None:
+        """A source found a duplicate of another (the pipeline said so, in the log and the events): not scraped
+        any more. Called on the scrape thread: no session lock (completion holds it while it waits for scrapes)."""
+        loop = self.loops.get(url)
+        if loop is not None:
+            loop.retire("a duplicate of another endpoint: not scraped")
 
     # -- start -------------------------------------------------------------------------------------
     def start(self) -> None:

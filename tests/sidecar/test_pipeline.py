@@ -31,14 +31,16 @@ def pipeline(tmp_path: Path, *sinks: object) -> tuple[Pipeline, LineWriter]:
                     phase=lambda: "profiling"), events
 
 
-def fetched(t: int) -> FetchedPage:
-    return FetchedPage(dcgm_page(gpus=2).encode(), t * NS, t * NS + 1000, "text/plain")
+def fetched(t: int, node: int = 0) -> FetchedPage:
+    """A page of 2 GPUs; another `node`'s are other GPUs (the same GPUs at two URLs are one source: select.py)."""
+    page = dcgm_page(gpus=2).replace("-1343419b1a1c", f"-{node:012x}" if node else "-1343419b1a1c")
+    return FetchedPage(page.encode(), t * NS, t * NS + 1000, "text/plain")
 
 
 def test_every_sink_takes_every_page_in_the_order_handed_over(tmp_path: Path) -> None:
     recorder, latest = Recorder(), LatestRecords()
     pipe, _ = pipeline(tmp_path, recorder, latest)
-    pages = [pipe.on_page(URL_A, fetched(1)), pipe.on_page(URL_B, fetched(1))]
+    pages = [pipe.on_page(URL_A, fetched(1)), pipe.on_page(URL_B, fetched(1, node=2))]
     assert [p.display for p in recorder.pages] == ["a:9400", "b:9400"]
     assert pages[0].endpoint == "http://REDACTED@a:9400/metrics" and pages[0].phase == "profiling"
     assert {display for display, _ in latest.latest} == {"a:9400", "b:9400"}

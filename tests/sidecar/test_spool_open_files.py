@@ -54,7 +54,7 @@ def test_series_filling_at_one_pace_spool_in_different_scrapes(tmp_path: Path, m
     """512 series fed one record each per scrape reach the spool threshold together; their thresholds are
     staggered, so no scrape writes more than an eighth of them (one scrape would otherwise write 1,024 files
     and hold the scrape thread up for tens of ms)."""
-    from bridge.report import spool
+    from bridge.sidecar import spool
     from tests.report.helpers import T0, S, rec
 
     written: list[int] = []
@@ -77,7 +77,7 @@ def test_series_filling_at_one_pace_spool_in_different_scrapes(tmp_path: Path, m
 def _spool_writes(tmp_path: Path, monkeypatch, series: int, scrapes: int) -> tuple[int, int]:
     """(spool writes, the most rows bytes the series held together) for `series` series fed one record each per
     scrape."""
-    from bridge.report import spool
+    from bridge.sidecar import spool
     from tests.report.helpers import T0, S, rec
 
     live = spool.LiveSeries(tmp_path / f"spool-{series}")
@@ -101,7 +101,7 @@ def test_few_series_spool_in_fewer_larger_writes_within_the_memory_budget(tmp_pa
     """Each spool write costs an open, an append and a close whatever its size: with 64 series (8 × 8 GPUs) the
     rows are held up to the spool's memory budget (32 KiB a series after the first, staggered spool at the 16 KiB
     floor) and written about half as often as at the floor, and together they stay within the budget."""
-    from bridge.report import spool
+    from bridge.sidecar import spool
 
     assert spool.flush_bytes(64) == 2 * spool.flush_bytes(512) == 2 * spool._FLUSH_BYTES
     assert spool.flush_bytes(1) == 8 * spool._FLUSH_BYTES  # (a single series is not held past 128 KiB)

@@ -35,12 +35,11 @@ from bridge.report.series import SeriesRows
 from bridge.samples import GpuRecord
 
 if TYPE_CHECKING:
-    from bridge.normalize import CompiledRecords, GpuMeta, _Entry
+    from bridge.normalize import CompiledRecords, PlanEntry
     from bridge.report.series import Series
 
 logger = logging.getLogger(__name__)
 
-_META_NAMES = {"gpu_instance_profile": "instance_profile"}  # GpuRecord field -> bridge/normalize.py GpuMeta's
 # A series' rows are spooled when they reach its threshold. Each spool write costs ~70 us of the scrape thread
 # however small (an open, an append and a close, two files), so after its first (staggered) spool a series holds
 # its share of _SPOOL_MEMORY before the next: 32 KiB a series at 64 series (2 writes a second at 8 x 8 GPUs and
@@ -59,11 +58,6 @@ _BLOCK_BYTES = 64 * 1024
 _MAX_UNSPOOLED_BYTES = 64 * 1024 * 1024  # held in memory while the spool cannot be written; past it: give up
 
 
-def _meta_field(meta: GpuMeta, name: str) -> Any:
-    """A GpuRecord field of a record with this metadata (GpuMeta names all but one the same)."""
-    return getattr(meta, _META_NAMES.get(name, name))
-
-
 def flush_bytes(series: int) -> int:
     """A series' spool threshold when the run has `series` series (see _SPOOL_MEMORY)."""
     return max(_FLUSH_BYTES, min(8 * _FLUSH_BYTES, _SPOOL_MEMORY // max(1, series)))
@@ -73,24 +67,24 @@ class _Spooled:
     """One series (endpoint × GPU identity): its rows (report/series.py's SeriesRows, holding only those not
     yet spooled) and how many float64 values its .rows file holds."""
 
-    __slots__ = ("number", "rows", "rows_out", "meta", "flush_at")
+    __slots__ = ("number", "rows", "rows_out", "filled_from", "flush_at")
 
     def __init__(self, number: int, record: GpuRecord) -> None:
         self.number = number
         self.rows = SeriesRows(record)
         self.rows_out = 0
         self.flush_at = _FLUSH_BYTES + (number % _FLUSH_STAGGER) * _FLUSH_BYTES // _FLUSH_STAGGER  # then flush_bytes
-        self.meta: GpuMeta | None = None  # the metadata the missing fields were last filled from
+        self.filled_from: int | None = None  # the plan whose metadata the missing fields were last filled from
 
 
 class _PlanBlock:
-    """An endpoint's latest pages of one kernel plan: their rows one after the other (each page's the same
-    width), their times, and each record's series, entry and row width in page order."""
+    """An endpoint's latest pages of one kernel plan (its key): their rows one after the other (each page's the
+    same width), their times, and each record's series, entry and row width in page order."""
 
-    __slots__ = ("entries", "targets", "rows", "ts")
+    __slots__ = ("plan", "targets", "rows", "ts")
 
-    def __init__(self, entries: tuple[_Entry, ...], targets: list[tuple[_Spooled, _Entry, int]]) -> None:
-        self.entries = entries
+    def __init__(self, plan: int, targets: list[tuple[_Spooled, PlanEntry, int]]) -> None:
+        self.plan = plan
         self.targets = targets
         self.rows = bytearray()
         self.ts: array[int] = array("q")
@@ -122,17 +116,17 @@ class LiveSeries:
 
     def add_compiled(self, compiled: CompiledRecords, endpoint: str) -> None:
         """The records of one scrape as the kernel wrote them (bridge/normalize.py `CompiledRecords`): the page's
-        rows are appended as one block to its endpoint's pages of the same plan (its `entries`, the same tuple
+        rows are appended as one block to its endpoint's pages of the same plan (its key: the same entries
         page after page), which are handed out to their series every `_BLOCK_BYTES` (`_hand_out`): a page costs
         one copy, not a call per record. A record is built only for a series' first (its metadata)."""
         if not self.complete or not compiled.entries:
             return
         with self._lock:
             block = self._blocks.get(endpoint)
-            if block is None or block.entries is not compiled.entries:
+            if block is None or block.plan != compiled.plan:
                 if block is not None:
                     self._hand_out(block)
-                block = self._blocks[endpoint] = _PlanBlock(compiled.entries, self._targets_of(compiled, endpoint))
+                block = self._blocks[endpoint] = _PlanBlock(compiled.plan, self._targets_of(compiled, endpoint))
             block.rows += compiled.rows
             block.ts.append(compiled.timestamp_ns)
             if len(block.rows) >= _BLOCK_BYTES:
@@ -155,9 +149,9 @@ class LiveSeries:
                 b"".join([view[at: at + width] for at in range(offset, len(view), stride)])
             offset += width
             rows.add_rows(block.ts, entry.keys, column)
-            if rows.missing and spooled.meta is not entry.meta:  # (a plan's entries keep their metadata)
-                spooled.meta = entry.meta
-                rows.fill(partial(_meta_field, entry.meta))
+            if rows.missing and spooled.filled_from != block.plan:  # (a plan's entries keep their metadata)
+                spooled.filled_from = block.plan
+                rows.fill(partial(getattr, entry.meta))
             if rows.used >= spooled.flush_at:
                 self._spool(spooled)
         view.release()
@@ -168,12 +162,12 @@ class LiveSeries:
         for block in list(self._blocks.values()):  # (a spool that gives up empties the dict)
             self._hand_out(block)
 
-    def _targets_of(self, compiled: CompiledRecords, endpoint: str) -> list[tuple[_Spooled, _Entry, int]]:
+    def _targets_of(self, compiled: CompiledRecords, endpoint: str) -> list[tuple[_Spooled, PlanEntry, int]]:
         """Each record's series (made, from the record, for one seen first), its entry and its row's bytes."""
         series = self._series
         out = []
         for entry, row in compiled.row_views():
-            key = (endpoint, entry.meta.gpu_uuid, entry.meta.instance_id)
+            key = (endpoint, entry.meta.gpu_uuid, entry.meta.gpu_instance_id)
             spooled = series.get(key)
             if spooled is None:
                 spooled = series[key] = _Spooled(len(series), compiled.record(entry, row))

@@ -1,0 +1,132 @@
+"""The selection stage, after normalisation: which endpoints' GPU records go on to the sinks and the report.
+
+    normalised records ─▶ relabel (per series, where series leave: relabel.py) ─▶ de-duplication ─▶ (pod selection)
+
+De-duplication (issue 27: one GPU, one count). A GPU's identity is its UUID plus its MIG instance
+(normalize.py); an identity without a UUID (`unknown:…`) identifies nothing and is left out. Two endpoints
+(of any kind of source: an exporter's URL, a local reader such as `pynvml://localhost`) that serve the
+same GPUs are one source:
+
+- an endpoint whose GPUs are all served by another is its duplicate: the endpoint serving more GPUs is
+  kept; between two serving the same GPUs, the one earlier in the preference order (`preference_order`:
+  the URLs the user gave, in the user's order, before the built-in defaults);
+- endpoints that share only some GPUs are both kept (neither is the other's duplicate);
+- a duplicate is not scraped any more, not recorded and not forwarded (the live pipeline), and its
+  records, if any were written before the decision, are left out of the report (`select_series`, the
+  same rule over the same identities, live and offline).
+
+Compat mode (`--counter-mode aiperf`) de-duplicates too: the one deliberate difference from AIPerf, which
+sums a GPU once per endpoint that serves it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Protocol, TypeVar
+
+from bridge.endpoints import display_key
+
+Identity = tuple[str, str | None]  # (GPU UUID, MIG instance or None)
+UNKNOWN_PREFIX = "unknown:"  # normalize.py's identity for a GPU without a UUID
+
+
+def preference_order(user: Sequence[str], defaults: Sequence[str]) -> list[str]:
+    """The endpoints in the order de-duplication prefers them: the user's, in order, then the defaults."""
+    return list(dict.fromkeys([*user, *defaults]))
+
+
+def known(identities: Iterable[Identity]) -> frozenset[Identity]:
+    """The identities that identify a GPU (those with a UUID)."""
+    return frozenset(i for i in identities if not i[0].startswith(UNKNOWN_PREFIX))
+
+
+def duplicates_of(served: Mapping[str, Collection[Identity]], preference: Sequence[str]) -> dict[str, str]:
+    """dropped endpoint → the endpoint it duplicates, for endpoints keyed by display key (host:port) as in
+    `served` (each endpoint's GPU identities over the run). `preference` may hold URLs or display keys;
+    an endpoint not in it comes after those that are, in `served`'s order."""
+    rank = {_key(e): n for n, e in enumerate(preference)}
+    gpus = {endpoint: known(ids) for endpoint, ids in served.items()}
+    order = sorted(gpus, key=lambda e: (-len(gpus[e]), rank.get(e, len(rank))))  # (sorted is stable)
+    kept: list[str] = []
+    out: dict[str, str] = {}
+    for endpoint in order:
+        mine = gpus[endpoint]
+        twin = next((k for k in kept if mine and mine <= gpus[k]), None)
+        if twin is None:
+            kept.append(endpoint)
+        else:
+            out[endpoint] = twin
+    return out
+
+
+def _key(endpoint: str) -> str:
+    """An endpoint's display key, from its URL or its display key."""
+    return display_key(endpoint) if "://" in endpoint else endpoint
+
+
+def describe(dropped: str, kept: str) -> str:
+    """The one line that says a duplicate was dropped (the log, the events file, the report's summary)."""
+    return f"{dropped} serves the same GPUs as {kept}: dropped as its duplicate, {kept} is kept (one GPU, one count)"
+
+
+class Deduplicator:
+    """The live side of the rule: each endpoint's identities as its pages show them, and which endpoints are
+    duplicates now. `observe` costs a set lookup for a page whose GPUs were all seen before on its endpoint."""
+
+    def __init__(self, preference: Sequence[str]) -> None:
+        self.preference = list(preference)
+        self.served: dict[str, set[Identity]] = {}  # display key -> identities seen
+        self.dropped: dict[str, str] = {}  # display key -> the endpoint it duplicates
+
+    def observe(self, endpoint: str, identities: Iterable[Identity]) -> dict[str, str]:
+        """An endpoint's page's identities; the endpoints newly found duplicates (dropped → kept), often none."""
+        seen = self.served.setdefault(endpoint, set())
+        before = len(seen)
+        seen.update(identities)
+        if len(seen) == before:
+            return {}
+        now = duplicates_of(self.served, self.preference)
+        new = {d: k for d, k in now.items() if d not in self.dropped}
+        self.dropped.update(new)  # (once dropped, an endpoint is not scraped again: it stays dropped)
+        return new
+
+
+class _HasEndpoint(Protocol):
+    @property
+    def endpoint(self) -> str: ...
+
+    @property
+    def meta(self) -> _HasIdentity: ...
+
+
+class _HasIdentity(Protocol):
+    @property
+    def identity(self) -> Identity: ...
+
+
+S = TypeVar("S", bound=_HasEndpoint)
+
+
+def select_series(series: Sequence[S], preference: Sequence[str],
+                  dropped: Mapping[str, str] | None = None) -> tuple[list[S], dict[str, str]]:
+    """The report's series without those of duplicate endpoints, and which were dropped (→ kept): the rule over
+    the series' identities, plus `dropped` (what the live run decided, from its events file)."""
+    out = {_key(d): k for d, k in (dropped or {}).items()}
+    served: dict[str, set[Identity]] = {}
+    for s in series:
+        if s.endpoint not in out:  # (what the run decided stands; the rule decides among the others)
+            served.setdefault(s.endpoint, set()).add(s.meta.identity)
+    out.update(duplicates_of(served, preference))
+    return [s for s in series if s.endpoint not in out], out
+
+
+_DUPLICATE_OF = "duplicate of "
+
+
+def duplicate_reason(kept: str) -> str:
+    """The `endpoint_state` event's reason for a dropped duplicate (read back by `kept_of`)."""
+    return _DUPLICATE_OF + kept
+
+
+def kept_of(reason: str) -> str | None:
+    return reason[len(_DUPLICATE_OF):] if reason.startswith(_DUPLICATE_OF) else None
