@@ -20,15 +20,18 @@ from bridge.fields import FieldTable
 from bridge.report.energy import EnergyTotals, energy_totals
 from bridge.report.events import EndpointState, RunEvents, load_events
 from bridge.report.phases import PhaseFile, phase_files
+from bridge.report.sanity import CounterCheck, sanitize
 from bridge.report.series import Series, SeriesAccumulator
 from bridge.report.telemetry_data import (
     EndpointStatus,
     MetricLabel,
     RunInfo,
     build_block,
+    identity_keys,
     label_for,
     ordered_keys,
 )
+from bridge.report.verdict import measurement
 from bridge.report.window import DEFAULT_GRACE_NS, Phase, Window, phases_from_marks, window_from_phases
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE, CounterMode, GpuRecord, PhaseMark, ScrapeFailure
 
@@ -98,6 +101,9 @@ def build_report(
     table = table or default_table()
     read_errors: list[str] = []
     series, count = _series_of(records, read_errors)
+    checks: dict[tuple[str, tuple[str, str | None]], CounterCheck] = {}
+    if counter_mode == "interpolated":  # AIPerf's mode keeps AIPerf's values, impossible ones included
+        series, checks = sanitize(series)
     run_phases = list(phases) if phases is not None else phases_from_marks(marks)
     if window is None:
         window = window_from_phases(run_phases, requests_end_ns, grace_ns)
@@ -107,9 +113,12 @@ def build_report(
     block = build_block(series, resolved, table, counter_mode, info, tz=tz)
     files = phase_files(series, run_phases, resolved, table, counter_mode, info, last_sample_ns=last, tz=tz)
     labels = {k: label_for(k, table) for k in ordered_keys(series, table)}
+    energy = energy_totals(series, resolved, counter_mode)
+    if resolved.start_ns is not None and resolved.end_ns is not None:  # after error_summary
+        block.data["measurement"] = measurement(series, identity_keys(series), resolved, energy, checks, errors)
     return Report(
         telemetry_data=block.data,
-        energy=energy_totals(series, resolved, counter_mode),
+        energy=energy,
         phase_files=files,
         labels=labels,
         endpoints=block.endpoints,

@@ -58,6 +58,8 @@ class Cadence:
     period_ns: float | None  # between refreshes; None with fewer than two new values
     phase_ns: float | None = None  # one refresh instant of the fitted grid (None: no regular grid)
     at_least: bool = False  # the period is a lower bound: fewer than two new values were seen
+    # How far the fitted grid's instants can move while every bracket still holds one (ns; None: no grid).
+    phase_spread_ns: float | None = None
     # Indices (into the series' samples) of the scrapes that brought a new refresh.
     new: NDArray[np.int64] | None = field(default=None, repr=False, compare=False)
 
@@ -200,7 +202,8 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
     inside = float(np.mean((grid >= lo0 - slack) & (grid <= hi0 + slack)))
     if inside < _GRID_FIT:
         return cadence
-    return replace(cadence, period_ns=float(period), phase_ns=float(lo[0] + phase))
+    return replace(cadence, period_ns=float(period), phase_ns=float(lo[0] + phase),
+                   phase_spread_ns=abs(overshoot(period)))
 
 
 def _measured_period(durations: NDArray[np.float64] | None,
@@ -303,18 +306,21 @@ class RefreshedDelta:
     delta: float
     resets: int
     bound: float  # how far the delta can be from the truth, from how far each edge can move
+    uncertainty: float = 0.0  # the error the data supports (bridge/report/uncertainty.py), at most `bound`
 
 
 def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence: Cadence, start: int, end: int,
-                    slope: NDArray[np.float64] | None = None) -> RefreshedDelta | None:
+                    slope: NDArray[np.float64] | None = None, resolution: float = 0.0) -> RefreshedDelta | None:
     """A counter's increase over [start, end] with its values timed at their refresh (see the module doc).
 
     `slope` (aligned with `ts`, counter units per second; for the energy counter, the power gauge in MJ/s)
-    gives the counter's rate at each refresh instant. None when the counter has no value at all.
+    gives the counter's rate at each refresh instant; `resolution`, the counter's step (for the uncertainty).
+    None when the counter has no value at all.
     """
     import numpy as np
 
     from bridge.report.stats import cumulative_increase
+    from bridge.report.uncertainty import combine, refreshed_edge_uncertainty
 
     valid = ~np.isnan(values)
     t, v = ts[valid], values[valid]
@@ -347,22 +353,49 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     e0, e1 = float(start) - base, float(end) - base
     at0, bound0 = _edge(tau, cum, rate, lo, hi, e0)
     at1, bound1 = _edge(tau, cum, rate, lo, hi, e1)
-    return RefreshedDelta(float(max(at1 - at0, 0.0)), resets, bound0 + bound1)
+    spread = None if cadence.fresh else cadence.phase_spread_ns
+    edges = [refreshed_edge_uncertainty(tau, cum, rate, lo, hi, e, b, spread) for e, b in ((e0, bound0), (e1, bound1))]
+    bound = bound0 + bound1
+    return RefreshedDelta(float(max(at1 - at0, 0.0)), resets, bound, combine(edges, resolution, bound))
+
+
+# The energy counter's step: DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counts whole mJ (1e-9 MJ), as NVML's
+# nvmlDeviceGetTotalEnergyConsumption does.
+ENERGY_RESOLUTION_MJ = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDelta:
+    """A counter's increase over the window as the report gives it; for the energy counter, its hard bound and the
+    expected error (bridge/report/uncertainty.py), both in the counter's unit."""
+
+    delta: CounterDelta | RefreshedDelta | None
+    bound: float | None = None
+    uncertainty: float | None = None
 
 
 def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]], key: str, cadence: Cadence,
-                 start: int, end: int, fresh: CounterDelta
-                 ) -> tuple[CounterDelta | RefreshedDelta | None, float | None]:
-    """A counter's increase over [start, end] as the report gives it, and, for the energy counter, its bound:
-    `fresh` (the scrape-timed delta, not None) when the series' values are fresh, else the delta timed at
-    DCGM's refreshes (the power gauge as the energy's slope). The one rule behind the per-GPU metrics
+                 start: int, end: int, fresh: CounterDelta) -> WindowDelta:
+    """A counter's increase over [start, end] as the report gives it, and, for the energy counter, its bound and
+    uncertainty: `fresh` (the scrape-timed delta, not None) when the series' values are fresh, else the delta
+    timed at DCGM's refreshes (the power gauge as the energy's slope). The one rule behind the per-GPU metrics
     (telemetry_data.py) and the run's energy totals (energy.py)."""
+    from bridge.report.uncertainty import fresh_uncertainty
+
     energy = key == ENERGY_KEY
+    power = values.get(POWER_KEY) if energy else None
     if cadence.fresh:
-        return fresh, fresh_bound(ts, values[key], start, end) if energy else None
-    slope = values.get(POWER_KEY) if energy else None
-    timed = refreshed_delta(ts, values[key], cadence, start, end, None if slope is None else slope * 1e-6)  # W → MJ/s
-    return timed, timed.bound if timed is not None and energy else None
+        if not energy:
+            return WindowDelta(fresh)
+        bound = fresh_bound(ts, values[key], start, end)
+        expected = None if bound is None else fresh_uncertainty(ts, values[key], power, start, end, bound,
+                                                                ENERGY_RESOLUTION_MJ)
+        return WindowDelta(fresh, bound, expected)
+    timed = refreshed_delta(ts, values[key], cadence, start, end, None if power is None else power * 1e-6,  # W → MJ/s
+                            ENERGY_RESOLUTION_MJ if energy else 0.0)
+    if timed is None or not energy:
+        return WindowDelta(timed)
+    return WindowDelta(timed, timed.bound, timed.uncertainty)
 
 
 def fresh_bound(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, end: int) -> float | None:
@@ -372,29 +405,34 @@ def fresh_bound(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, 
     max(f, 1 − f) of its increase; past the data, by 1.5 × the nearest interval's rate × the gap."""
     import numpy as np
 
-    from bridge.report.stats import RESET_FRACTION
-
     valid = ~np.isnan(values)
     t, v = ts[valid], values[valid]
-    n = int(t.size)
-    if n == 0:
+    if t.size == 0:
         return None
-    bound = 0.0
-    for edge in (start, end):
-        i = int(np.searchsorted(t, edge, side="right"))  # the first sample after the edge
-        if 0 < i < n:
-            t0, t1, v0, v1 = int(t[i - 1]), int(t[i]), float(v[i - 1]), float(v[i])
-            if t0 == edge or t1 <= t0:
-                continue  # read at a sample
-            step = v1 if v1 < v0 * RESET_FRACTION else max(v1 - v0, 0.0)  # a reset counts from zero
-            f = (edge - t0) / (t1 - t0)
-            bound += max(f, 1.0 - f) * step
-        elif n >= 2:
-            a, b = (0, 1) if i == 0 else (n - 2, n - 1)
-            span = int(t[b] - t[a])
-            rate = max(float(v[b] - v[a]), 0.0) / span if span > 0 else 0.0
-            bound += _RATE_MARGIN * rate * abs(edge - int(t[a if i == 0 else b]))
-    return bound
+    return fresh_edge_bound(t, v, start) + fresh_edge_bound(t, v, end)
+
+
+def fresh_edge_bound(t: NDArray[np.int64], v: NDArray[np.float64], edge: int) -> float:
+    """`fresh_bound`'s term for one edge, over the valid samples `t`, `v`."""
+    import numpy as np
+
+    from bridge.report.stats import RESET_FRACTION
+
+    n = int(t.size)
+    i = int(np.searchsorted(t, edge, side="right"))  # the first sample after the edge
+    if 0 < i < n:
+        t0, t1, v0, v1 = int(t[i - 1]), int(t[i]), float(v[i - 1]), float(v[i])
+        if t0 == edge or t1 <= t0:
+            return 0.0  # read at a sample
+        step = v1 if v1 < v0 * RESET_FRACTION else max(v1 - v0, 0.0)  # a reset counts from zero
+        f = (edge - t0) / (t1 - t0)
+        return max(f, 1.0 - f) * step
+    if n >= 2:
+        a, b = (0, 1) if i == 0 else (n - 2, n - 1)
+        span = int(t[b] - t[a])
+        rate = max(float(v[b] - v[a]), 0.0) / span if span > 0 else 0.0
+        return _RATE_MARGIN * rate * abs(edge - int(t[a if i == 0 else b]))
+    return 0.0
 
 
 def _edge(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,

@@ -181,7 +181,8 @@ def test_energy_on_a_slow_refresh_is_close_to_the_simulators_ground_truth_and_wi
         energy, bound, gpu = _with_bound(records, start, end)
         error = abs(energy - truth)
         assert error <= bound, (seed, error, bound)  # the bound covers the true error, always
-        assert gpu["bound"] * 1e6 == pytest.approx(bound)  # the GPU's bound (MJ) is the run's (J) for one GPU
+        if window_s >= 2 * refresh_s:  # (else the energy is the power integral, kept within the counter's bound)
+            assert gpu["bound"] * 1e6 == pytest.approx(bound)  # the GPU's bound (MJ) is the run's (J) for one GPU
         worst = max(worst, error / truth)
     periods = window_s / refresh_s if refresh_s else math.inf
     if refresh_s <= 0.1:
