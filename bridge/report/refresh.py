@@ -58,8 +58,12 @@ class Cadence:
     period_ns: float | None  # between refreshes; None with fewer than two new values
     phase_ns: float | None = None  # one refresh instant of the fitted grid (None: no regular grid)
     at_least: bool = False  # the period is a lower bound: fewer than two new values were seen
-    # How far the fitted grid's instants can move while every bracket still holds one (ns; None: no grid).
+    # How far the fitted grid can move while every bracket still holds one of its instants (ns; None: no grid, or
+    # one the brackets do not all agree with): its phase at the chosen period, and its period, turning the grid
+    # about `pivot_ns` (the middle of the brackets).
     phase_spread_ns: float | None = None
+    period_spread_ns: float | None = None
+    pivot_ns: float | None = None
     # Indices (into the series' samples) of the scrapes that brought a new refresh.
     new: NDArray[np.int64] | None = field(default=None, repr=False, compare=False)
 
@@ -81,6 +85,13 @@ class Cadence:
             return mid
         grid = self.phase_ns + self.period_ns * round((mid - self.phase_ns) / self.period_ns)
         return min(max(grid, lo), hi)
+
+    def instant_spread(self, t: float) -> float | None:
+        """How far the grid instant nearest `t` can be from the true refresh instant (None: no agreed grid)."""
+        if self.phase_spread_ns is None or self.period_spread_ns is None or self.pivot_ns is None \
+                or not self.period_ns:
+            return None
+        return self.phase_spread_ns / 2 + abs(t - self.pivot_ns) / self.period_ns * self.period_spread_ns
 
     def instant_before(self, t: float) -> float:
         """The latest refresh instant at or before `t` (a series' first value, sampled before it was seen)."""
@@ -188,9 +199,11 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
         else:
             a = m1
     period = (a + b) / 2
+    period_spread = 0.0  # (brackets that disagree, a late response among them: the grid misses by `overshoot`)
     if overshoot(period) < 0:  # every bracket agrees with a range of periods: take the middle of it
         low, high = _root(overshoot, period, 0.9 * rough), _root(overshoot, period, 1.1 * rough)
         period = (low + high) / 2
+        period_spread = (high - low) / 2
         measured = _measured_period(durations, steps)
         # The energy's clock, where the brackets agree and it is the sharper of the two (the brackets leave the
         # period anywhere in [low, high]; the energy's durations wander with power swings between refreshes).
@@ -203,7 +216,8 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
     if inside < _GRID_FIT:
         return cadence
     return replace(cadence, period_ns=float(period), phase_ns=float(lo[0] + phase),
-                   phase_spread_ns=abs(overshoot(period)))
+                   phase_spread_ns=abs(overshoot(period)), period_spread_ns=period_spread,
+                   pivot_ns=float(lo[0] + phase + period * j[-1] / 2))
 
 
 def _measured_period(durations: NDArray[np.float64] | None,
@@ -320,7 +334,7 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     import numpy as np
 
     from bridge.report.stats import cumulative_increase
-    from bridge.report.uncertainty import combine, refreshed_edge_uncertainty
+    from bridge.report.uncertainty import refreshed_uncertainty
 
     valid = ~np.isnan(values)
     t, v = ts[valid], values[valid]
@@ -353,10 +367,8 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     e0, e1 = float(start) - base, float(end) - base
     at0, bound0 = _edge(tau, cum, rate, lo, hi, e0)
     at1, bound1 = _edge(tau, cum, rate, lo, hi, e1)
-    spread = None if cadence.fresh else cadence.phase_spread_ns
-    edges = [refreshed_edge_uncertainty(tau, cum, rate, lo, hi, e, b, spread) for e, b in ((e0, bound0), (e1, bound1))]
-    bound = bound0 + bound1
-    return RefreshedDelta(float(max(at1 - at0, 0.0)), resets, bound, combine(edges, resolution, bound))
+    expected = refreshed_uncertainty(tau, cum, rate, lo, hi, (e0, e1), (bound0, bound1), cadence, int(base), resolution)
+    return RefreshedDelta(float(max(at1 - at0, 0.0)), resets, bound0 + bound1, expected)
 
 
 # The energy counter's step: DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counts whole mJ (1e-9 MJ), as NVML's
@@ -501,6 +513,13 @@ def _read(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.f
     value = ((2 * x3 - 3 * x2 + 1) * c0 + (x3 - 2 * x2 + x) * h * m0
              + (-2 * x3 + 3 * x2) * c1 + (x3 - x2) * h * m1)
     return min(max(value, c0), c1)
+
+
+def read_between(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None, a: int, b: int,
+                 edge: float) -> float:
+    """`_read` from refreshes a and b alone (the uncertainty reads each refresh from its neighbours this way)."""
+    pair = [a, b]
+    return _read(tau[pair], cum[pair], None if rate is None else rate[pair], edge)
 
 
 def _reach(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,

@@ -3,23 +3,31 @@
 `bound` (bridge/report/refresh.py) is what monotonicity guarantees: the counter's value at an edge lies
 between the readings around it. The truth is nearly always much closer, and how close the data tells:
 
-- The edge term. A counter read between two readings h apart by linear interpolation is off by
-  |ΔP|·h·x(1−x)/2 at fraction x when power changes linearly by ΔP between them: at most |ΔP|·h/8. Fresh values
-  (the scrape time is the sample time) use that, with ΔP from the power gauge at the two readings. A slow
-  refresh is read by cubic Hermite interpolation with the power gauge as the slope, which is exact for linear
-  power; what is left is how far the power departed from a line over the refresh interval, which the data
-  measures: the interval's trapezoid residual |E − (P₀ + P₁)·h/2| (E the counter's increase over it); the
-  largest of the edge's interval and its two neighbours is taken.
-- The refresh-bracket term (slow refresh only). Each refresh is timed at the fitted grid instant inside its
-  bracket; the grid can still move by its phase spread (the range every bracket allows), or, with no grid, by
-  the bracket's width. Half of that, times the interval's mean power.
+- Fresh values (the scrape time is the sample time), read by linear interpolation. The edge term: a counter
+  read between two readings h apart is off by |ΔP|·h·x(1−x)/2 at fraction x when power changes linearly by ΔP
+  between them, at most |ΔP|·h/8, ΔP from the power gauge at the two readings; plus the largest trapezoid
+  residual |ΔE − (P₀ + P₁)·h/2| of the intervals around it (what a line misses: the power's curvature, and
+  readings not quite at their scrape time when DCGM refreshes a little slower than instantly). For linear
+  power the two edges' errors have known signs that can add: the edges add in full.
+- A slow refresh, read by cubic Hermite interpolation with the power gauge as the slope (exact for linear
+  power). The shape term: the reader's own error on the refreshes near the edge, each read from its two
+  neighbours alone as if it were missing (a leave-one-out check at twice the refresh spacing); the largest of
+  them. The timing term: each refresh is timed at the fitted grid's instant in its bracket, and the grid can
+  still move by its phase spread and its period spread (the ranges every bracket allows): a phase error moves
+  both edges alike and cancels but for the power's change across the window, a period error turns the grid
+  about its pivot; with no agreed grid, each edge can sit anywhere in half its bracket. The edges' shape
+  terms and the timing term are independent: they add in quadrature.
 - The counter's resolution (1 mJ for DCGM and NVML), once per edge.
 
-An edge beyond the readings (nothing after the window's end, say) has no better estimate than its bound. The
-two edges add; the sum is capped at `bound`. The power integral (the cross-check and the fallback) carries
-|ΔP|·h/2 per interval (the trapezoid's worst case for monotone power between readings) plus, for a gauge
-that is itself an average (NVML: a one-second average on Ampere and newer, nvmlDeviceGetPowerUsage), the
-power's change across the window times that averaging span.
+An edge beyond the readings (nothing after the window's end, say) has no better estimate than its bound; the
+result is never more than the bound. The power integral (the cross-check and the fallback) carries |ΔP|·h/2
+per interval (the trapezoid's worst case for monotone power between readings), plus, for a gauge that is
+itself an average (NVML: a one-second average on Ampere and newer, nvmlDeviceGetPowerUsage), the power's change
+across the window times that span, plus, on a slow refresh, the highest power times how far the edges' refresh
+instants can be off.
+
+Per source: the terms read the source's own readings and brackets, so a reader with other timing (issue 22's
+NVML and AMD readers: fresh values, an energy counter of its own resolution) gets its own numbers.
 """
 
 from __future__ import annotations
@@ -63,13 +71,8 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], power
             edges.append(change * h / 8 + _fresh_residual(t, v, p, i))
         else:
             edges.append(fresh_edge_bound(t, v, edge))
-    return combine(edges, resolution, bound)
-
-
-def combine(edges: list[float], resolution: float, bound: float) -> float:
-    """The two edges' errors are independent (each edge falls at its own place between readings): they add in
-    quadrature; the counter's resolution adds once per edge; never more than the hard bound."""
-    return min(math.sqrt(sum(e * e for e in edges)) + 2 * resolution, bound)
+    # (For power that moves linearly the two edges' errors have known signs that can add: they add in full.)
+    return min(sum(edges) + 2 * resolution, bound)
 
 
 def _fresh_residual(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.float64] | None, i: int) -> float:
@@ -100,43 +103,69 @@ def _power_change(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.fl
     return None
 
 
-def refreshed_edge_uncertainty(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
-                               lo: NDArray[np.float64], hi: NDArray[np.float64], edge: float, bound: float,
-                               spread_ns: float | None) -> float:
-    """One edge's expected error for a counter timed at its refreshes (`refresh.refreshed_delta`'s arrays:
-    instants, cumulative increase, rate per ns, brackets), at most the edge's `bound`."""
+def refreshed_uncertainty(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
+                          lo: NDArray[np.float64], hi: NDArray[np.float64], edges: tuple[float, float],
+                          bounds: tuple[float, float], cadence: Cadence, base: int, resolution: float) -> float:
+    """The expected error of a counter's increase timed at its refreshes (`refresh.refreshed_delta`'s arrays:
+    instants and brackets relative to `base`, cumulative increase, rate per ns; `edges` relative too), at most
+    the sum of the edges' `bounds`."""
+    shapes: list[float] = []
+    rates: list[float | None] = []
+    for edge, bound in zip(edges, bounds, strict=True):
+        interval = _interval(tau, edge)
+        shape = None if interval is None else _shape_term(tau, cum, rate, interval)
+        if interval is None or shape is None:
+            shapes.append(bound)  # beyond the refreshes seen, or too few of them: only the hard bound is known
+            rates.append(None)
+            continue
+        h = float(tau[interval + 1] - tau[interval])
+        shapes.append(min(shape, bound))
+        rates.append(float(cum[interval + 1] - cum[interval]) / h)
+    timing = _timing_term(lo, hi, tau, edges, rates, cadence, base)
+    return min(math.sqrt(shapes[0] ** 2 + shapes[1] ** 2 + timing ** 2) + 2 * resolution, sum(bounds))
+
+
+def _interval(tau: NDArray[np.float64], edge: float) -> int | None:
+    """The refresh interval [tau[i], tau[i+1]] that holds `edge` (None: outside the refreshes, or empty)."""
     import numpy as np
 
     n = tau.size
     if n < 2 or not tau[0] <= edge <= tau[-1]:
-        return bound
+        return None
     i = min(int(np.searchsorted(tau, edge, side="right")) - 1, n - 2)
-    h = float(tau[i + 1] - tau[i])
-    if h <= 0:
-        return bound
-    x = (edge - float(tau[i])) / h
-    shape = _shape_term(tau, cum, rate, i)
-    widths = [float(hi[k] - lo[k]) for k in (i, i + 1) if math.isfinite(lo[k])]
-    width = spread_ns if spread_ns is not None else max(widths, default=h)
-    timing = float(cum[i + 1] - cum[i]) / h * width / 2
-    return min(4 * x * (1 - x) * shape + timing, bound) if shape is not None else bound
+    return i if tau[i + 1] > tau[i] else None
+
+
+def _timing_term(lo: NDArray[np.float64], hi: NDArray[np.float64], tau: NDArray[np.float64], edges: tuple[float, float],
+                 rates: list[float | None], cadence: Cadence, base: int) -> float:
+    """What the refresh instants' timing leaves uncertain. With an agreed grid, both edges move with it: by its
+    phase (which cancels but for the power's change across the window) and its period (which turns the grid
+    about its pivot). Without one, each edge anywhere in half its bracket, independently."""
+    r0, r1 = (r if r is not None else 0.0 for r in rates)
+    if cadence.phase_spread_ns is not None and cadence.period_spread_ns is not None and cadence.pivot_ns is not None \
+            and cadence.period_ns:
+        pivot = cadence.pivot_ns - base
+        turn = cadence.period_spread_ns / cadence.period_ns * abs(r1 * (edges[1] - pivot) - r0 * (edges[0] - pivot))
+        return abs(r1 - r0) * cadence.phase_spread_ns / 2 + turn
+    halves = []
+    for edge, r in zip(edges, (r0, r1), strict=True):
+        i = _interval(tau, edge)
+        widths = [] if i is None else [float(hi[k] - lo[k]) / 2 for k in (i, i + 1) if math.isfinite(lo[k])]
+        halves.append(r * max(widths, default=0.0))
+    return math.hypot(*halves)
 
 
 def _shape_term(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
                 i: int) -> float | None:
-    """How far interval i's reading can be off for the power's shape between refreshes (see the module doc)."""
+    """How far a reading inside interval i can be off for the power's shape between refreshes: the reader's own
+    error on the refreshes nearby, each read from its two neighbours alone as if it were missing (see the module
+    doc). None with fewer than three refreshes."""
+    from bridge.report.refresh import read_between
+
     n = tau.size
-    h = float(tau[i + 1] - tau[i])
-    if rate is not None and math.isfinite(rate[i]) and math.isfinite(rate[i + 1]):
-        residuals = [abs(float(cum[k + 1] - cum[k]) - float(rate[k] + rate[k + 1]) / 2 * float(tau[k + 1] - tau[k]))
-                     for k in range(max(i - 1, 0), min(i + 2, n - 1))
-                     if math.isfinite(rate[k]) and math.isfinite(rate[k + 1])]
-        return max(residuals)
-    means = [float(cum[k + 1] - cum[k]) / float(tau[k + 1] - tau[k]) for k in (i - 1, i + 1)
-             if 0 <= k < n - 1 and tau[k + 1] > tau[k]]
-    if len(means) < 2:
-        return None
-    return abs(means[1] - means[0]) / 2 * h / 8
+    errors = [abs(float(cum[k]) - read_between(tau, cum, rate, k - 1, k + 1, float(tau[k])))
+              for k in range(max(i - 2, 1), min(i + 4, n - 1))]
+    return max(errors) if errors else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +194,8 @@ def power_integral(ts: NDArray[np.int64], power_w: NDArray[np.float64], cadence:
                                                                        for k in new[1:].tolist()]) - base
         instants = np.maximum.accumulate(instants)
         p = p[new]
-        stale = float(np.max(p)) * (cadence.phase_spread_ns if cadence.phase_spread_ns is not None
-                                    else cadence.period_ns or 0.0) / 1e9
+        spreads = [cadence.instant_spread(float(e)) for e in (start, end)]
+        stale = float(np.max(p)) * sum(w if w is not None else cadence.period_ns or 0.0 for w in spreads) / 1e9
     lo, hi = float(start - base), float(end - base)
     inside = (instants > lo) & (instants < hi)
     grid = np.concatenate(([lo], instants[inside], [hi]))
