@@ -35,7 +35,8 @@ class _LazyGroup(click.Group):
 
     lazy = {"sidecar": "bridge.sidecar.cli:sidecar", "profile": "bridge.sidecar.cli:profile",
             "demo": "bridge.sidecar.cli:demo", "simulate": "bridge.simulator.cli:simulate",
-            "report": "bridge.report.cli:report", "kube": "bridge.kube.cli:kube"}
+            "report": "bridge.report.cli:report", "kube": "bridge.kube.cli:kube",
+            "validate": "bridge.report.validate:validate"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])

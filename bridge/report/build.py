@@ -31,7 +31,7 @@ from bridge.report.telemetry_data import (
     label_for,
     ordered_keys,
 )
-from bridge.report.verdict import measurement
+from bridge.report.verdict import measurement, window_and_hash
 from bridge.report.window import DEFAULT_GRACE_NS, Phase, Window, phases_from_marks, window_from_phases
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE, CounterMode, GpuRecord, PhaseMark, ScrapeFailure
 
@@ -86,6 +86,7 @@ def build_report(
     errors: Sequence[ScrapeFailure] = (),
     endpoint_states: Sequence[EndpointState] = (),
     tz: tzinfo | None = None,
+    record_log: Path | None = None,
 ) -> Report:
     """Build the whole report.
 
@@ -93,6 +94,8 @@ def build_report(
     `requests_end_ns` ends the profiling window when known (else the last profiling end mark); a run with
     no profiling phase reports all data. `endpoints_configured=None` takes the record log's source URLs,
     `endpoints_successful=None` those that produced records. `tz` is for tests (default: local time).
+    `record_log` (default: `records` when it is a path): the file whose SHA-256 the verdict stores, for
+    `dcgm-bridge validate`.
     """
     if counter_mode not in COUNTER_MODES:
         raise ValueError(f"counter_mode must be one of {', '.join(COUNTER_MODES)}, got {counter_mode!r}")
@@ -116,6 +119,8 @@ def build_report(
     energy = energy_totals(series, resolved, counter_mode)
     if resolved.start_ns is not None and resolved.end_ns is not None:  # after error_summary
         block.data["measurement"] = measurement(series, identity_keys(series), resolved, energy, checks, errors)
+        log = record_log if record_log is not None else records if isinstance(records, Path) else None
+        block.data["measurement"].update(window_and_hash(resolved, log))
     return Report(
         telemetry_data=block.data,
         energy=energy,

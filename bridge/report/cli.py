@@ -45,11 +45,13 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
               help="Also write a self-contained HTML page: summary, per-GPU charts with the phases, energy per phase.")
 @click.option("--metrics-csv", type=click.Path(exists=True, dir_okay=False), multiple=True,
               help="Custom-metrics CSV (dcgm-exporter format) that names extra fields in the log.")
+@click.option("--require-valid", is_flag=True,
+              help="Exit 1 when the measurement verdict is NOT valid (the report is still written).")
 def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, strip_suffix: str | None,
            start_ns: int | None, end_ns: int | None, phase_manifest: Path | None,
            events_path: Path | None, counter_mode: str | None, grace_ns: int, output: Path | None,
            profile_export_prefix: str | None, write_csv: bool, show_console: bool,
-           metrics_csv: tuple[str, ...], html_path: Path | None) -> None:
+           metrics_csv: tuple[str, ...], html_path: Path | None, require_valid: bool = False) -> None:
     """Rebuild telemetry_data (+ energy, CSV, phase files) from a record log and a window.
 
     The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
@@ -115,10 +117,26 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         written.append(write_html(built, None, html_path, run_id=shown_id))
     if show_console:
         render_console(built)
-    gpus = sum(len(e["gpus"]) for e in built.telemetry_data["endpoints"].values())
-    click.echo(f"{built.records} records, {gpus} GPUs, counter mode {counter_mode}")
+    from bridge.report.telemetry_data import gpus_text
+
+    gpus = gpus_text((s.endpoint, s.meta.identity) for s in built.series)
+    click.echo(f"{built.records} records, {gpus}, counter mode {counter_mode}")
     for path in written:
         click.echo(f"wrote {path}")
+    exit_on_verdict(built.telemetry_data, require_valid, echo=not show_console)
+
+
+def exit_on_verdict(telemetry_data: dict[str, Any], require_valid: bool, *, echo: bool = True) -> None:
+    """The verdict's line (unless the console printed it); with `--require-valid`, exit 1 when NOT valid. A NOT-valid
+    verdict alone never changes the exit code (issue 27)."""
+    from bridge.report.verdict import verdict_line
+
+    line = verdict_line(telemetry_data)
+    if echo:
+        click.echo(line)
+    if require_valid and line != "measurement valid":
+        click.echo(f"dcgm-bridge: --require-valid: {line}", err=True)
+        raise SystemExit(1)
 
 
 # -- inputs that would give an empty report (nothing is written then: an existing report stays) --------

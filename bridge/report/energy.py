@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.report.refresh import (
     ENERGY_KEY,
+    ENERGY_RESOLUTION_MJ,
     MIN_REFRESHES_PER_WINDOW,
     POWER_KEY,
     Cadence,
@@ -66,7 +67,9 @@ class GpuEnergy:
         """How far the counter and the power integral may differ: 3 × their combined expected error."""
         if self.counter_uncertainty_j is None or self.power_uncertainty_j is None:
             return None
-        return DISAGREE_FACTOR * (self.counter_uncertainty_j + self.power_uncertainty_j)
+        # (The counter's own error never below its resolution at each edge, even where its bound is 0.)
+        counter = max(self.counter_uncertainty_j, 2 * ENERGY_RESOLUTION_MJ * _MJ_TO_J)
+        return DISAGREE_FACTOR * (counter + self.power_uncertainty_j)
 
     @property
     def agrees(self) -> bool | None:

@@ -182,6 +182,18 @@ def gpu_keys(series: Sequence[Series]) -> dict[tuple[str, str | None], str]:
     return keys
 
 
+def gpus_text(identities: Iterable[tuple[str, tuple[str, str | None]]]) -> str:
+    """A count of (endpoint, GPU identity) as people say it: "2 GPUs (4 MIG instances)" — a MIG instance is
+    part of its GPU, never a GPU of its own."""
+    unique = set(identities)
+    gpus = len({(endpoint, uuid) for endpoint, (uuid, _) in unique})
+    instances = sum(1 for _, (_, instance) in unique if instance is not None)
+    text = f"{gpus} GPU{'' if gpus == 1 else 's'}"
+    if instances:
+        text += f" ({instances} MIG instance{'' if instances == 1 else 's'})"
+    return text
+
+
 def identity_keys(series: Sequence[Series]) -> dict[tuple[str, tuple[str, str | None]], str]:
     """(endpoint, identity) → the GPU's key in `endpoints` (as `build_block` names them)."""
     by_endpoint: dict[str, list[Series]] = {}

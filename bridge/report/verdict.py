@@ -16,6 +16,7 @@ A NOT-valid verdict changes no exit code by itself (`--require-valid` does: brid
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge.endpoints import REFRESH_FIX, display_key
@@ -153,6 +154,28 @@ def measurement(series: Sequence[Series], keys: Mapping[tuple[str, tuple[str, st
         out["power_from_samples"] = energy.power_from_samples
     out["gpus"] = gpus
     return out
+
+
+def window_and_hash(window: Window, record_log: Path | None) -> dict[str, Any]:
+    """What `dcgm-bridge validate` needs to redo the report: the window, and the SHA-256 of the record log's bytes
+    as written (gzip included; none when the log cannot be read)."""
+    out: dict[str, Any] = {"window": {"start_ns": window.start_ns, "end_ns": window.end_ns,
+                                      "grace_ns": window.grace_ns}}
+    if record_log is not None:
+        digest = file_sha256(record_log)
+        if digest is not None:
+            out["record_log"] = {"file": record_log.name, "sha256": digest}
+    return out
+
+
+def file_sha256(path: Path) -> str | None:
+    import hashlib
+
+    try:
+        with path.open("rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
 
 
 def verdict_line(block: Mapping[str, Any]) -> str:
