@@ -118,8 +118,11 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     families = list(dict.fromkeys(s.name for s in page.samples))
+    from bridge.report.telemetry_data import gpus_text
+
+    gpus = gpus_text((origin, (r.gpu_uuid, r.gpu_instance_id)) for r in records)
     click.echo(f"{origin}: {len(page.samples)} samples in {len(families)} families, "
-               f"{len(page.dropped)} lines dropped, {len(records)} GPUs")
+               f"{len(page.dropped)} lines dropped, {gpus}")
     for d in page.dropped:
         click.echo(f"  dropped line {d.line}: {d.reason}: {d.text[:100]}")
     click.echo("families, by the exporter that writes the name:")

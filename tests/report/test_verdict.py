@@ -250,3 +250,38 @@ def test_a_mig_page_is_counted_as_one_gpu_with_its_instances(tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     assert "1 GPU (3 MIG instances), counter mode" in result.output
 
+
+
+SKEWED_BENCHMARK = """
+import json, os, time, urllib.request
+url = os.environ["DCGM_BRIDGE_CONTROL_URL"]
+def post(event, t):
+    body = json.dumps({"name": "profiling", "kind": "profiling", "event": event, "time_ns": t}).encode()
+    urllib.request.urlopen(urllib.request.Request(url + "/phases", data=body)).read()
+def written():
+    return json.loads(urllib.request.urlopen(url + "/status").read())["records_written"]
+first = written()
+while written() < first + 6:
+    time.sleep(0.02)
+post("start", time.time_ns() - 20 * 3600 * 10**9)  # a benchmark whose clock is 20 h off
+post("end", time.time_ns())
+"""
+
+
+@pytest.mark.parametrize(("flags", "code"), [((), 0), (("--require-valid",), 1)], ids=["plain", "require-valid"])
+def test_profile_exits_1_on_a_not_valid_verdict_only_with_require_valid(tmp_path: Path, monkeypatch: Any,
+                                                                        flags: tuple[str, ...], code: int) -> None:
+    import sys
+
+    from bridge.simulator import SimulatedExporter, SimulatorConfig
+
+    script = tmp_path / "bench.py"
+    script.write_text(SKEWED_BENCHMARK)
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
+        monkeypatch.setenv("AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS", f"127.0.0.1:{exporter.port}")
+        monkeypatch.setenv("AIPERF_GPU_COLLECTION_INTERVAL", "0.05")
+        result = CliRunner().invoke(main, ["profile", "--artifact-dir", str(tmp_path / "out"), *flags, "--",
+                                           sys.executable, str(script)])
+    assert result.exit_code == code, result.output
+    (verdict,) = [line for line in result.output.splitlines() if line.startswith("measurement NOT valid: ")]
+    assert "window_outside_samples" in verdict
