@@ -22,7 +22,8 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
               help="Record log: gpu_telemetry_export.jsonl (ours or AIPerf's), plain or .gz.")
 @click.option("--prometheus", "prometheus_url", metavar="URL",
               help="Instead of --jsonl: a PromQL store (Prometheus, VictoriaMetrics, Mimir) holding the run.")
-@click.option("--run-id", help="With --prometheus: the run's run_id label.")
+@click.option("--run-id", help="With --prometheus: the run's run_id label. With --jsonl: the run to report when the "
+                                "record log holds several (default: the newest).")
 @click.option("--strip-suffix", type=click.Choice(["_total"]),
               help="With --prometheus: counters arrived with Prometheus' _total suffix (OTLP into Prometheus).")
 @click.option("--start-ns", type=int, help="Profiling start, wall-clock ns (with --end-ns).")
@@ -91,11 +92,11 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
             check_times(start_ns, end_ns)
         elif phase_manifest is not None:
             kwargs["phases"] = load_manifest(phase_manifest)
-        source: Any = jsonl
+        source: Any = jsonl if jsonl is None else one_run(jsonl, run_id)
         if prometheus_url is not None:
             source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix)
         built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
-                             grace_ns=grace_ns, **kwargs)
+                             grace_ns=grace_ns, record_log=jsonl, **kwargs)
     except WindowError as exc:
         raise click.ClickException(str(exc)) from None
     if built.read_errors:
@@ -137,6 +138,24 @@ def exit_on_verdict(telemetry_data: dict[str, Any], require_valid: bool, *, echo
     if require_valid and line != "measurement valid":
         click.echo(f"dcgm-bridge: --require-valid: {line}", err=True)
         raise SystemExit(1)
+
+
+def one_run(jsonl: Path, run_id: str | None) -> Path | list[Any]:
+    """The record log, or, when it holds several runs (or --run-id names one), that run's records only: the
+    newest unless --run-id says which. Says so in one line."""
+    from bridge.report.runs import records_of_run, run_ids_in
+
+    ids = run_ids_in(jsonl)
+    if run_id is None and len(ids) <= 1:
+        return jsonl
+    if run_id is not None and run_id not in ids:
+        raise ReportInputError(f"--run-id {run_id}: not in {jsonl} (its runs: {', '.join(ids) or 'none'})")
+    chosen = run_id or ids[-1]
+    if len(ids) > 1:
+        why = "--run-id" if run_id else "the newest; --run-id picks another"
+        click.echo(f"{jsonl} holds {len(ids)} runs ({', '.join(ids)}): reporting run {chosen} ({why})", err=True)
+    errors: list[str] = []
+    return list(records_of_run(jsonl, chosen, errors))
 
 
 # -- inputs that would give an empty report (nothing is written then: an existing report stays) --------

@@ -285,3 +285,27 @@ def test_profile_exits_1_on_a_not_valid_verdict_only_with_require_valid(tmp_path
     assert result.exit_code == code, result.output
     (verdict,) = [line for line in result.output.splitlines() if line.startswith("measurement NOT valid: ")]
     assert "window_outside_samples" in verdict
+
+
+def test_a_record_log_of_two_runs_reports_the_newest_and_says_so(tmp_path: Path) -> None:
+    import dataclasses
+
+    older = [dataclasses.replace(r, run_id="r0", telemetry_data={**r.telemetry_data, "nvidia_power_usage": 100.0})
+             for r in _run(20.0)]
+    newer = [dataclasses.replace(r, run_id="r1") for r in _run(20.0)]
+    directory = _artifact(tmp_path, older + newer)
+    result = _report(directory)
+    assert result.exit_code == 0, result.output
+    assert "holds 2 runs (r0, r1): reporting run r1 (the newest; --run-id picks another)" in result.output
+    assert "1 GPU, counter mode" in result.output
+    doc = orjson.loads((directory / "profile_export_aiperf.json").read_bytes())
+    gpu = doc["telemetry_data"]["endpoints"]["127.0.0.1:19401"]["gpus"]["gpu_0"]["metrics"]
+    assert gpu["nvidia_power_usage"]["avg"] == WATTS
+    picked = _report(directory, "--run-id", "r0")
+    doc = orjson.loads((directory / "profile_export_aiperf.json").read_bytes())
+    assert picked.exit_code == 0 and "reporting run r0 (--run-id)" in picked.output
+    assert doc["telemetry_data"]["endpoints"]["127.0.0.1:19401"]["gpus"]["gpu_0"]["metrics"][
+        "nvidia_power_usage"]["avg"] == 100.0
+    unknown = CliRunner().invoke(main, ["report", "--jsonl", str(directory / "gpu_telemetry_export.jsonl"), "--events",
+                                        str(directory / "gpu_telemetry_events.jsonl"), "--run-id", "r9"])
+    assert unknown.exit_code == 2 and "--run-id r9: not in" in unknown.output
