@@ -87,6 +87,7 @@ def build_report(
     endpoint_states: Sequence[EndpointState] = (),
     tz: tzinfo | None = None,
     record_log: Path | None = None,
+    record_log_run: str | None = None,
 ) -> Report:
     """Build the whole report.
 
@@ -95,7 +96,7 @@ def build_report(
     no profiling phase reports all data. `endpoints_configured=None` takes the record log's source URLs,
     `endpoints_successful=None` those that produced records. `tz` is for tests (default: local time).
     `record_log` (default: `records` when it is a path): the file whose SHA-256 the verdict stores, for
-    `dcgm-bridge validate`.
+    `dcgm-bridge validate`; `record_log_run`, the run the records were taken from when the log holds several.
     """
     if counter_mode not in COUNTER_MODES:
         raise ValueError(f"counter_mode must be one of {', '.join(COUNTER_MODES)}, got {counter_mode!r}")
@@ -120,7 +121,7 @@ def build_report(
     if resolved.start_ns is not None and resolved.end_ns is not None:  # after error_summary
         block.data["measurement"] = measurement(series, identity_keys(series), resolved, energy, checks, errors)
         log = record_log if record_log is not None else records if isinstance(records, Path) else None
-        block.data["measurement"].update(window_and_hash(resolved, log))
+        block.data["measurement"].update(window_and_hash(resolved, log, record_log_run))
     return Report(
         telemetry_data=block.data,
         energy=energy,

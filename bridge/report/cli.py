@@ -93,6 +93,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         elif phase_manifest is not None:
             kwargs["phases"] = load_manifest(phase_manifest)
         source: Any = jsonl if jsonl is None else one_run(jsonl, run_id)
+        if isinstance(source, tuple):
+            source, kwargs["record_log_run"] = source
         if prometheus_url is not None:
             source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix)
         built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
@@ -140,7 +142,7 @@ def exit_on_verdict(telemetry_data: dict[str, Any], require_valid: bool, *, echo
         raise SystemExit(1)
 
 
-def one_run(jsonl: Path, run_id: str | None) -> Path | list[Any]:
+def one_run(jsonl: Path, run_id: str | None) -> Path | tuple[list[Any], str]:
     """The record log, or, when it holds several runs (or --run-id names one), that run's records only: the
     newest unless --run-id says which. Says so in one line."""
     from bridge.report.runs import records_of_run, run_ids_in
@@ -155,7 +157,7 @@ def one_run(jsonl: Path, run_id: str | None) -> Path | list[Any]:
         why = "--run-id" if run_id else "the newest; --run-id picks another"
         click.echo(f"{jsonl} holds {len(ids)} runs ({', '.join(ids)}): reporting run {chosen} ({why})", err=True)
     errors: list[str] = []
-    return list(records_of_run(jsonl, chosen, errors))
+    return list(records_of_run(jsonl, chosen, errors)), chosen
 
 
 # -- inputs that would give an empty report (nothing is written then: an existing report stays) --------

@@ -45,6 +45,7 @@ def validate_run(artifact_dir: Path) -> Validation:
     from bridge.record_log import EVENTS_FILE, EXPORT_FILE
     from bridge.report.build import build_report_from_events
     from bridge.report.energy import energy_metrics
+    from bridge.report.runs import records_of_run
     from bridge.report.verdict import FIXES, file_sha256
     from bridge.report.window import explicit_window
 
@@ -73,7 +74,11 @@ def validate_run(artifact_dir: Path) -> Validation:
         if isinstance(window, dict) and window.get("start_ns") is not None and window.get("end_ns") is not None:
             kwargs["window"] = explicit_window(int(window["start_ns"]), int(window["end_ns"]),
                                                int(window.get("grace_ns") or 0))
-        rebuilt = build_report_from_events(log, events, **kwargs)
+        run = (verdict.get("record_log") or {}).get("run_id") if isinstance(verdict, dict) else None
+        if isinstance(run, str):  # the log holds several runs: the report was built from this one
+            kwargs["record_log_run"] = run
+        rebuilt = build_report_from_events(list(records_of_run(log, run, [])) if isinstance(run, str) else log,
+                                           events, **kwargs)
     except (ValueError, TypeError, OSError) as exc:
         raise ReportInputError(f"validate: cannot rebuild the report from {log}: {exc}") from None
     fresh = {"telemetry_data": rebuilt.telemetry_data, **energy_metrics(rebuilt.energy, doc)}

@@ -290,8 +290,7 @@ def test_profile_exits_1_on_a_not_valid_verdict_only_with_require_valid(tmp_path
 def test_a_record_log_of_two_runs_reports_the_newest_and_says_so(tmp_path: Path) -> None:
     import dataclasses
 
-    older = [dataclasses.replace(r, run_id="r0", telemetry_data={**r.telemetry_data, "nvidia_power_usage": 100.0})
-             for r in _run(20.0)]
+    older = [dataclasses.replace(r, run_id="r0") for r in _run(20.0, watts=lambda t: 100.0)]
     newer = [dataclasses.replace(r, run_id="r1") for r in _run(20.0)]
     directory = _artifact(tmp_path, older + newer)
     result = _report(directory)
@@ -309,3 +308,5 @@ def test_a_record_log_of_two_runs_reports_the_newest_and_says_so(tmp_path: Path)
     unknown = CliRunner().invoke(main, ["report", "--jsonl", str(directory / "gpu_telemetry_export.jsonl"), "--events",
                                         str(directory / "gpu_telemetry_events.jsonl"), "--run-id", "r9"])
     assert unknown.exit_code == 2 and "--run-id r9: not in" in unknown.output
+    validated = CliRunner().invoke(main, ["validate", str(directory)])
+    assert validated.exit_code == 0, validated.output  # run r0, as the report says it was built from
