@@ -31,7 +31,7 @@ from bridge.report.refresh import (
 )
 from bridge.report.series import Series
 from bridge.report.stats import counter_delta_aiperf, counter_delta_interpolated, gauge_mean
-from bridge.report.uncertainty import power_integral
+from bridge.report.uncertainty import trapezoid_error_j
 from bridge.report.window import Window
 from bridge.samples import CounterMode
 
@@ -176,6 +176,43 @@ def gpu_energy(s: Series, window: Window) -> GpuEnergy:
                          read.delta.resets)
     return GpuEnergy(s.endpoint, s.meta.identity, counter_j, "counter", expected, bound, counter_j, expected, power_j,
                      power_u, refreshes, read.delta.resets)
+
+
+@dataclass(frozen=True, slots=True)
+class PowerIntegral:
+    joules: float
+    uncertainty_j: float  # bridge/report/uncertainty.py
+
+
+def power_integral(ts: NDArray[np.int64], power_w: NDArray[np.float64], cadence: Cadence, start: int,
+                   end: int) -> PowerIntegral | None:
+    """∫ power dt over [start, end] (J) from the gauge's readings, timed at their refresh when the values are not
+    fresh, held flat beyond the readings; with its expected error: the trapezoids', plus on a slow refresh the
+    highest power times how far the edges' refresh instants can be off. None without a reading or with
+    end ≤ start."""
+    import numpy as np
+
+    valid = np.flatnonzero(~np.isnan(power_w))
+    if not valid.size or end <= start:
+        return None
+    t, p = ts[valid], power_w[valid]
+    base = int(t[0])
+    if cadence.fresh:
+        instants = (t - base).astype(np.float64)
+        stale = 0.0
+    else:  # the first reading and every one that changed, each at its refresh instant (the bracket's grid point)
+        new = np.concatenate(([0], np.flatnonzero(np.diff(p) != 0) + 1))
+        instants = np.array([cadence.instant_before(float(t[0]))] + [cadence.instant(float(t[k - 1]), float(t[k]))
+                                                                       for k in new[1:].tolist()]) - base
+        instants = np.maximum.accumulate(instants)
+        p = p[new]
+        spreads = [cadence.instant_spread(float(e)) for e in (start, end)]
+        stale = float(np.max(p)) * sum(w if w is not None else cadence.period_ns or 0.0 for w in spreads) / 1e9
+    lo, hi = float(start - base), float(end - base)
+    inside = (instants > lo) & (instants < hi)
+    grid = np.concatenate(([lo], instants[inside], [hi]))
+    curve = np.interp(grid, instants, p)
+    return PowerIntegral(float(np.trapezoid(curve, grid) / 1e9), trapezoid_error_j(grid, curve) + stale)
 
 
 def refreshes_inside(ts: NDArray[np.int64], cadence: Cadence, start: int, end: int) -> int:

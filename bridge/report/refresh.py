@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from bridge.report.uncertainty import GridSpread, fresh_uncertainty, refreshed_uncertainty
+
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
@@ -92,6 +94,14 @@ class Cadence:
                 or not self.period_ns:
             return None
         return self.phase_spread_ns / 2 + abs(t - self.pivot_ns) / self.period_ns * self.period_spread_ns
+
+    @property
+    def grid_spread(self) -> GridSpread | None:
+        """How far the fitted grid can move (None: no grid every bracket agrees with)."""
+        if self.phase_spread_ns is None or self.period_spread_ns is None or self.pivot_ns is None \
+                or not self.period_ns:
+            return None
+        return GridSpread(self.phase_spread_ns, self.period_spread_ns, self.pivot_ns, self.period_ns)
 
     def instant_before(self, t: float) -> float:
         """The latest refresh instant at or before `t` (a series' first value, sampled before it was seen)."""
@@ -334,7 +344,6 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     import numpy as np
 
     from bridge.report.stats import cumulative_increase
-    from bridge.report.uncertainty import refreshed_uncertainty
 
     valid = ~np.isnan(values)
     t, v = ts[valid], values[valid]
@@ -367,7 +376,8 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     e0, e1 = float(start) - base, float(end) - base
     at0, bound0 = _edge(tau, cum, rate, lo, hi, e0)
     at1, bound1 = _edge(tau, cum, rate, lo, hi, e1)
-    expected = refreshed_uncertainty(tau, cum, rate, lo, hi, (e0, e1), (bound0, bound1), cadence, int(base), resolution)
+    expected = refreshed_uncertainty(tau, cum, rate, lo, hi, (e0, e1), (bound0, bound1), cadence.grid_spread, int(base),
+                                     resolution, lambda a, b, at: read_between(tau, cum, rate, a, b, at))
     return RefreshedDelta(float(max(at1 - at0, 0.0)), resets, bound0 + bound1, expected)
 
 
@@ -392,17 +402,16 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
     uncertainty: `fresh` (the scrape-timed delta, not None) when the series' values are fresh, else the delta
     timed at DCGM's refreshes (the power gauge as the energy's slope). The one rule behind the per-GPU metrics
     (telemetry_data.py) and the run's energy totals (energy.py)."""
-    from bridge.report.uncertainty import fresh_uncertainty
-
     energy = key == ENERGY_KEY
     power = values.get(POWER_KEY) if energy else None
     if cadence.fresh:
         if not energy:
             return WindowDelta(fresh)
-        bound = fresh_bound(ts, values[key], start, end)
-        expected = None if bound is None else fresh_uncertainty(ts, values[key], power, start, end, bound,
-                                                                ENERGY_RESOLUTION_MJ)
-        return WindowDelta(fresh, bound, expected)
+        edge_bounds = fresh_edge_bounds(ts, values[key], start, end)
+        if edge_bounds is None:
+            return WindowDelta(fresh)
+        expected = fresh_uncertainty(ts, values[key], power, start, end, edge_bounds, ENERGY_RESOLUTION_MJ)
+        return WindowDelta(fresh, sum(edge_bounds), expected)
     timed = refreshed_delta(ts, values[key], cadence, start, end, None if power is None else power * 1e-6,  # W → MJ/s
                             ENERGY_RESOLUTION_MJ if energy else 0.0)
     if timed is None or not energy:
@@ -415,13 +424,20 @@ def fresh_bound(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, 
     each edge only (the report pays this for every GPU at shutdown): between them the counter can be anywhere
     from one to the other, so an edge read by interpolation at fraction f of the interval can be off by
     max(f, 1 − f) of its increase; past the data, by 1.5 × the nearest interval's rate × the gap."""
+    edges = fresh_edge_bounds(ts, values, start, end)
+    return None if edges is None else sum(edges)
+
+
+def fresh_edge_bounds(ts: NDArray[np.int64], values: NDArray[np.float64], start: int,
+                      end: int) -> tuple[float, float] | None:
+    """`fresh_bound`'s two terms, one per edge (None: no valid sample)."""
     import numpy as np
 
     valid = ~np.isnan(values)
     t, v = ts[valid], values[valid]
     if t.size == 0:
         return None
-    return fresh_edge_bound(t, v, start) + fresh_edge_bound(t, v, end)
+    return fresh_edge_bound(t, v, start), fresh_edge_bound(t, v, end)
 
 
 def fresh_edge_bound(t: NDArray[np.int64], v: NDArray[np.float64], edge: int) -> float:

@@ -33,14 +33,23 @@ NVML and AMD readers: fresh values, an energy counter of its own resolution) get
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-    from bridge.report.refresh import Cadence
+# How the refresh grid can still move (bridge/report/refresh.py `Cadence`), ns: its phase, its period (turning
+# the grid about `pivot`), and the period itself.
+Reader = Callable[[int, int, float], float]
+
+
+class GridSpread(NamedTuple):
+    phase_ns: float
+    period_ns: float
+    pivot_ns: float
+    period: float
 
 # nvmlDeviceGetPowerUsage: "On Ampere (except GA100) or newer GPUs, the returned power draw is a one-second
 # average" (NVML API reference). DCGM's power field reads it.
@@ -48,17 +57,15 @@ GAUGE_AVERAGING_S = 1.0
 
 
 def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], power_w: NDArray[np.float64] | None,
-                      start: int, end: int, bound: float, resolution: float) -> float:
+                      start: int, end: int, edge_bounds: tuple[float, float], resolution: float) -> float:
     """The expected error of a fresh counter's increase over [start, end] (the counter's unit, MJ for energy)."""
     import numpy as np
-
-    from bridge.report.refresh import fresh_edge_bound
 
     valid = np.flatnonzero(~np.isnan(counter))
     t, v = ts[valid], counter[valid]
     p = None if power_w is None else power_w[valid] * 1e-6  # W → MJ/s
     edges = []
-    for edge in (start, end):
+    for edge, edge_bound in zip((start, end), edge_bounds, strict=True):
         i = int(np.searchsorted(t, edge, side="right"))
         if 0 < i < t.size:
             h = float(t[i] - t[i - 1]) / 1e9
@@ -66,13 +73,13 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], power
                 continue
             change = _power_change(t, v, p, i)
             if change is None:
-                edges.append(fresh_edge_bound(t, v, edge))
+                edges.append(edge_bound)
                 continue
             edges.append(change * h / 8 + _fresh_residual(t, v, p, i))
         else:
-            edges.append(fresh_edge_bound(t, v, edge))
+            edges.append(edge_bound)
     # (For power that moves linearly the two edges' errors have known signs that can add: they add in full.)
-    return min(sum(edges) + 2 * resolution, bound)
+    return min(sum(edges) + 2 * resolution, sum(edge_bounds))
 
 
 def _fresh_residual(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.float64] | None, i: int) -> float:
@@ -105,15 +112,16 @@ def _power_change(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.fl
 
 def refreshed_uncertainty(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
                           lo: NDArray[np.float64], hi: NDArray[np.float64], edges: tuple[float, float],
-                          bounds: tuple[float, float], cadence: Cadence, base: int, resolution: float) -> float:
+                          bounds: tuple[float, float], grid: GridSpread | None, base: int, resolution: float,
+                          read: Reader) -> float:
     """The expected error of a counter's increase timed at its refreshes (`refresh.refreshed_delta`'s arrays:
     instants and brackets relative to `base`, cumulative increase, rate per ns; `edges` relative too), at most
-    the sum of the edges' `bounds`."""
+    the sum of the edges' `bounds`. `read(a, b, at)`: the counter's reader from refreshes a and b alone."""
     shapes: list[float] = []
     rates: list[float | None] = []
     for edge, bound in zip(edges, bounds, strict=True):
         interval = _interval(tau, edge)
-        shape = None if interval is None else _shape_term(tau, cum, rate, interval)
+        shape = None if interval is None else _shape_term(tau, cum, interval, read)
         if interval is None or shape is None:
             shapes.append(bound)  # beyond the refreshes seen, or too few of them: only the hard bound is known
             rates.append(None)
@@ -121,7 +129,7 @@ def refreshed_uncertainty(tau: NDArray[np.float64], cum: NDArray[np.float64], ra
         h = float(tau[interval + 1] - tau[interval])
         shapes.append(min(shape, bound))
         rates.append(float(cum[interval + 1] - cum[interval]) / h)
-    timing = _timing_term(lo, hi, tau, edges, rates, cadence, base)
+    timing = _timing_term(lo, hi, tau, edges, rates, grid, base)
     return min(math.sqrt(shapes[0] ** 2 + shapes[1] ** 2 + timing ** 2) + 2 * resolution, sum(bounds))
 
 
@@ -137,16 +145,15 @@ def _interval(tau: NDArray[np.float64], edge: float) -> int | None:
 
 
 def _timing_term(lo: NDArray[np.float64], hi: NDArray[np.float64], tau: NDArray[np.float64], edges: tuple[float, float],
-                 rates: list[float | None], cadence: Cadence, base: int) -> float:
+                 rates: list[float | None], grid: GridSpread | None, base: int) -> float:
     """What the refresh instants' timing leaves uncertain. With an agreed grid, both edges move with it: by its
     phase (which cancels but for the power's change across the window) and its period (which turns the grid
     about its pivot). Without one, each edge anywhere in half its bracket, independently."""
     r0, r1 = (r if r is not None else 0.0 for r in rates)
-    if cadence.phase_spread_ns is not None and cadence.period_spread_ns is not None and cadence.pivot_ns is not None \
-            and cadence.period_ns:
-        pivot = cadence.pivot_ns - base
-        turn = cadence.period_spread_ns / cadence.period_ns * abs(r1 * (edges[1] - pivot) - r0 * (edges[0] - pivot))
-        return abs(r1 - r0) * cadence.phase_spread_ns / 2 + turn
+    if grid is not None:
+        pivot = grid.pivot_ns - base
+        turn = grid.period_ns / grid.period * abs(r1 * (edges[1] - pivot) - r0 * (edges[0] - pivot))
+        return abs(r1 - r0) * grid.phase_ns / 2 + turn
     halves = []
     for edge, r in zip(edges, (r0, r1), strict=True):
         i = _interval(tau, edge)
@@ -155,52 +162,20 @@ def _timing_term(lo: NDArray[np.float64], hi: NDArray[np.float64], tau: NDArray[
     return math.hypot(*halves)
 
 
-def _shape_term(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
-                i: int) -> float | None:
+def _shape_term(tau: NDArray[np.float64], cum: NDArray[np.float64], i: int, read: Reader) -> float | None:
     """How far a reading inside interval i can be off for the power's shape between refreshes: the reader's own
     error on the refreshes nearby, each read from its two neighbours alone as if it were missing (see the module
     doc). None with fewer than three refreshes."""
-    from bridge.report.refresh import read_between
-
     n = tau.size
-    errors = [abs(float(cum[k]) - read_between(tau, cum, rate, k - 1, k + 1, float(tau[k])))
+    errors = [abs(float(cum[k]) - read(k - 1, k + 1, float(tau[k])))
               for k in range(max(i - 2, 1), min(i + 4, n - 1))]
     return max(errors) if errors else None
 
 
-@dataclass(frozen=True, slots=True)
-class PowerIntegral:
-    joules: float
-    uncertainty_j: float
-
-
-def power_integral(ts: NDArray[np.int64], power_w: NDArray[np.float64], cadence: Cadence, start: int,
-                   end: int) -> PowerIntegral | None:
-    """∫ power dt over [start, end] (J) from the gauge's readings, timed at their refresh when the values are not
-    fresh, held flat beyond the readings; with its expected error. None without a reading or with end ≤ start."""
+def trapezoid_error_j(grid_ns: NDArray[np.float64], curve_w: NDArray[np.float64]) -> float:
+    """The expected error (J) of the trapezoids of a power gauge read at `grid_ns` (see the module doc): |ΔP|·h/2
+    per interval, plus the power's change across the span times the gauge's averaging span."""
     import numpy as np
 
-    valid = np.flatnonzero(~np.isnan(power_w))
-    if not valid.size or end <= start:
-        return None
-    t, p = ts[valid], power_w[valid]
-    base = int(t[0])
-    if cadence.fresh:
-        instants = (t - base).astype(np.float64)
-        stale = 0.0
-    else:  # the first reading and every one that changed, each at its refresh instant (the bracket's grid point)
-        new = np.concatenate(([0], np.flatnonzero(np.diff(p) != 0) + 1))
-        instants = np.array([cadence.instant_before(float(t[0]))] + [cadence.instant(float(t[k - 1]), float(t[k]))
-                                                                       for k in new[1:].tolist()]) - base
-        instants = np.maximum.accumulate(instants)
-        p = p[new]
-        spreads = [cadence.instant_spread(float(e)) for e in (start, end)]
-        stale = float(np.max(p)) * sum(w if w is not None else cadence.period_ns or 0.0 for w in spreads) / 1e9
-    lo, hi = float(start - base), float(end - base)
-    inside = (instants > lo) & (instants < hi)
-    grid = np.concatenate(([lo], instants[inside], [hi]))
-    curve = np.interp(grid, instants, p)
-    joules = float(np.trapezoid(curve, grid) / 1e9)
-    steps = float(np.sum(np.abs(np.diff(curve)) * np.diff(grid))) / 2 / 1e9
-    averaging = abs(float(curve[-1] - curve[0])) * GAUGE_AVERAGING_S
-    return PowerIntegral(joules, steps + averaging + stale)
+    steps = float(np.sum(np.abs(np.diff(curve_w)) * np.diff(grid_ns))) / 2 / 1e9
+    return steps + abs(float(curve_w[-1] - curve_w[0])) * GAUGE_AVERAGING_S
