@@ -59,7 +59,7 @@ class GpuEnergy:
     counter_uncertainty_j: float | None = None
     power_j: float | None = None  # the power gauge's integral, the cross-check
     power_uncertainty_j: float | None = None
-    refreshes: int | None = None  # DCGM refreshes surely inside the window (None: fresh values)
+    refreshes: int | None = None  # DCGM refreshes that can lie inside the window (None: fresh values)
     resets: int = 0
 
     @property
