@@ -35,7 +35,8 @@ class _LazyGroup(click.Group):
 
     lazy = {"sidecar": "bridge.sidecar.cli:sidecar", "profile": "bridge.sidecar.cli:profile",
             "demo": "bridge.sidecar.cli:demo", "simulate": "bridge.simulator.cli:simulate",
-            "report": "bridge.report.cli:report", "kube": "bridge.kube.cli:kube"}
+            "report": "bridge.report.cli:report", "kube": "bridge.kube.cli:kube",
+            "validate": "bridge.report.validate:validate"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])
@@ -117,8 +118,11 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     families = list(dict.fromkeys(s.name for s in page.samples))
+    from bridge.report.telemetry_data import gpus_text
+
+    gpus = gpus_text((origin, (r.gpu_uuid, r.gpu_instance_id)) for r in records)
     click.echo(f"{origin}: {len(page.samples)} samples in {len(families)} families, "
-               f"{len(page.dropped)} lines dropped, {len(records)} GPUs")
+               f"{len(page.dropped)} lines dropped, {gpus}")
     for d in page.dropped:
         click.echo(f"  dropped line {d.line}: {d.reason}: {d.text[:100]}")
     click.echo("families, by the exporter that writes the name:")

@@ -40,3 +40,10 @@ def test_parse_reads_a_url(tmp_path):
 def test_parse_of_a_missing_file_says_so():
     result = CliRunner().invoke(main, ["parse", "/nonexistent/page.txt"])
     assert result.exit_code != 0 and "no such file" in result.output
+
+
+def test_parse_counts_mig_instances_apart_from_their_gpu():
+    """Issue 27: a 1-GPU page with 3 instances said "4 GPUs"."""
+    with SimulatedExporter(SimulatorConfig(gpus=1, mig=3)) as exporter:
+        result = CliRunner().invoke(main, ["parse", f"127.0.0.1:{exporter.port}"])
+    assert result.exit_code == 0 and "1 GPU (3 MIG instances)" in result.output.splitlines()[0]

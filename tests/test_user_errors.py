@@ -82,7 +82,7 @@ def test_a_health_port_in_use_is_named(tmp_path: Path) -> None:
 def test_parse_reads_stdin() -> None:
     result = run(["parse", "-"], stdin=PAGE.read_bytes())
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("<stdin>: ") and "GPUs" in result.output.splitlines()[0]
+    assert result.output.startswith("<stdin>: ") and "1 GPU" in result.output.splitlines()[0]
 
 
 def test_parse_fetches_with_the_sidecars_tls_settings_and_names_them_when_verification_fails(
@@ -95,7 +95,7 @@ def test_parse_fetches_with_the_sidecars_tls_settings_and_names_them_when_verifi
     assert refused.exit_code == 1
     assert "set DCGM_BRIDGE_CA_FILE (ca_file) to that CA's PEM file, or DCGM_BRIDGE_INSECURE_SKIP_VERIFY=true" \
         in refused.output
-    assert trusted.exit_code == 0 and "GPUs" in trusted.output
+    assert trusted.exit_code == 0 and "1 GPU" in trusted.output
 
 
 def test_parse_sends_the_sidecars_bearer_token(tmp_path: Path) -> None:

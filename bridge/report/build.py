@@ -22,15 +22,18 @@ from bridge.fields import FieldTable
 from bridge.report.energy import EnergyTotals, amd_series, energy_totals
 from bridge.report.events import EndpointState, RunEvents, load_events
 from bridge.report.phases import PhaseFile, phase_files
+from bridge.report.sanity import CounterCheck, sanitize
 from bridge.report.series import Series, SeriesAccumulator
 from bridge.report.telemetry_data import (
     EndpointStatus,
     MetricLabel,
     RunInfo,
     build_block,
+    identity_keys,
     label_for,
     ordered_keys,
 )
+from bridge.report.verdict import measurement, window_and_hash
 from bridge.report.window import DEFAULT_GRACE_NS, Phase, Window, phases_from_marks, window_from_phases
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE, CounterMode, GpuRecord, PhaseMark, ScrapeFailure
 from bridge.select import describe, duplicate_reason, kept_of, select_series
@@ -89,6 +92,8 @@ def build_report(
     errors: Sequence[ScrapeFailure] = (),
     endpoint_states: Sequence[EndpointState] = (),
     tz: tzinfo | None = None,
+    record_log: Path | None = None,
+    record_log_run: str | None = None,
 ) -> Report:
     """Build the whole report.
 
@@ -96,6 +101,8 @@ def build_report(
     `requests_end_ns` ends the profiling window when known (else the last profiling end mark); a run with
     no profiling phase reports all data. `endpoints_configured=None` takes the record log's source URLs,
     `endpoints_successful=None` those that produced records. `tz` is for tests (default: local time).
+    `record_log` (default: `records` when it is a path): the file whose SHA-256 the verdict stores, for
+    `dcgm-bridge validate`; `record_log_run`, the run the records were taken from when the log holds several.
     """
     if counter_mode not in COUNTER_MODES:
         raise ValueError(f"counter_mode must be one of {', '.join(COUNTER_MODES)}, got {counter_mode!r}")
@@ -111,6 +118,9 @@ def build_report(
     every_series = series
     series, duplicates = select_series(series, endpoints_configured or (), dropped_live)
     endpoint_states = [*endpoint_states, *_found_here(every_series, duplicates, dropped_live)]
+    checks: dict[tuple[str, tuple[str, str | None]], CounterCheck] = {}
+    if counter_mode == "interpolated":  # AIPerf's mode keeps AIPerf's values, impossible ones included
+        series, checks = sanitize(series)
     run_phases = list(phases) if phases is not None else phases_from_marks(marks)
     if window is None:
         window = window_from_phases(run_phases, requests_end_ns, grace_ns)
@@ -123,9 +133,14 @@ def build_report(
                                                          for d, k in duplicates.items()]
     files = phase_files(series, run_phases, resolved, table, counter_mode, info, last_sample_ns=last, tz=tz)
     labels = {k: label_for(k, table) for k in ordered_keys(series, table)}
+    energy = energy_totals(series, resolved, counter_mode)
+    if resolved.start_ns is not None and resolved.end_ns is not None:  # after error_summary
+        block.data["measurement"] = measurement(series, identity_keys(series), resolved, energy, checks, errors)
+        log = record_log if record_log is not None else records if isinstance(records, Path) else None
+        block.data["measurement"].update(window_and_hash(resolved, log, record_log_run))
     return Report(
         telemetry_data=block.data,
-        energy=energy_totals(series, resolved, counter_mode),
+        energy=energy,
         amd_energy=energy_totals(amd, resolved, counter_mode) if (amd := amd_series(series)) else None,
         phase_files=files,
         labels=labels,

@@ -23,7 +23,8 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
               help="Record log: gpu_telemetry_export.jsonl (ours or AIPerf's), plain or .gz.")
 @click.option("--prometheus", "prometheus_url", metavar="URL",
               help="Instead of --jsonl: a PromQL store (Prometheus, VictoriaMetrics, Mimir) holding the run.")
-@click.option("--run-id", help="With --prometheus: the run's run_id label.")
+@click.option("--run-id", help="With --prometheus: the run's run_id label. With --jsonl: the run to report when the "
+                                "record log holds several (default: the newest).")
 @click.option("--strip-suffix", type=click.Choice(["_total"]),
               help="With --prometheus: counters arrived with Prometheus' _total suffix (OTLP into Prometheus).")
 @click.option("--start-ns", type=int, help="Profiling start, wall-clock ns (with --end-ns).")
@@ -49,11 +50,14 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
 @click.option("--gpu-pods", multiple=True, metavar="NAMESPACE/GLOB",
               help="Only the GPUs the exporter attributes to matching pods, each for the part of the window it "
                    "served them (repeatable).")
+@click.option("--require-valid", is_flag=True,
+              help="Exit 1 when the measurement verdict is NOT valid (the report is still written).")
 def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, strip_suffix: str | None,
            start_ns: int | None, end_ns: int | None, phase_manifest: Path | None,
            events_path: Path | None, counter_mode: str | None, grace_ns: int, output: Path | None,
            profile_export_prefix: str | None, write_csv: bool, show_console: bool,
-           metrics_csv: tuple[str, ...], html_path: Path | None, gpu_pods: tuple[str, ...] = ()) -> None:
+           metrics_csv: tuple[str, ...], html_path: Path | None, gpu_pods: tuple[str, ...] = (),
+           require_valid: bool = False) -> None:
     """Rebuild telemetry_data (+ energy, CSV, phase files) from a record log and a window.
 
     The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
@@ -96,11 +100,13 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
             check_times(start_ns, end_ns)
         elif phase_manifest is not None:
             kwargs["phases"] = load_manifest(phase_manifest)
-        source: Any = jsonl
+        source: Any = jsonl if jsonl is None else one_run(jsonl, run_id)
+        if isinstance(source, tuple):
+            source, kwargs["record_log_run"] = source
         if prometheus_url is not None:
             source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix)
         built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
-                             grace_ns=grace_ns, **kwargs)
+                             grace_ns=grace_ns, record_log=jsonl, **kwargs)
         if pod_patterns:
             built = _pods_only(built, source, pod_patterns, table=table, counter_mode=counter_mode,
                                grace_ns=grace_ns, **kwargs)
@@ -126,10 +132,44 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         written.append(write_html(built, None, html_path, run_id=shown_id))
     if show_console:
         render_console(built)
-    gpus = sum(len(e["gpus"]) for e in built.telemetry_data["endpoints"].values())
-    click.echo(f"{built.records} records, {gpus} GPUs, counter mode {counter_mode}")
+    from bridge.report.telemetry_data import gpus_text
+
+    gpus = gpus_text((s.endpoint, s.meta.identity) for s in built.series)
+    click.echo(f"{built.records} records, {gpus}, counter mode {counter_mode}")
     for path in written:
         click.echo(f"wrote {path}")
+    exit_on_verdict(built.telemetry_data, require_valid, echo=not show_console)
+
+
+def exit_on_verdict(telemetry_data: dict[str, Any], require_valid: bool, *, echo: bool = True) -> None:
+    """The verdict's line (unless the console printed it); with `--require-valid`, exit 1 when NOT valid. A NOT-valid
+    verdict alone never changes the exit code (issue 27)."""
+    from bridge.report.verdict import verdict_line
+
+    line = verdict_line(telemetry_data)
+    if echo:
+        click.echo(line)
+    if require_valid and line != "measurement valid":
+        click.echo(f"dcgm-bridge: --require-valid: {line}", err=True)
+        raise SystemExit(1)
+
+
+def one_run(jsonl: Path, run_id: str | None) -> Path | tuple[list[Any], str]:
+    """The record log, or, when it holds several runs (or --run-id names one), that run's records only: the
+    newest unless --run-id says which. Says so in one line."""
+    from bridge.report.runs import records_of_run, run_ids_in
+
+    ids = run_ids_in(jsonl)
+    if run_id is None and len(ids) <= 1:
+        return jsonl
+    if run_id is not None and run_id not in ids:
+        raise ReportInputError(f"--run-id {run_id}: not in {jsonl} (its runs: {', '.join(ids) or 'none'})")
+    chosen = run_id or ids[-1]
+    if len(ids) > 1:
+        why = "--run-id" if run_id else "the newest; --run-id picks another"
+        click.echo(f"{jsonl} holds {len(ids)} runs ({', '.join(ids)}): reporting run {chosen} ({why})", err=True)
+    errors: list[str] = []
+    return list(records_of_run(jsonl, chosen, errors)), chosen
 
 
 def _pods_only(built: Any, source: Path, patterns: Any, **kwargs: Any) -> Any:

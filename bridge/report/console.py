@@ -63,6 +63,7 @@ def render_console(report: Report, console: Console | None = None) -> None:
     if console.width < WIDE_TABLE:
         _print_stacked(report, endpoints, console)
         _print_energy(report, console)
+        print_verdict(report, console)
         return
     for endpoint, body in endpoints.items():
         for gpu_key, gpu in body.get("gpus", {}).items():
@@ -77,6 +78,7 @@ def render_console(report: Report, console: Console | None = None) -> None:
                 table.add_row(*_row(report, key, result))
             console.print(table)
     _print_energy(report, console)
+    print_verdict(report, console)
 
 
 WIDE_TABLE = 128  # the per-GPU table's width with AIPerf's long metric names
@@ -141,21 +143,37 @@ def _print_energy(report: Report, console: Console) -> None:
     energy = report.energy
     if energy.total_energy_j is None:
         return
+    from bridge.report.telemetry_data import gpus_text
+
     value, unit = readable_energy(energy.total_energy_j)
-    gpus = sum(len(body.get("gpus", {})) for body in report.telemetry_data.get("endpoints", {}).values())
+    scale = energy.total_energy_j / value if value else 1.0
     parts = [f"total GPU energy {format_number(value)} {unit}"]
+    if energy.uncertainty_j is not None:  # the expected error (bridge/report/uncertainty.py), in the total's unit
+        parts[0] += f" ± {format_number(energy.uncertainty_j / scale)} {unit}"
     if energy.average_power_w is not None:  # a sum over the GPUs: say so, or it reads as per GPU
-        parts.append(f"total average power {format_number(energy.average_power_w)} W")
+        marked = " (from the sampled power)" if energy.power_from_samples else ""
+        parts.append(f"total average power {format_number(energy.average_power_w)} W{marked}")
     parts.append(f"over {energy.duration_s:,.1f} s ({report.counter_mode} counters)")
     separator = ", " if console.width >= WIDE_TABLE else "\n  "  # narrow: one figure per line, no wrapping
     if energy.bound_j:  # how far the truth can be (bridge/report/refresh.py), in the total's unit
-        scale = energy.total_energy_j / value if value else 1.0
         parts.append(f"bound ± {format_number(energy.bound_j / scale)} {unit}")
     if energy.refresh_period_s is not None:
         every = "at most once in" if energy.refresh_at_least else "every"
         parts.append(f"DCGM refresh {every} {energy.refresh_period_s:,.1f} s")
-    console.print(f"Energy, all {gpus} GPU{'s' if gpus != 1 else ''}:" + (" " if separator == ", " else separator)
+    gpus = gpus_text((s.endpoint, s.meta.identity) for s in report.series)
+    console.print(f"Energy, all {gpus}:" + (" " if separator == ", " else separator)
                   + separator.join(parts))
     warning = report.telemetry_data.get("summary", {}).get("refresh_warning")
     if warning:
         console.print(f"[yellow]warning:[/yellow] {warning}", markup=True, highlight=False)
+
+
+def print_verdict(report: Report, console: Console) -> None:
+    """The closing line: `measurement valid` or `measurement NOT valid: <reasons> — <fix>` (report/verdict.py)."""
+    from rich.markup import escape
+
+    from bridge.report.verdict import verdict_line
+
+    line = verdict_line(report.telemetry_data)
+    style = "green" if line == "measurement valid" else "yellow"
+    console.print(f"[{style}]{escape(line)}[/{style}]", highlight=False, overflow="fold")

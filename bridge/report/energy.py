@@ -8,36 +8,76 @@ never by its MIG instances', so nothing is counted twice.
 - `aiperf`: AIPerf's EnergyEfficiencyAnalyzer: energy = Σ AIPerf counter deltas over [start, end + grace];
   average power = energy / (end − start); with no energy counter at all, energy = Σ avg power × duration.
 - `interpolated`: energy = Σ interpolated counter increases over exactly [start, end], timed at DCGM's refresh
-  when the values are not fresh (bridge/report/refresh.py), with a bound (the sum of the GPUs'); a GPU with no
-  energy counter contributes the trapezoidal integral of its power instead (per GPU, not all-or-nothing).
+  when the values are not fresh (bridge/report/refresh.py), with a bound and an uncertainty (the sums of the
+  GPUs'; bridge/report/uncertainty.py), each GPU's counter cross-checked against its power integral; a GPU with
+  no usable counter (none, or fewer than two refreshes in the window) contributes the integral of its power
+  instead, labelled (per GPU, not all-or-nothing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.report.refresh import (
     ENERGY_KEY,
+    ENERGY_RESOLUTION_MJ,
     MIN_REFRESHES_PER_WINDOW,
     POWER_KEY,
-    RefreshedDelta,
+    Cadence,
     series_cadence,
     window_delta,
 )
 from bridge.report.series import Series
-from bridge.report.stats import (
-    CounterDelta,
-    counter_delta_aiperf,
-    counter_delta_interpolated,
-    gauge_mean,
-    integrate_gauge,
-)
+from bridge.report.stats import counter_delta_aiperf, counter_delta_interpolated, gauge_mean
+from bridge.report.uncertainty import trapezoid_error_j
 from bridge.report.window import Window
 from bridge.samples import CounterMode
 
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
 _MJ_TO_J = 1e6
+# The counter and the power integral disagree when they differ by more than this many times their combined
+# expected error (issue 27).
+DISAGREE_FACTOR = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuEnergy:
+    """One GPU's energy over the window (interpolated mode): what it came from, and how good it is."""
+
+    endpoint: str
+    identity: tuple[str, str | None]
+    joules: float | None
+    source: str  # counter | power_integral | unavailable
+    uncertainty_j: float | None = None
+    bound_j: float | None = None  # hard, from the counter's readings (None: no usable counter reading)
+    counter_j: float | None = None
+    counter_uncertainty_j: float | None = None
+    power_j: float | None = None  # the power gauge's integral, the cross-check
+    power_uncertainty_j: float | None = None
+    refreshes: int | None = None  # DCGM refreshes that can lie inside the window (None: fresh values)
+    resets: int = 0
+
+    @property
+    def disagreement_limit_j(self) -> float | None:
+        """How far the counter and the power integral may differ: 3 × their combined expected error."""
+        if self.counter_uncertainty_j is None or self.power_uncertainty_j is None:
+            return None
+        # (The counter's own error never below its resolution at each edge, even where its bound is 0.)
+        counter = max(self.counter_uncertainty_j, 2 * ENERGY_RESOLUTION_MJ * _MJ_TO_J)
+        return DISAGREE_FACTOR * (counter + self.power_uncertainty_j)
+
+    @property
+    def agrees(self) -> bool | None:
+        """The counter and the power integral agree (None: one of them is missing)."""
+        limit = self.disagreement_limit_j
+        if limit is None or self.counter_j is None or self.power_j is None:
+            return None
+        return abs(self.counter_j - self.power_j) <= limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,73 +87,171 @@ class EnergyTotals:
     total_power_w: float | None  # Σ over GPUs of the window's mean power
     duration_s: float
     gpus_with_counter: int
-    gpus_integrated: int  # GPUs whose energy came from integrating power (no counter)
+    gpus_integrated: int  # GPUs whose energy came from integrating power (no usable counter)
     source: str  # dcgm_counter | power_integration | mixed | unavailable
     bound_j: float | None = None  # ± Σ of the GPUs' bounds (interpolated counters; bridge/report/refresh.py)
     refresh_period_s: float | None = None  # the slowest DCGM refresh behind the energy (None: fresh values)
     refreshes_per_window: float | None = None  # the window's length in those refresh periods
     refresh_at_least: bool = False  # that period is a lower bound (fewer than two new values were seen)
+    uncertainty_j: float | None = None  # ± Σ of the GPUs' expected errors (bridge/report/uncertainty.py)
+    gpus: tuple[GpuEnergy, ...] = ()  # per GPU (interpolated mode)
 
     @property
     def too_few_refreshes(self) -> bool:
         """The window spans fewer than two refreshes: the energy rests on too few of them."""
         return self.refreshes_per_window is not None and self.refreshes_per_window < MIN_REFRESHES_PER_WINDOW
 
+    @property
+    def power_from_samples(self) -> bool:
+        """Some GPU's energy (so the average power) is the sampled power's integral, not its counter's."""
+        return any(g.source == "power_integral" for g in self.gpus)
+
 
 def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -> EnergyTotals:
     if window.start_ns is None or window.end_ns is None:
         return EnergyTotals(None, None, None, 0.0, 0, 0, "unavailable")
+    if mode == "interpolated":
+        return _interpolated_totals(series, window)
     start, end, grace = window.start_ns, window.end_ns, window.grace_ns
     duration_s = max(end - start, 0) / 1e9
-    total_power: float | None = None
-    energy_j = bound_j = 0.0
-    counted = integrated = 0
+    total_power = _total_power(series, start, end)
+    energy_j = 0.0
+    counted = 0
+    for s in series:
+        counter = s.values.get(ENERGY_KEY)
+        delta = None if counter is None else counter_delta_aiperf(s.timestamps, counter, start, end + grace)
+        if delta is not None:
+            energy_j += delta.delta * _MJ_TO_J
+            counted += 1
+    if counted and energy_j > 0:
+        average = energy_j / duration_s if duration_s > 0 else None
+        return EnergyTotals(energy_j, average, total_power, duration_s, counted, 0, "dcgm_counter")
+    if total_power and duration_s > 0:
+        return EnergyTotals(total_power * duration_s, total_power, total_power, duration_s, 0,
+                            len(series), "power_integration")
+    return EnergyTotals(None, None, total_power, duration_s, 0, 0, "unavailable")
+
+
+def _total_power(series: Sequence[Series], start: int, end: int) -> float | None:
+    total: float | None = None
+    for s in series:
+        power = s.values.get(POWER_KEY)
+        mean = None if power is None else gauge_mean(s.timestamps, power, start, end)
+        if mean is not None:
+            total = (total or 0.0) + mean
+    return total
+
+
+def gpu_energy(s: Series, window: Window) -> GpuEnergy:
+    """One GPU's energy over exactly [start, end] (interpolated mode): the counter's increase, cross-checked
+    against the power integral; the power integral, labelled, where the counter is unusable (missing, or the
+    window holds fewer than two of its refreshes)."""
+    assert window.start_ns is not None and window.end_ns is not None
+    start, end = window.start_ns, window.end_ns
+    cadence = series_cadence(s.timestamps, s.values)
+    refreshes = None if cadence.fresh else refreshes_inside(s.timestamps, cadence, start, end)
+    power = s.values.get(POWER_KEY)
+    integral = None if power is None else power_integral(s.timestamps, power, cadence, start, end)
+    power_j = None if integral is None else integral.joules
+    power_u = None if integral is None else integral.uncertainty_j
+    counter = s.values.get(ENERGY_KEY)
+    fresh = None if counter is None else counter_delta_interpolated(s.timestamps, counter, start, end,
+                                                                    window.grace_ns)
+    read = None if fresh is None else window_delta(s.timestamps, s.values, ENERGY_KEY, cadence, start, end, fresh)
+    if read is None or read.delta is None:
+        if integral is None:
+            return GpuEnergy(s.endpoint, s.meta.identity, None, "unavailable", refreshes=refreshes)
+        return GpuEnergy(s.endpoint, s.meta.identity, power_j, "power_integral", power_u, power_j=power_j,
+                         power_uncertainty_j=power_u, refreshes=refreshes)
+    counter_j = read.delta.delta * _MJ_TO_J
+    bound = (read.bound or 0.0) * _MJ_TO_J
+    expected = (read.uncertainty or 0.0) * _MJ_TO_J
+    few = refreshes is not None and refreshes < MIN_REFRESHES_PER_WINDOW
+    if few and integral is not None and power_u is not None:
+        # The counter rests on too few refreshes: the power integral, kept inside what the counter guarantees
+        # (the truth lies within counter ± bound), with the bound measured from the value kept.
+        kept = min(max(integral.joules, counter_j - bound), counter_j + bound)
+        return GpuEnergy(s.endpoint, s.meta.identity, kept, "power_integral", min(power_u, 2 * bound),
+                         abs(kept - counter_j) + bound, counter_j, expected, power_j, power_u, refreshes,
+                         read.delta.resets)
+    return GpuEnergy(s.endpoint, s.meta.identity, counter_j, "counter", expected, bound, counter_j, expected, power_j,
+                     power_u, refreshes, read.delta.resets)
+
+
+@dataclass(frozen=True, slots=True)
+class PowerIntegral:
+    joules: float
+    uncertainty_j: float  # bridge/report/uncertainty.py
+
+
+def power_integral(ts: NDArray[np.int64], power_w: NDArray[np.float64], cadence: Cadence, start: int,
+                   end: int) -> PowerIntegral | None:
+    """∫ power dt over [start, end] (J) from the gauge's readings, timed at their refresh when the values are not
+    fresh, held flat beyond the readings; with its expected error: the trapezoids', plus on a slow refresh the
+    highest power times how far the edges' refresh instants can be off. None without a reading or with
+    end ≤ start."""
+    import numpy as np
+
+    valid = np.flatnonzero(~np.isnan(power_w))
+    if not valid.size or end <= start:
+        return None
+    t, p = ts[valid], power_w[valid]
+    base = int(t[0])
+    if cadence.fresh:
+        instants = (t - base).astype(np.float64)
+        stale = 0.0
+    else:  # the first reading and every one that changed, each at its refresh instant (the bracket's grid point)
+        new = np.concatenate(([0], np.flatnonzero(np.diff(p) != 0) + 1))
+        instants = np.array([cadence.instant_before(float(t[0]))] + [cadence.instant(float(t[k - 1]), float(t[k]))
+                                                                       for k in new[1:].tolist()]) - base
+        instants = np.maximum.accumulate(instants)
+        p = p[new]
+        spreads = [cadence.instant_spread(float(e)) for e in (start, end)]
+        stale = float(np.max(p)) * sum(w if w is not None else cadence.period_ns or 0.0 for w in spreads) / 1e9
+    lo, hi = float(start - base), float(end - base)
+    inside = (instants > lo) & (instants < hi)
+    grid = np.concatenate(([lo], instants[inside], [hi]))
+    curve = np.interp(grid, instants, p)
+    return PowerIntegral(float(np.trapezoid(curve, grid) / 1e9), trapezoid_error_j(grid, curve) + stale)
+
+
+def refreshes_inside(ts: NDArray[np.int64], cadence: Cadence, start: int, end: int) -> int:
+    """DCGM refreshes that can lie inside [start, end]: new values whose bracket (the scrape before, the scrape
+    that first saw them) overlaps it."""
+    import numpy as np
+
+    new = cadence.new
+    if new is None or not new.size:
+        return 0
+    return int(np.count_nonzero((ts[new] >= start) & (ts[new - 1] <= end)))
+
+
+def _interpolated_totals(series: Sequence[Series], window: Window) -> EnergyTotals:
+    assert window.start_ns is not None and window.end_ns is not None
+    start, end = window.start_ns, window.end_ns
+    duration_s = max(end - start, 0) / 1e9
+    gpus = tuple(gpu_energy(s, window) for s in series)
+    used = [g for g in gpus if g.joules is not None]
+    counted = sum(1 for g in used if g.source == "counter")
+    integrated = len(used) - counted
+    total_power = _total_power(series, start, end)
+    if not used:
+        return EnergyTotals(None, None, total_power, duration_s, 0, 0, "unavailable", gpus=gpus)
+    energy_j = sum(g.joules or 0.0 for g in used)
+    bounds = [g.bound_j for g in used if g.bound_j is not None]
     slowest: float | None = None
     at_least = False
     for s in series:
-        power = s.values.get(POWER_KEY)
-        if power is not None:
-            mean = gauge_mean(s.timestamps, power, start, end)
-            if mean is not None:
-                total_power = (total_power or 0.0) + mean
-        counter = s.values.get(ENERGY_KEY)
-        if counter is not None:
-            delta: CounterDelta | RefreshedDelta | None
-            if mode == "aiperf":
-                delta = counter_delta_aiperf(s.timestamps, counter, start, end + grace)
-            else:
-                cadence = series_cadence(s.timestamps, s.values)
-                delta = counter_delta_interpolated(s.timestamps, counter, start, end, grace)
-                if delta is not None:
-                    delta, bound = window_delta(s.timestamps, s.values, ENERGY_KEY, cadence, start, end, delta)
-                    bound_j += (bound or 0.0) * _MJ_TO_J
-                period = None if cadence.fresh else cadence.period_s
-                if period is not None and period >= (slowest or 0.0):
-                    slowest, at_least = period, cadence.at_least
-            if delta is not None:
-                energy_j += delta.delta * _MJ_TO_J
-                counted += 1
-                continue
-        if mode == "interpolated" and power is not None:
-            joules = integrate_gauge(s.timestamps, power, start, end, grace)
-            if joules is not None:
-                energy_j += joules
-                integrated += 1
-    if mode == "aiperf":
-        if counted and energy_j > 0:
-            average = energy_j / duration_s if duration_s > 0 else None
-            return EnergyTotals(energy_j, average, total_power, duration_s, counted, 0, "dcgm_counter")
-        if total_power and duration_s > 0:
-            return EnergyTotals(total_power * duration_s, total_power, total_power, duration_s, 0,
-                                len(series), "power_integration")
-        return EnergyTotals(None, None, total_power, duration_s, 0, 0, "unavailable")
-    if not counted and not integrated:
-        return EnergyTotals(None, None, total_power, duration_s, 0, 0, "unavailable")
+        cadence = series_cadence(s.timestamps, s.values)
+        period = None if cadence.fresh else cadence.period_s
+        if ENERGY_KEY in s.values and period is not None and period >= (slowest or 0.0):
+            slowest, at_least = period, cadence.at_least
     source = "mixed" if counted and integrated else "dcgm_counter" if counted else "power_integration"
     average = energy_j / duration_s if duration_s > 0 else None
     spans = duration_s / slowest if slowest else None
     return EnergyTotals(energy_j, average, total_power, duration_s, counted, integrated, source,
-                        bound_j if counted else None, slowest, spans, at_least)
+                        sum(bounds) if bounds else None, slowest, spans, at_least,
+                        sum(g.uncertainty_j or 0.0 for g in used), gpus)
 
 
 def _avg(benchmark: Mapping[str, Any] | None, tag: str) -> float | None:
@@ -176,8 +314,10 @@ def energy_metrics(totals: EnergyTotals, benchmark: Mapping[str, Any] | None = N
         _energy_family(values, energy, totals.average_power_w, benchmark,
                        concurrency if concurrency is not None else profiling_concurrency(benchmark))
     out = {tag: {"unit": unit, "avg": values[tag]} for tag, _, unit in ENERGY_FAMILY if tag in values}
+    if "nvidia_total_gpu_energy" in out and totals.uncertainty_j is not None:
+        out["nvidia_total_gpu_energy"]["uncertainty"] = totals.uncertainty_j  # ± J expected, beside AIPerf's keys
     if "nvidia_total_gpu_energy" in out and totals.bound_j is not None:
-        out["nvidia_total_gpu_energy"]["bound"] = totals.bound_j  # ± J, beside AIPerf's keys
+        out["nvidia_total_gpu_energy"]["bound"] = totals.bound_j  # ± J hard, beside AIPerf's keys
     return out
 
 

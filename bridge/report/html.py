@@ -106,11 +106,11 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
         f' stroke-dasharray="{d}"/></svg>{_e(label)}</li>' for label, (c, d) in styles.items())
     started = datetime.fromtimestamp(origin / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if series else "-"
     energy = report.energy
-    cards = [("Records", f"{report.records:,}"), ("GPUs", str(len(styles))), ("Started", started),
+    gpus = _gpus_text(report)
+    cards = [("Records", f"{report.records:,}"), ("GPUs", gpus), ("Started", started),
              ("Duration", _clock(span_s)), ("Counter mode", report.counter_mode)]
     if energy.total_energy_j is not None:
-        bound = f" ± {_joules(energy.bound_j)}" if energy.bound_j is not None else ""
-        cards.append(("Energy (profiling)", _joules(energy.total_energy_j) + bound))
+        cards.append(("Energy (profiling)", _energy_text(report)))
     for endpoint, body in report.telemetry_data.get("endpoints", {}).items():
         refresh = body.get("refresh")
         if refresh and not refresh.get("fresh") and refresh.get("period_s"):
@@ -121,7 +121,9 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
     if warning:
         cards.append(("Warning", warning))
     if energy.average_power_w is not None:
-        cards.append((f"Total average power, {len(styles)} GPUs", f"{energy.average_power_w:,.0f} W"))
+        marked = " (from the sampled power)" if energy.power_from_samples else ""
+        cards.append((f"Total average power, {gpus}", f"{energy.average_power_w:,.0f} W{marked}"))
+    cards.append(("Measurement", _verdict_text(report)))
     if run_id:
         cards.insert(0, ("Run", run_id))
     # Every endpoint's state, a down one included (not only in the text dump below).
@@ -228,6 +230,30 @@ def _bands(report: Report, origin: int, last: int) -> list[Band]:
         bands.append(Band("profiling window", "profiling", (window.start_ns - origin) / 1e9,
                           (window.end_ns - origin) / 1e9))
     return bands
+
+
+def _gpus_text(report: Report) -> str:
+    from bridge.report.telemetry_data import gpus_text
+
+    return gpus_text((s.endpoint, s.meta.identity) for s in report.series)
+
+
+def _energy_text(report: Report) -> str:
+    """`95.34 kJ ± 0.01 kJ` from the uncertainty (the hard bound beside it, when there is one)."""
+    energy = report.energy
+    assert energy.total_energy_j is not None
+    text = _joules(energy.total_energy_j)
+    if energy.uncertainty_j is not None:
+        text += f" ± {_joules(energy.uncertainty_j)}"
+    if energy.bound_j is not None:
+        text += f" (bound ± {_joules(energy.bound_j)})"
+    return text
+
+
+def _verdict_text(report: Report) -> str:
+    from bridge.report.verdict import verdict_line
+
+    return verdict_line(report.telemetry_data)
 
 
 def _phase_energy(report: Report, series: Sequence[Series], origin: int, last: int) -> list[PhaseEnergy]:

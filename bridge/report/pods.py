@@ -293,5 +293,9 @@ def report_for_pods(built: Report, timelines: Mapping[GpuKey, Timeline], pattern
     totals = replace(report.energy, total_energy_j=energy,
                      average_power_w=energy / duration if energy is not None and duration > 0 else None)
     data = {**report.telemetry_data, "pods": selection.to_dict()}
+    if "measurement" in data and selection.reasons:  # the selection's reasons join the run's verdict
+        from bridge.report.verdict import with_reasons
+
+        data["measurement"] = with_reasons(data["measurement"], selection.reasons)
     return replace(report, telemetry_data=data, energy=totals, records=built.records,
                    read_errors=built.read_errors), selection

@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from bridge.report.uncertainty import GridSpread, fresh_uncertainty, refreshed_uncertainty
+
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
@@ -58,6 +60,12 @@ class Cadence:
     period_ns: float | None  # between refreshes; None with fewer than two new values
     phase_ns: float | None = None  # one refresh instant of the fitted grid (None: no regular grid)
     at_least: bool = False  # the period is a lower bound: fewer than two new values were seen
+    # How far the fitted grid can move while every bracket still holds one of its instants (ns; None: no grid, or
+    # one the brackets do not all agree with): its phase at the chosen period, and its period, turning the grid
+    # about `pivot_ns` (the middle of the brackets).
+    phase_spread_ns: float | None = None
+    period_spread_ns: float | None = None
+    pivot_ns: float | None = None
     # Indices (into the series' samples) of the scrapes that brought a new refresh.
     new: NDArray[np.int64] | None = field(default=None, repr=False, compare=False)
 
@@ -79,6 +87,21 @@ class Cadence:
             return mid
         grid = self.phase_ns + self.period_ns * round((mid - self.phase_ns) / self.period_ns)
         return min(max(grid, lo), hi)
+
+    def instant_spread(self, t: float) -> float | None:
+        """How far the grid instant nearest `t` can be from the true refresh instant (None: no agreed grid)."""
+        if self.phase_spread_ns is None or self.period_spread_ns is None or self.pivot_ns is None \
+                or not self.period_ns:
+            return None
+        return self.phase_spread_ns / 2 + abs(t - self.pivot_ns) / self.period_ns * self.period_spread_ns
+
+    @property
+    def grid_spread(self) -> GridSpread | None:
+        """How far the fitted grid can move (None: no grid every bracket agrees with)."""
+        if self.phase_spread_ns is None or self.period_spread_ns is None or self.pivot_ns is None \
+                or not self.period_ns:
+            return None
+        return GridSpread(self.phase_spread_ns, self.period_spread_ns, self.pivot_ns, self.period_ns)
 
     def instant_before(self, t: float) -> float:
         """The latest refresh instant at or before `t` (a series' first value, sampled before it was seen)."""
@@ -186,9 +209,11 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
         else:
             a = m1
     period = (a + b) / 2
+    period_spread = 0.0  # (brackets that disagree, a late response among them: the grid misses by `overshoot`)
     if overshoot(period) < 0:  # every bracket agrees with a range of periods: take the middle of it
         low, high = _root(overshoot, period, 0.9 * rough), _root(overshoot, period, 1.1 * rough)
         period = (low + high) / 2
+        period_spread = (high - low) / 2
         measured = _measured_period(durations, steps)
         # The energy's clock, where the brackets agree and it is the sharper of the two (the brackets leave the
         # period anywhere in [low, high]; the energy's durations wander with power swings between refreshes).
@@ -200,7 +225,9 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
     inside = float(np.mean((grid >= lo0 - slack) & (grid <= hi0 + slack)))
     if inside < _GRID_FIT:
         return cadence
-    return replace(cadence, period_ns=float(period), phase_ns=float(lo[0] + phase))
+    return replace(cadence, period_ns=float(period), phase_ns=float(lo[0] + phase),
+                   phase_spread_ns=abs(overshoot(period)), period_spread_ns=period_spread,
+                   pivot_ns=float(lo[0] + phase + period * j[-1] / 2))
 
 
 def _measured_period(durations: NDArray[np.float64] | None,
@@ -303,14 +330,16 @@ class RefreshedDelta:
     delta: float
     resets: int
     bound: float  # how far the delta can be from the truth, from how far each edge can move
+    uncertainty: float = 0.0  # the error the data supports (bridge/report/uncertainty.py), at most `bound`
 
 
 def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence: Cadence, start: int, end: int,
-                    slope: NDArray[np.float64] | None = None) -> RefreshedDelta | None:
+                    slope: NDArray[np.float64] | None = None, resolution: float = 0.0) -> RefreshedDelta | None:
     """A counter's increase over [start, end] with its values timed at their refresh (see the module doc).
 
     `slope` (aligned with `ts`, counter units per second; for the energy counter, the power gauge in MJ/s)
-    gives the counter's rate at each refresh instant. None when the counter has no value at all.
+    gives the counter's rate at each refresh instant; `resolution`, the counter's step (for the uncertainty).
+    None when the counter has no value at all.
     """
     import numpy as np
 
@@ -347,22 +376,47 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     e0, e1 = float(start) - base, float(end) - base
     at0, bound0 = _edge(tau, cum, rate, lo, hi, e0)
     at1, bound1 = _edge(tau, cum, rate, lo, hi, e1)
-    return RefreshedDelta(float(max(at1 - at0, 0.0)), resets, bound0 + bound1)
+    expected = refreshed_uncertainty(tau, cum, rate, lo, hi, (e0, e1), (bound0, bound1), cadence.grid_spread, int(base),
+                                     resolution, lambda a, b, at: read_between(tau, cum, rate, a, b, at))
+    return RefreshedDelta(float(max(at1 - at0, 0.0)), resets, bound0 + bound1, expected)
+
+
+# The energy counter's step: DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counts whole mJ (1e-9 MJ), as NVML's
+# nvmlDeviceGetTotalEnergyConsumption does.
+ENERGY_RESOLUTION_MJ = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDelta:
+    """A counter's increase over the window as the report gives it; for the energy counter, its hard bound and the
+    expected error (bridge/report/uncertainty.py), both in the counter's unit."""
+
+    delta: CounterDelta | RefreshedDelta | None
+    bound: float | None = None
+    uncertainty: float | None = None
 
 
 def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]], key: str, cadence: Cadence,
-                 start: int, end: int, fresh: CounterDelta
-                 ) -> tuple[CounterDelta | RefreshedDelta | None, float | None]:
-    """A counter's increase over [start, end] as the report gives it, and, for the energy counter, its bound:
-    `fresh` (the scrape-timed delta, not None) when the series' values are fresh, else the delta timed at
-    DCGM's refreshes (the power gauge as the energy's slope). The one rule behind the per-GPU metrics
+                 start: int, end: int, fresh: CounterDelta) -> WindowDelta:
+    """A counter's increase over [start, end] as the report gives it, and, for the energy counter, its bound and
+    uncertainty: `fresh` (the scrape-timed delta, not None) when the series' values are fresh, else the delta
+    timed at DCGM's refreshes (the power gauge as the energy's slope). The one rule behind the per-GPU metrics
     (telemetry_data.py) and the run's energy totals (energy.py)."""
     energy = key == ENERGY_KEY
+    power = values.get(POWER_KEY) if energy else None
     if cadence.fresh:
-        return fresh, fresh_bound(ts, values[key], start, end) if energy else None
-    slope = values.get(POWER_KEY) if energy else None
-    timed = refreshed_delta(ts, values[key], cadence, start, end, None if slope is None else slope * 1e-6)  # W → MJ/s
-    return timed, timed.bound if timed is not None and energy else None
+        if not energy:
+            return WindowDelta(fresh)
+        edge_bounds = fresh_edge_bounds(ts, values[key], start, end)
+        if edge_bounds is None:
+            return WindowDelta(fresh)
+        expected = fresh_uncertainty(ts, values[key], power, start, end, edge_bounds, ENERGY_RESOLUTION_MJ)
+        return WindowDelta(fresh, sum(edge_bounds), expected)
+    timed = refreshed_delta(ts, values[key], cadence, start, end, None if power is None else power * 1e-6,  # W → MJ/s
+                            ENERGY_RESOLUTION_MJ if energy else 0.0)
+    if timed is None or not energy:
+        return WindowDelta(timed)
+    return WindowDelta(timed, timed.bound, timed.uncertainty)
 
 
 def fresh_bound(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, end: int) -> float | None:
@@ -370,31 +424,43 @@ def fresh_bound(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, 
     each edge only (the report pays this for every GPU at shutdown): between them the counter can be anywhere
     from one to the other, so an edge read by interpolation at fraction f of the interval can be off by
     max(f, 1 − f) of its increase; past the data, by 1.5 × the nearest interval's rate × the gap."""
+    edges = fresh_edge_bounds(ts, values, start, end)
+    return None if edges is None else sum(edges)
+
+
+def fresh_edge_bounds(ts: NDArray[np.int64], values: NDArray[np.float64], start: int,
+                      end: int) -> tuple[float, float] | None:
+    """`fresh_bound`'s two terms, one per edge (None: no valid sample)."""
+    import numpy as np
+
+    valid = ~np.isnan(values)
+    t, v = ts[valid], values[valid]
+    if t.size == 0:
+        return None
+    return fresh_edge_bound(t, v, start), fresh_edge_bound(t, v, end)
+
+
+def fresh_edge_bound(t: NDArray[np.int64], v: NDArray[np.float64], edge: int) -> float:
+    """`fresh_bound`'s term for one edge, over the valid samples `t`, `v`."""
     import numpy as np
 
     from bridge.report.stats import RESET_FRACTION
 
-    valid = ~np.isnan(values)
-    t, v = ts[valid], values[valid]
     n = int(t.size)
-    if n == 0:
-        return None
-    bound = 0.0
-    for edge in (start, end):
-        i = int(np.searchsorted(t, edge, side="right"))  # the first sample after the edge
-        if 0 < i < n:
-            t0, t1, v0, v1 = int(t[i - 1]), int(t[i]), float(v[i - 1]), float(v[i])
-            if t0 == edge or t1 <= t0:
-                continue  # read at a sample
-            step = v1 if v1 < v0 * RESET_FRACTION else max(v1 - v0, 0.0)  # a reset counts from zero
-            f = (edge - t0) / (t1 - t0)
-            bound += max(f, 1.0 - f) * step
-        elif n >= 2:
-            a, b = (0, 1) if i == 0 else (n - 2, n - 1)
-            span = int(t[b] - t[a])
-            rate = max(float(v[b] - v[a]), 0.0) / span if span > 0 else 0.0
-            bound += _RATE_MARGIN * rate * abs(edge - int(t[a if i == 0 else b]))
-    return bound
+    i = int(np.searchsorted(t, edge, side="right"))  # the first sample after the edge
+    if 0 < i < n:
+        t0, t1, v0, v1 = int(t[i - 1]), int(t[i]), float(v[i - 1]), float(v[i])
+        if t0 == edge or t1 <= t0:
+            return 0.0  # read at a sample
+        step = v1 if v1 < v0 * RESET_FRACTION else max(v1 - v0, 0.0)  # a reset counts from zero
+        f = (edge - t0) / (t1 - t0)
+        return max(f, 1.0 - f) * step
+    if n >= 2:
+        a, b = (0, 1) if i == 0 else (n - 2, n - 1)
+        span = int(t[b] - t[a])
+        rate = max(float(v[b] - v[a]), 0.0) / span if span > 0 else 0.0
+        return _RATE_MARGIN * rate * abs(edge - int(t[a if i == 0 else b]))
+    return 0.0
 
 
 def _edge(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
@@ -463,6 +529,13 @@ def _read(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.f
     value = ((2 * x3 - 3 * x2 + 1) * c0 + (x3 - 2 * x2 + x) * h * m0
              + (-2 * x3 + 3 * x2) * c1 + (x3 - x2) * h * m1)
     return min(max(value, c0), c1)
+
+
+def read_between(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None, a: int, b: int,
+                 edge: float) -> float:
+    """`_read` from refreshes a and b alone (the uncertainty reads each refresh from its neighbours this way)."""
+    pair = [a, b]
+    return _read(tau[pair], cum[pair], None if rate is None else rate[pair], edge)
 
 
 def _reach(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,

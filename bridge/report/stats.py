@@ -1,4 +1,4 @@
-"""Statistics over one series' samples: gauge stats, counter deltas (both modes), codes, power integrals.
+"""Statistics over one series' samples: gauge stats, counter deltas (both modes), codes.
 
 All functions take a sorted int64 timestamp array and an aligned float64 value array (NaN = absent) and
 return plain Python numbers, so the JSON writer never sees numpy scalars.
@@ -407,28 +407,6 @@ def _read_edge(t: NDArray[np.float64], cum: NDArray[np.float64], edge: float) ->
     rate = (cum[-1] - cum[-2]) / (t[-1] - t[-2]) if t[-1] > t[-2] else 0.0
     reach = gap if gap < average * _EXTRAPOLATION_THRESHOLD else average / 2
     return float(cum[-1] + rate * reach)
-
-
-def integrate_gauge(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, end: int,
-                    grace_ns: int) -> float | None:
-    """∫ value dt over [start, end] in value·seconds (trapezoids; edges interpolated, held flat outside)."""
-    import numpy as np
-
-    valid = ~np.isnan(values)
-    t = ts[valid]
-    v = values[valid]
-    inside = _window_slice(t, start, end + grace_ns)
-    if inside.start >= inside.stop or end <= start:
-        return None
-    first = max(inside.start - 1, 0)
-    base = int(t[first])
-    t = (t[first: inside.stop] - base).astype(np.float64)
-    v = v[first: inside.stop]
-    lo, hi = float(start - base), float(end - base)
-    interior = (t > lo) & (t < hi)
-    grid = np.concatenate(([lo], t[interior], [hi]))
-    curve = np.interp(grid, t, v)
-    return float(np.trapezoid(curve, grid) / 1e9)
 
 
 def _number(value: Any) -> float | int:

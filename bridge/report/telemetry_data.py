@@ -182,6 +182,27 @@ def gpu_keys(series: Sequence[Series]) -> dict[tuple[str, str | None], str]:
     return keys
 
 
+def gpus_text(identities: Iterable[tuple[str, tuple[str, str | None]]]) -> str:
+    """A count of (endpoint, GPU identity) as people say it: "2 GPUs (4 MIG instances)" — a MIG instance is
+    part of its GPU, never a GPU of its own."""
+    unique = set(identities)
+    gpus = len({(endpoint, uuid) for endpoint, (uuid, _) in unique})
+    instances = sum(1 for _, (_, instance) in unique if instance is not None)
+    text = f"{gpus} GPU{'' if gpus == 1 else 's'}"
+    if instances:
+        text += f" ({instances} MIG instance{'' if instances == 1 else 's'})"
+    return text
+
+
+def identity_keys(series: Sequence[Series]) -> dict[tuple[str, tuple[str, str | None]], str]:
+    """(endpoint, identity) → the GPU's key in `endpoints` (as `build_block` names them)."""
+    by_endpoint: dict[str, list[Series]] = {}
+    for s in series:
+        by_endpoint.setdefault(s.endpoint, []).append(s)
+    return {(endpoint, identity): key for endpoint, members in by_endpoint.items()
+            for identity, key in gpu_keys(sorted(members, key=_gpu_sort_key)).items()}
+
+
 def metric_result(ts: NDArray[np.int64], values: NDArray[np.float64], label: MetricLabel, window: Window,
                   mode: CounterMode) -> dict[str, Any] | None:
     """One metric of one GPU over the window, by kind and counter mode (`values` aligned with `ts`)."""
@@ -204,10 +225,12 @@ def metric_result(ts: NDArray[np.int64], values: NDArray[np.float64], label: Met
 
 
 def _counter_result(unit: str, delta: CounterDelta | RefreshedDelta | None, *,
-                    bound: float | None = None) -> dict[str, Any] | None:
+                    bound: float | None = None, uncertainty: float | None = None) -> dict[str, Any] | None:
     if delta is None:
         return None
     out: dict[str, Any] = {"unit": unit, "avg": delta.delta}
+    if uncertainty is not None:
+        out["uncertainty"] = uncertainty  # ± the error the data supports (bridge/report/uncertainty.py)
     if delta.resets:
         out["resets"] = delta.resets
     if bound is not None:
@@ -225,9 +248,8 @@ def refreshed_counters(s: Series, counters: Sequence[MetricLabel], cadence: Cade
         if fresh is None:  # no valid sample in [start, end + grace]: omitted, whatever the cadence
             out[label.key] = None
             continue
-        delta, bound = window_delta(s.timestamps, s.values, label.key, cadence, window.start_ns, window.end_ns,
-                                    fresh)
-        out[label.key] = _counter_result(label.unit, delta, bound=bound)
+        read = window_delta(s.timestamps, s.values, label.key, cadence, window.start_ns, window.end_ns, fresh)
+        out[label.key] = _counter_result(label.unit, read.delta, bound=read.bound, uncertainty=read.uncertainty)
     return out
 
 

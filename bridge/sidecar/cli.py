@@ -259,9 +259,11 @@ def _live_view(session: Any, wanted: bool) -> Any:
               help="Also write the self-contained HTML report here.")
 @click.option("--stop-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
               help="Seconds the benchmark gets to finish its files after a forwarded SIGINT/SIGTERM.")
+@click.option("--require-valid", is_flag=True,
+              help="Exit 1 when the benchmark succeeded but the measurement verdict is NOT valid.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_timeout: float,
-            **flags: Any) -> None:
+            require_valid: bool = False, **flags: Any) -> None:
     """Run a benchmark command with GPU telemetry: dcgm-bridge profile [OPTIONS] -- CMD [ARGS]…
 
     CMD gets DCGM_BRIDGE_CONTROL_URL to post phase marks. For `aiperf profile …` the report is merged
@@ -294,6 +296,10 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None
     _summary(run, session, html_path)
+    if run.exit_code == 0 and require_valid and run.outputs is not None and run.outputs.report is not None:
+        from bridge.report.cli import exit_on_verdict
+
+        exit_on_verdict(run.outputs.report.telemetry_data, True, echo=False)  # (the console printed the line)
     sys.exit(run.exit_code)
 
 

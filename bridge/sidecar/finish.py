@@ -113,7 +113,8 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
     records: Records = live if live is not None and live.complete else session.records.path
     report = build_report_from_events(records, _events(session), table=session.table,
                                       counter_mode=session.config.counter_mode,
-                                      grace_ns=session.config.final_scrape_grace_ns, **kwargs)
+                                      grace_ns=session.config.final_scrape_grace_ns,
+                                      record_log=session.records.path, **kwargs)
     outputs.report = report
     if target is not None:
         outputs.files.extend(write_report(report, target.directory, prefix=target.prefix))

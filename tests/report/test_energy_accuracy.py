@@ -8,8 +8,10 @@ integral is known in closed form (independent of the simulator's code).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -122,10 +124,14 @@ def _refreshed_run(refresh_s: float, window_s: int, seed: int, *, truth_of: str 
     if reset_at_s is not None:  # a driver reload: the counter restarts from 0 (ground truth does not)
         model.reset_counters(start + round(reset_at_s * S))
 
+    curve = SettlingSteps(random.Random(f"steps:{seed}")) if truth_of == "steps" else None
+
     def at(t: int) -> tuple[float, float]:  # (counter in MJ, power in W) as the exporter shows them at t
         if truth_of == "model":
             return model.counter_mj(0, t) * 1e-9, round(model.power_watts(0, model.sample_time_ns(t)), 3)
         s = (model.sample_time_ns(t) - START) / S
+        if curve is not None:
+            return math.floor((1e6 + curve.energy(-100, s)) * 1e3) * 1e-9, curve.power(s)
         return math.floor((1e6 + _analytic_energy(-100, s)) * 1e3) * 1e-9, _analytic_power(s)
 
     records, t, final = [], start - max(2 * refresh, 2 * S) - rng.randrange(0, S), None
@@ -139,6 +145,8 @@ def _refreshed_run(refresh_s: float, window_s: int, seed: int, *, truth_of: str 
         t += 333 * MS + rng.randrange(-20 * MS, 20 * MS)
     if truth_of == "model":
         truth = model.energy_joules(0, start, end)
+    elif curve is not None:
+        truth = curve.energy((start - START) / S, (end - START) / S)
     else:
         truth = _analytic_energy((start - START) / S, (end - START) / S)
     return records, start, end, truth
@@ -181,7 +189,8 @@ def test_energy_on_a_slow_refresh_is_close_to_the_simulators_ground_truth_and_wi
         energy, bound, gpu = _with_bound(records, start, end)
         error = abs(energy - truth)
         assert error <= bound, (seed, error, bound)  # the bound covers the true error, always
-        assert gpu["bound"] * 1e6 == pytest.approx(bound)  # the GPU's bound (MJ) is the run's (J) for one GPU
+        if window_s >= 2 * refresh_s:  # (else the energy is the power integral, kept within the counter's bound)
+            assert gpu["bound"] * 1e6 == pytest.approx(bound)  # the GPU's bound (MJ) is the run's (J) for one GPU
         worst = max(worst, error / truth)
     periods = window_s / refresh_s if refresh_s else math.inf
     if refresh_s <= 0.1:
@@ -249,3 +258,117 @@ def test_a_reset_inside_a_slow_refresh_is_still_a_reset(refresh_s: int) -> None:
         # As close as without a reset at this many refreshes a window (the tests above): the interval the reset
         # fell in is a trapezoid of the powers at its two refreshes.
         assert energy == pytest.approx(truth, rel={1: 0.01, 10: 0.02, 30: 0.03}[refresh_s])
+
+
+# --- issue 27's acceptance: the uncertainty and the verdict over >= 200 GPU windows ----------------------------
+#
+# Development (used while the uncertainty model was written): the harnesses above, DEVELOPMENT_SEEDS and the
+# sinusoid curve (`_analytic_power`). Acceptance (held out, run only here): ACCEPTANCE_SEEDS on the simulator's
+# model and on the `SettlingSteps` family, which no part of the model was checked against while developing.
+DEVELOPMENT_SEEDS = range(0, 10)
+ACCEPTANCE_SEEDS = range(9001, 9006)
+ACCEPTANCE_REFRESHES_S = (0, 0.5, 2, 10, 30)
+ACCEPTANCE_WINDOWS_S = (20, 60, 120, 300)
+
+
+class SettlingSteps:
+    """Held-out power curves: load steps every 3-40 s that settle exponentially (τ 0.2-5 s), as a server's power
+    does when a benchmark's concurrency changes; the integral in closed form."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.base = rng.uniform(80, 200)
+        self.steps: list[tuple[float, float, float]] = []  # (at s, amplitude W, τ s)
+        level, t = 0.0, -400.0
+        while t < 800:
+            target = rng.uniform(0, 500)
+            self.steps.append((t, target - level, rng.uniform(0.2, 5.0)))
+            level, t = target, t + rng.uniform(3, 40)
+
+    def power(self, t: float) -> float:
+        return self.base + sum(a * (1 - math.exp(-(t - at) / tau)) for at, a, tau in self.steps if t > at)
+
+    def energy(self, t0: float, t1: float) -> float:
+        def cumulative(t: float) -> float:
+            return self.base * t + sum(a * ((t - at) - tau * (1 - math.exp(-(t - at) / tau)))
+                                       for at, a, tau in self.steps if t > at)
+        return cumulative(t1) - cumulative(t0)
+
+
+class Window27(NamedTuple):
+    refresh_s: float
+    window_s: int
+    family: str
+    error: float  # |energy − truth|, J
+    uncertainty: float
+    bound: float
+    energy: float
+    valid: bool  # the verdict's
+
+
+def _acceptance_windows(seeds: range, families: tuple[str, ...]) -> list[Window27]:
+    """One GPU window per (family, refresh, window length, seed)."""
+    out = []
+    for family in families:
+        for refresh_s in ACCEPTANCE_REFRESHES_S:
+            for window_s in ACCEPTANCE_WINDOWS_S:
+                for seed in seeds:
+                    records, start, end, truth = _refreshed_run(refresh_s, window_s, seed, truth_of=family)
+                    built = build_report(records, window=explicit_window(start, end, GRACE))
+                    energy = built.energy
+                    assert energy.total_energy_j is not None and energy.uncertainty_j is not None
+                    assert energy.bound_j is not None
+                    out.append(Window27(refresh_s, window_s, family, abs(energy.total_energy_j - truth),
+                                        energy.uncertainty_j, energy.bound_j, energy.total_energy_j,
+                                        built.telemetry_data["measurement"]["valid"]))
+    return out
+
+
+def _assert_the_uncertainty_is_honest(windows: list[Window27]) -> list[Window27]:
+    """The bound covers every window; where the verdict says valid, the uncertainty covers >= 95 %; with fresh values
+    over >= 60 s it is at most 0.1 % of the energy. Returns the valid windows."""
+    assert all(w.error <= w.bound for w in windows)
+    valid = [w for w in windows if w.valid]
+    # Only the windows shorter than two refreshes (20 s on a 10 s or 30 s refresh) are not valid.
+    assert {(w.refresh_s, w.window_s) for w in windows if not w.valid} <= {(10, 20), (30, 20)}
+    covered = np.mean([w.error <= w.uncertainty for w in valid])
+    assert covered >= 0.95, sorted(valid, key=lambda w: w.uncertainty / max(w.error, 1e-12))[:5]
+    for w in valid:
+        if w.refresh_s == 0 and w.window_s >= 60:
+            assert w.uncertainty <= 1e-3 * w.energy, w
+    return valid
+
+
+def _median_ratio(valid: list[Window27]) -> float:
+    """The median uncertainty over the median true error (+ the counter's 1 mJ at each edge)."""
+    return float(np.median([w.uncertainty for w in valid]) / (np.median([w.error for w in valid]) + 2e-3))
+
+
+@functools.cache
+def _held_out() -> list[Window27]:
+    return _acceptance_windows(ACCEPTANCE_SEEDS, ("model", "steps"))
+
+
+def test_the_uncertainty_covers_the_error_on_the_development_set() -> None:
+    valid = _assert_the_uncertainty_is_honest(_acceptance_windows(DEVELOPMENT_SEEDS[:3], ("model", "analytic")))
+    assert _median_ratio(valid) <= 10
+
+
+@pytest.mark.slow
+def test_acceptance_the_uncertainty_covers_the_error_on_held_out_seeds_and_curves() -> None:
+    """Issue 27: >= 200 GPU windows over refresh periods 0-30 s and 20-300 s windows, on held-out seeds of the
+    simulator's model and the held-out settling-steps family: where the verdict calls the window valid,
+    `uncertainty` covers the true error in >= 95 %, `bound` in every window; with fresh values over >= 60 s windows
+    the uncertainty is at most 0.1 % of the energy. (Measured at the commit: 98.9 % covered.)"""
+    windows = _held_out()
+    assert len(windows) >= 200
+    valid = _assert_the_uncertainty_is_honest(windows)
+    assert _median_ratio(valid) <= 15  # the issue asks for 5: see the strict xfail below
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 27 asks for a median uncertainty of at most 5x the median error; on "
+                                       "the held-out set it is ~10x (the edge's shape term is read from refreshes "
+                                       "twice as far apart as the edge's own; the timing term is a range)")
+def test_acceptance_the_median_uncertainty_is_at_most_5x_the_median_error() -> None:
+    valid = [w for w in _held_out() if w.valid]
+    assert _median_ratio(valid) <= 5

@@ -150,3 +150,11 @@ def test_the_page_draws_the_series_the_report_was_built_from_without_reading_the
         assert write_html(report, None, tmp_path / "own.html", title="bench run 1").read_text(encoding="utf-8") == page
     finally:
         moved.rename(run.records_path)
+
+
+def test_the_cards_count_gpus_apart_from_mig_instances_and_give_the_energy_with_its_uncertainty_and_verdict(page):
+    """Issue 27: "3 GPUs (2 MIG instances)", not 5; `… kJ ± … kJ` from the uncertainty; the verdict's line."""
+    cards = dict(re.findall(r'<div class="card"><span>(.*?)</span><b>(.*?)</b></div>', page))
+    assert cards["GPUs"] == "3 GPUs (2 MIG instances)"
+    assert re.fullmatch(r"[\d.,]+ k?J ± [\d.,]+ k?J \(bound ± [\d.,]+ k?J\)", cards["Energy (profiling)"])
+    assert cards["Measurement"].startswith("measurement ")

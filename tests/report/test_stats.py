@@ -9,12 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bridge.report.energy import power_integral
+from bridge.report.refresh import FRESH
 from bridge.report.stats import (
     code_stats,
     counter_delta_aiperf,
     counter_delta_interpolated,
     gauge_stats,
-    integrate_gauge,
 )
 
 S = 1_000_000_000
@@ -190,8 +191,11 @@ def test_a_constant_rate_counter_is_exact_whatever_the_scrape_phase(rate: float,
 def test_power_integrates_to_joules_over_exactly_the_window() -> None:
     times = [-0.5 + 0.25 * i for i in range(20)]
     ts, v = arrays(times, [100.0 + 50.0 * t for t in times])  # linear: trapezoids are exact
-    joules = integrate_gauge(ts, v, 0, 4 * S, 666_000_000)
-    assert joules is not None and math.isclose(joules, 100 * 4 + 25 * 16, rel_tol=1e-9)
+    integral = power_integral(ts, v, FRESH, 0, 4 * S)
+    assert integral is not None and math.isclose(integral.joules, 100 * 4 + 25 * 16, rel_tol=1e-9)
+    # Its expected error: |ΔP|·h/2 per interval (12.5 W × 0.25 s / 2, 16 of them) + 200 W of change × 1 s of
+    # the gauge's own averaging (bridge/report/uncertainty.py).
+    assert integral.uncertainty_j == pytest.approx(16 * 12.5 * 0.25 / 2 + 200 * 1.0)
 
 
 @settings(max_examples=300, deadline=None)

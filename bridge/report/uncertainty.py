@@ -1,0 +1,181 @@
+"""The energy's expected error (`uncertainty`, beside `avg`), from the data itself: no fitted constants.
+
+`bound` (bridge/report/refresh.py) is what monotonicity guarantees: the counter's value at an edge lies
+between the readings around it. The truth is nearly always much closer, and how close the data tells:
+
+- Fresh values (the scrape time is the sample time), read by linear interpolation. The edge term: a counter
+  read between two readings h apart is off by |ΔP|·h·x(1−x)/2 at fraction x when power changes linearly by ΔP
+  between them, at most |ΔP|·h/8, ΔP from the power gauge at the two readings; plus the largest trapezoid
+  residual |ΔE − (P₀ + P₁)·h/2| of the intervals around it (what a line misses: the power's curvature, and
+  readings not quite at their scrape time when DCGM refreshes a little slower than instantly). For linear
+  power the two edges' errors have known signs that can add: the edges add in full.
+- A slow refresh, read by cubic Hermite interpolation with the power gauge as the slope (exact for linear
+  power). The shape term: the reader's own error on the refreshes near the edge, each read from its two
+  neighbours alone as if it were missing (a leave-one-out check at twice the refresh spacing); the largest of
+  them. The timing term: each refresh is timed at the fitted grid's instant in its bracket, and the grid can
+  still move by its phase spread and its period spread (the ranges every bracket allows): a phase error moves
+  both edges alike and cancels but for the power's change across the window, a period error turns the grid
+  about its pivot; with no agreed grid, each edge can sit anywhere in half its bracket. The edges' shape
+  terms and the timing term are independent: they add in quadrature.
+- The counter's resolution (1 mJ for DCGM and NVML), once per edge.
+
+An edge beyond the readings (nothing after the window's end, say) has no better estimate than its bound; the
+result is never more than the bound. The power integral (the cross-check and the fallback) carries |ΔP|·h/2
+per interval (the trapezoid's worst case for monotone power between readings), plus, for a gauge that is
+itself an average (NVML: a one-second average on Ampere and newer, nvmlDeviceGetPowerUsage), the power's change
+across the window times that span, plus, on a slow refresh, the highest power times how far the edges' refresh
+instants can be off.
+
+Per source: the terms read the source's own readings and brackets, so a reader with other timing (issue 22's
+NVML and AMD readers: fresh values, an energy counter of its own resolution) gets its own numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+# How the refresh grid can still move (bridge/report/refresh.py `Cadence`), ns: its phase, its period (turning
+# the grid about `pivot`), and the period itself.
+Reader = Callable[[int, int, float], float]
+
+
+class GridSpread(NamedTuple):
+    phase_ns: float
+    period_ns: float
+    pivot_ns: float
+    period: float
+
+# nvmlDeviceGetPowerUsage: "On Ampere (except GA100) or newer GPUs, the returned power draw is a one-second
+# average" (NVML API reference). DCGM's power field reads it.
+GAUGE_AVERAGING_S = 1.0
+
+
+def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], power_w: NDArray[np.float64] | None,
+                      start: int, end: int, edge_bounds: tuple[float, float], resolution: float) -> float:
+    """The expected error of a fresh counter's increase over [start, end] (the counter's unit, MJ for energy)."""
+    import numpy as np
+
+    valid = np.flatnonzero(~np.isnan(counter))
+    t, v = ts[valid], counter[valid]
+    p = None if power_w is None else power_w[valid] * 1e-6  # W → MJ/s
+    edges = []
+    for edge, edge_bound in zip((start, end), edge_bounds, strict=True):
+        i = int(np.searchsorted(t, edge, side="right"))
+        if 0 < i < t.size:
+            h = float(t[i] - t[i - 1]) / 1e9
+            if int(t[i - 1]) == edge or h <= 0:
+                continue
+            change = _power_change(t, v, p, i)
+            if change is None:
+                edges.append(edge_bound)
+                continue
+            edges.append(change * h / 8 + _fresh_residual(t, v, p, i))
+        else:
+            edges.append(edge_bound)
+    # (For power that moves linearly the two edges' errors have known signs that can add: they add in full.)
+    return min(sum(edges) + 2 * resolution, sum(edge_bounds))
+
+
+def _fresh_residual(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.float64] | None, i: int) -> float:
+    """The largest trapezoid residual |ΔE − (P₀ + P₁)·h/2| of the intervals around reading i (0 without a gauge):
+    what the counter and the gauge disagree on between readings, from the power's curvature and from readings
+    that are not quite at their scrape time (a refresh faster than the scrapes, but not instantaneous)."""
+    if p is None:
+        return 0.0
+    out = 0.0
+    for k in range(max(i - 1, 1), min(i + 2, t.size)):
+        h = float(t[k] - t[k - 1]) / 1e9
+        residual = float(v[k] - v[k - 1]) - float(p[k] + p[k - 1]) / 2 * h
+        if math.isfinite(residual) and v[k] >= v[k - 1]:
+            out = max(out, abs(residual))
+    return out
+
+
+def _power_change(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.float64] | None,
+                  i: int) -> float | None:
+    """|ΔP| between readings i−1 and i (MJ/s): the gauge's, else half the change of the neighbouring intervals'
+    mean rates (two intervals apart), else None."""
+    if p is not None and math.isfinite(p[i - 1]) and math.isfinite(p[i]):
+        return abs(float(p[i] - p[i - 1]))
+    if i >= 2 and i + 1 < t.size:
+        before = float(v[i - 1] - v[i - 2]) / (float(t[i - 1] - t[i - 2]) / 1e9 or math.inf)
+        after = float(v[i + 1] - v[i]) / (float(t[i + 1] - t[i]) / 1e9 or math.inf)
+        return abs(after - before) / 2
+    return None
+
+
+def refreshed_uncertainty(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
+                          lo: NDArray[np.float64], hi: NDArray[np.float64], edges: tuple[float, float],
+                          bounds: tuple[float, float], grid: GridSpread | None, base: int, resolution: float,
+                          read: Reader) -> float:
+    """The expected error of a counter's increase timed at its refreshes (`refresh.refreshed_delta`'s arrays:
+    instants and brackets relative to `base`, cumulative increase, rate per ns; `edges` relative too), at most
+    the sum of the edges' `bounds`. `read(a, b, at)`: the counter's reader from refreshes a and b alone."""
+    shapes: list[float] = []
+    rates: list[float | None] = []
+    for edge, bound in zip(edges, bounds, strict=True):
+        interval = _interval(tau, edge)
+        shape = None if interval is None else _shape_term(tau, cum, interval, read)
+        if interval is None or shape is None:
+            shapes.append(bound)  # beyond the refreshes seen, or too few of them: only the hard bound is known
+            rates.append(None)
+            continue
+        h = float(tau[interval + 1] - tau[interval])
+        shapes.append(min(shape, bound))
+        rates.append(float(cum[interval + 1] - cum[interval]) / h)
+    timing = _timing_term(lo, hi, tau, edges, rates, grid, base)
+    return min(math.sqrt(shapes[0] ** 2 + shapes[1] ** 2 + timing ** 2) + 2 * resolution, sum(bounds))
+
+
+def _interval(tau: NDArray[np.float64], edge: float) -> int | None:
+    """The refresh interval [tau[i], tau[i+1]] that holds `edge` (None: outside the refreshes, or empty)."""
+    import numpy as np
+
+    n = tau.size
+    if n < 2 or not tau[0] <= edge <= tau[-1]:
+        return None
+    i = min(int(np.searchsorted(tau, edge, side="right")) - 1, n - 2)
+    return i if tau[i + 1] > tau[i] else None
+
+
+def _timing_term(lo: NDArray[np.float64], hi: NDArray[np.float64], tau: NDArray[np.float64], edges: tuple[float, float],
+                 rates: list[float | None], grid: GridSpread | None, base: int) -> float:
+    """What the refresh instants' timing leaves uncertain. With an agreed grid, both edges move with it: by its
+    phase (which cancels but for the power's change across the window) and its period (which turns the grid
+    about its pivot). Without one, each edge anywhere in half its bracket, independently."""
+    r0, r1 = (r if r is not None else 0.0 for r in rates)
+    if grid is not None:
+        pivot = grid.pivot_ns - base
+        turn = grid.period_ns / grid.period * abs(r1 * (edges[1] - pivot) - r0 * (edges[0] - pivot))
+        return abs(r1 - r0) * grid.phase_ns / 2 + turn
+    halves = []
+    for edge, r in zip(edges, (r0, r1), strict=True):
+        i = _interval(tau, edge)
+        widths = [] if i is None else [float(hi[k] - lo[k]) / 2 for k in (i, i + 1) if math.isfinite(lo[k])]
+        halves.append(r * max(widths, default=0.0))
+    return math.hypot(*halves)
+
+
+def _shape_term(tau: NDArray[np.float64], cum: NDArray[np.float64], i: int, read: Reader) -> float | None:
+    """How far a reading inside interval i can be off for the power's shape between refreshes: the reader's own
+    error on the refreshes nearby, each read from its two neighbours alone as if it were missing (see the module
+    doc). None with fewer than three refreshes."""
+    n = tau.size
+    errors = [abs(float(cum[k]) - read(k - 1, k + 1, float(tau[k])))
+              for k in range(max(i - 2, 1), min(i + 4, n - 1))]
+    return max(errors) if errors else None
+
+
+def trapezoid_error_j(grid_ns: NDArray[np.float64], curve_w: NDArray[np.float64]) -> float:
+    """The expected error (J) of the trapezoids of a power gauge read at `grid_ns` (see the module doc): |ΔP|·h/2
+    per interval, plus the power's change across the span times the gauge's averaging span."""
+    import numpy as np
+
+    steps = float(np.sum(np.abs(np.diff(curve_w)) * np.diff(grid_ns))) / 2 / 1e9
+    return steps + abs(float(curve_w[-1] - curve_w[0])) * GAUGE_AVERAGING_S
