@@ -97,6 +97,7 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
     from bridge.normalize import Normalizer
     from bridge.parse import parse_page
     from bridge.record_log import record_to_dict
+    from bridge.report.console import plural
 
     body, origin = read_parse_source(source, config_file)
     table = table_with_custom(default_table(), list(metrics_csv))
@@ -118,7 +119,7 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
         return
     families = list(dict.fromkeys(s.name for s in page.samples))
     click.echo(f"{origin}: {len(page.samples)} samples in {len(families)} families, "
-               f"{len(page.dropped)} lines dropped, {len(records)} GPUs")
+               f"{len(page.dropped)} lines dropped, {plural(len(records), 'GPU')}")
     for d in page.dropped:
         click.echo(f"  dropped line {d.line}: {d.reason}: {d.text[:100]}")
     click.echo("families, by the exporter that writes the name:")

@@ -57,7 +57,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     """
     from bridge.fields import default_table, table_with_custom
     from bridge.report.build import build_report
-    from bridge.report.console import render_console
+    from bridge.report.console import plural, render_console
     from bridge.report.events import RunEvents, load_events
     from bridge.report.window import WindowError, explicit_window, load_manifest
     from bridge.report.write import ReportWriteError, output_names, write_report
@@ -116,7 +116,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     if show_console:
         render_console(built)
     gpus = sum(len(e["gpus"]) for e in built.telemetry_data["endpoints"].values())
-    click.echo(f"{built.records} records, {gpus} GPUs, counter mode {counter_mode}")
+    click.echo(f"{built.records} records, {plural(gpus, 'GPU')}, counter mode {counter_mode}")
     for path in written:
         click.echo(f"wrote {path}")
 

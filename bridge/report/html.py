@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bridge.report.console import plural
 from bridge.report.refresh import series_cadence
 from bridge.samples import GpuRecord
 
@@ -121,7 +122,7 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
     if warning:
         cards.append(("Warning", warning))
     if energy.average_power_w is not None:
-        cards.append((f"Total average power, {len(styles)} GPUs", f"{energy.average_power_w:,.0f} W"))
+        cards.append((f"Total average power, {plural(len(styles), 'GPU')}", f"{energy.average_power_w:,.0f} W"))
     if run_id:
         cards.insert(0, ("Run", run_id))
     # Every endpoint's state, a down one included (not only in the text dump below).

@@ -311,9 +311,11 @@ def _take_over_aiperf_telemetry(flags: dict[str, Any], aiperf: Any, env: dict[st
 
 def _summary(run: Any, session: Any, html_path: Path | None) -> None:
     """The end of the run: the notes, the console tables, the files written (+ HTML), and why the exit code."""
-    from rich.console import Console
+    from rich.markup import escape
 
-    console = Console(stderr=False, width=None if sys.stdout.isatty() else 140)
+    from bridge.report.console import make_console
+
+    console = make_console()
     for note in run.notes:
         click.echo(f"dcgm-bridge: {note}", err=True)
     outputs = run.outputs
@@ -331,9 +333,9 @@ def _summary(run: Any, session: Any, html_path: Path | None) -> None:
                                                 title=f"dcgm-bridge profile · {session.run_id}"))
             except OSError as exc:
                 outputs.problems.append(f"cannot write {html_path}: {exc}")
-    console.print(f"\n[bold]dcgm-bridge[/]: run {session.run_id}, {session.records_written} records. Files:")
+    console.print(f"\n[bold]dcgm-bridge[/]: run {escape(session.run_id)}, {session.records_written} records. Files:")
     for path in outputs.files:
-        console.print(f"  {path}")
+        console.print(f"  {escape(str(path))}", highlight=False)
     if outputs.error:
         click.echo(f"dcgm-bridge: the telemetry report is incomplete: {outputs.error}", err=True)
     if run.exit_code and run.returncode == 0:

@@ -103,7 +103,8 @@ def _serve(exporters: list[SimulatedExporter], config: SimulatorConfig) -> None:
     try:
         for exporter in exporters:
             started.append(exporter.start())
-            click.echo(f"simulated dcgm-exporter ({config.gpus} GPUs, dialect {config.dialect}, "
+            gpus = f"{config.gpus} GPU{'' if config.gpus == 1 else 's'}"
+            click.echo(f"simulated dcgm-exporter ({gpus}, dialect {config.dialect}, "
                        f"seed {exporter.config.seed}) at {exporter.url}")
         sys.stdout.flush()
         while not stop.wait(0.5):
