@@ -50,12 +50,17 @@ class _LazyGroup(click.Group):
         return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> Any:
-        """The one place a `BridgeError` becomes a message: one line (or its listed problems), no traceback;
-        exit 2 for configuration, the error's own code for Kubernetes, else 1 (README "Exit codes")."""
+        """The one place a `BridgeError` or a usage error becomes a message: one line (or its listed problems), no
+        traceback; exit 2 for usage and configuration, the error's own code for Kubernetes, else 1 (README "Exit
+        codes")."""
         from bridge.errors import BridgeError, ConfigError, KubeError
 
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # click's own would print three lines: usage, a hint, then the error
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            click.echo(f"Error: {exc.format_message()} (see {where} --help)", err=True)
+            ctx.exit(2)
         except BridgeError as exc:
             click.echo(f"Error: {exc}", err=True)
             code = 2 if isinstance(exc, ConfigError) else exc.exit_code if isinstance(exc, KubeError) else 1
@@ -143,10 +148,14 @@ def read_parse_source(source: str, config_file: Path | None) -> tuple[bytes, str
     if source == "-":
         return sys.stdin.buffer.read(), "<stdin>"
     if Path(source).exists():
+        from bridge.errors import ConfigError
+
+        if Path(source).is_dir():
+            raise ConfigError(f"parse {source!r} is a folder; give one page: a file, - for stdin, or a URL")
         try:
             return Path(source).read_bytes(), source
         except OSError as exc:
-            raise click.ClickException(f"{source}: cannot read it ({exc.strerror or exc})") from None
+            raise ConfigError(f"parse {source!r}: cannot read it ({exc.strerror or exc})") from None
     if not (source.lower().startswith("http") or ":" in source):
         from bridge.errors import ConfigError
 

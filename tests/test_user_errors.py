@@ -82,7 +82,7 @@ def test_a_health_port_in_use_is_named(tmp_path: Path) -> None:
 def test_parse_reads_stdin() -> None:
     result = run(["parse", "-"], stdin=PAGE.read_bytes())
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("<stdin>: ") and "GPUs" in result.output.splitlines()[0]
+    assert result.output.startswith("<stdin>: ") and result.output.splitlines()[0].endswith(" dropped, 1 GPU")
 
 
 def test_parse_fetches_with_the_sidecars_tls_settings_and_names_them_when_verification_fails(
@@ -95,7 +95,7 @@ def test_parse_fetches_with_the_sidecars_tls_settings_and_names_them_when_verifi
     assert refused.exit_code == 1
     assert "set DCGM_BRIDGE_CA_FILE (ca_file) to that CA's PEM file, or DCGM_BRIDGE_INSECURE_SKIP_VERIFY=true" \
         in refused.output
-    assert trusted.exit_code == 0 and "GPUs" in trusted.output
+    assert trusted.exit_code == 0 and " dropped, 1 GPU\n" in trusted.output
 
 
 def test_parse_sends_the_sidecars_bearer_token(tmp_path: Path) -> None:
@@ -171,3 +171,70 @@ def test_a_benchmark_command_that_does_not_exist_stops_profile_before_anything_s
     assert result.exit_code == 2
     assert "Error: profile: cannot run 'no-such-benchmark': no such program" in result.output
     assert not (tmp_path / "out").exists()
+
+
+# -- the exit-code table, command by command (issue 33 items 2 and 3) --------------------------------------------
+def _record_log(tmp_path: Path) -> str:
+    from tests.report.helpers import T0, S, rec, write_log
+
+    return str(write_log(tmp_path / "gpu_telemetry_export.jsonl",
+                         [rec(T0 + i * S, {"nvidia_power_usage": 300.0}) for i in range(5)]))
+
+
+def _taken_port(tmp_path: Path) -> str:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    _HELD.append(taken)
+    return str(taken.getsockname()[1])
+
+
+_HELD: list[socket.socket] = []
+_KUBE = ["kube", "profile", "--model", "m", "--url", "http://frontend:8000", "--job-id", "bench-1"]
+USAGE_AND_CONFIG_ERRORS = {
+    "report: end before start": (lambda t: ["report", "--jsonl", _record_log(t), "--start-ns", "1796201308411830000",
+                                            "--end-ns", "1796201298411830000"], "--end-ns"),
+    "report: no record source": (lambda t: ["report", "--start-ns", "1"], "give one record source"),
+    "report: --html unwritable": (lambda t: ["report", "--jsonl", _record_log(t), "--start-ns", "1796201298411830000",
+                                             "--end-ns", "1796201308411830000", "--html", "/proc/no/x.html"],
+                                  "--html /proc/no/x.html: cannot write there"),
+    "report: unknown counter mode": (lambda t: ["report", "--counter-mode", "fancy"], "--counter-mode"),
+    "kube profile: no kubeconfig": (lambda t: [*_KUBE, "--kubeconfig", str(t / "none")], "cannot load kubeconfig"),
+    "kube status: no kubeconfig": (lambda t: ["kube", "status", "x", "--kubeconfig", str(t / "none")],
+                                   "cannot load kubeconfig"),
+    "kube profile --dry-run k8s:// without a cluster": (
+        lambda t: [*_KUBE, "--dry-run", "--kubeconfig", str(t / "none"), "--gpu-telemetry", "k8s://gpu/dcgm"],
+        "--dry-run cannot expand k8s://gpu/dcgm without a cluster"),
+    "simulate: port in use": (lambda t: ["simulate", "--port", _taken_port(t)], "cannot listen on 127.0.0.1:"),
+    "simulate: unknown fault": (lambda t: ["simulate", "--fault", "meltdown"], "meltdown"),
+    "parse: a folder": (lambda t: ["parse", str(t)], "is a folder"),
+    "parse: no such file": (lambda t: ["parse", "no-such-file"], "no such file, and not a URL"),
+    "demo: --out not writable": (lambda t: ["demo", "--out", "/proc/no/demo"], "--out /proc/no/demo: cannot make"),
+    "profile: --gpu-telemetry takes nothing": (
+        lambda t: ["profile", "--gpu-telemetry", "--artifact-dir", str(t / "a"), "--", "true"],
+        "--gpu-telemetry is followed by --artifact-dir, not an exporter"),
+    "sidecar: --gpu-telemetry takes nothing": (
+        lambda t: ["sidecar", "--gpu-telemetry", "--artifact-dir", str(t / "a")],
+        "--gpu-telemetry is followed by --artifact-dir, not an exporter"),
+    "profile: no -- before the command": (lambda t: ["profile", "--gpu-telemetry", "host:9400", "sleep", "2"],
+                                          "put -- before the benchmark command"),
+    "profile: --html unwritable": (lambda t: ["profile", "--html", "/proc/no/x.html", "--artifact-dir",
+                                              str(t / "a"), "--", "touch", str(t / "ran")],
+                                   "--html /proc/no/x.html: cannot write there"),
+    "profile: misspelt option": (lambda t: ["profile", "--artfact-dir", "x", "--", "true"], "--artfact-dir"),
+    "no such command": (lambda t: ["reprot"], "No such command 'reprot'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(USAGE_AND_CONFIG_ERRORS))
+def test_every_usage_and_configuration_error_exits_2_in_one_line(case: str, tmp_path: Path) -> None:
+    make_args, fragment = USAGE_AND_CONFIG_ERRORS[case]
+    try:
+        result = run(make_args(tmp_path), env={"KUBECONFIG": str(tmp_path / "none"), "KUBERNETES_SERVICE_HOST": ""})
+    finally:
+        while _HELD:
+            _HELD.pop().close()
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and fragment in lines[0], result.output
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "a").exists()  # nothing started, no folder left

@@ -24,7 +24,7 @@ class _VariadicCommand(click.Command):
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    click.echo(f"Error: {message}", err=True)
     raise click.exceptions.Exit(code)
 
 
@@ -107,10 +107,8 @@ def profile(**kw: Any) -> None:
     if cluster["dry_run"]:
         from bridge.kube.jobset import build_jobset
 
-        if resolved.discovery:
-            click.echo(f"note: {', '.join(resolved.discovery)} stay unexpanded in --dry-run; at submit time "
-                       "they become one URL per ready endpoint", err=True)
-        jobset = build_jobset(resolved.spec)
+        spec = _dry_run_spec(resolved, cluster) if resolved.discovery else resolved.spec
+        jobset = build_jobset(spec)
         _refuse_webhook_problems(jobset)
         click.echo(to_yaml([jobset], header=resolved.estimate.all_lines()), nl=False)
         return
@@ -123,16 +121,7 @@ def _submit(resolved: Any, cluster: Mapping[str, Any]) -> None:
 
     try:
         clients = submit.connect(cluster["kubeconfig"], cluster["context"])
-        spec = resolved.spec
-        if resolved.discovery:
-            from bridge.kube.discovery import DiscoveryError, expand
-
-            try:
-                urls = expand(resolved.discovery, clients.discovery)
-            except DiscoveryError as exc:
-                _fail(str(exc))
-            click.echo(f"discovered {len(urls)} exporter URL(s): {', '.join(urls)}", err=True)
-            spec = resolved.with_urls(urls)
+        spec = _expanded(resolved, clients) if resolved.discovery else resolved.spec
         jobset = build_jobset(spec)
         _refuse_webhook_problems(jobset)
         submit.create_jobset(clients.custom, jobset)
@@ -147,6 +136,31 @@ def _submit(resolved: Any, cluster: Mapping[str, Any]) -> None:
             raise click.exceptions.Exit(state.exit_code)
     except submit.KubeError as exc:
         _fail(str(exc), exc.exit_code)
+
+
+def _expanded(resolved: Any, clients: Any) -> Any:
+    """The spec with its k8s:// items expanded to one URL per ready endpoint (a discovery failure exits 1)."""
+    from bridge.kube.discovery import DiscoveryError, expand
+
+    try:
+        urls = expand(resolved.discovery, clients.discovery)
+    except DiscoveryError as exc:
+        _fail(str(exc))
+    click.echo(f"discovered {len(urls)} exporter URL(s): {', '.join(urls)}", err=True)
+    return resolved.with_urls(urls)
+
+
+def _dry_run_spec(resolved: Any, cluster: Mapping[str, Any]) -> Any:
+    """--dry-run with k8s:// items: expanded from the cluster the kubeconfig names (only reads), or refused (exit
+    2). Left unexpanded, the printed sidecar would have no --gpu-telemetry and try only the localhost defaults."""
+    from bridge.kube import submit
+
+    try:
+        clients = submit.connect(cluster["kubeconfig"], cluster["context"])
+    except submit.KubeError as exc:
+        _fail(f"--dry-run cannot expand {', '.join(resolved.discovery)} without a cluster ({exc}); give the "
+              "exporter URLs instead (host:9400 …), or a --kubeconfig that reaches the cluster", 2)
+    return _expanded(resolved, clients)
 
 
 def _refuse_webhook_problems(jobset: dict[str, Any]) -> None:

@@ -29,7 +29,27 @@ class TelemetryCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         from bridge.endpoints import expand_telemetry_args
 
+        check_telemetry_flags(ctx, args, command_follows=self.name == "profile")
         return super().parse_args(ctx, expand_telemetry_args(args))
+
+
+_NO_SEPARATOR = ("put -- before the benchmark command: dcgm-bridge profile --gpu-telemetry URL… -- CMD [ARGS]…; "
+                 "without it --gpu-telemetry takes the command as exporter URLs")
+
+
+def check_telemetry_flags(ctx: click.Context, args: list[str], command_follows: bool) -> None:
+    """A `--gpu-telemetry` that takes nothing (the next word is an option) is a forgotten URL, not "the defaults"
+    (they need no flag); for `profile`, a list that runs to the end took the benchmark's command as URLs."""
+    head = args[:args.index("--")] if "--" in args else args
+    flags = [position for position, arg in enumerate(head) if arg == "--gpu-telemetry"]
+    if flags and command_follows and "--" not in args and not any(a.startswith("-") for a in head[flags[-1] + 1:]):
+        raise click.UsageError(_NO_SEPARATOR, ctx)
+    for position in flags:
+        following = head[position + 1] if position + 1 < len(head) else None
+        if following is None or following.startswith("-"):
+            raise click.UsageError(f"--gpu-telemetry is followed by {following or 'nothing'}, not an exporter: "
+                                   "give one or more (host:9400, http://host:9400/metrics, k8s://ns/svc, a .csv), "
+                                   "or leave the flag out for the defaults", ctx)
 
 
 # -- sidecar ----------------------------------------------------------------------------------------
@@ -269,6 +289,10 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
     if command and shutil.which(command[0]) is None:  # before anything starts: nothing to collect around
         raise ConfigError(f"profile: cannot run {command[0]!r}: no such program (not on PATH, or not executable); "
                           "check the command after --")
+    if html_path is not None:
+        from bridge.report.cli import check_writable
+
+        check_writable(html_path, "--html")
     flags, otlp = split_flags(flags)
     argv: Any = list(command)
     env = dict(os.environ)
@@ -365,4 +389,9 @@ def demo(out: Path, duration: float, gpus: int, mig: int, refresh_ms: int) -> No
     """Run a warmup + profiling collection against the embedded simulated exporter and report it."""
     from bridge.sidecar.demo import run_demo
 
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot make that folder ({exc.strerror or exc}); give one you can write") \
+            from None
     _exit_on_problems(run_demo(out, duration, gpus=gpus, mig=mig, refresh_ms=refresh_ms))

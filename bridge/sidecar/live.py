@@ -70,9 +70,9 @@ def live_table(session: Session, width: int = NARROW) -> Any:
         if display_key(url) not in shown:  # no data yet, or down: still a row, with why
             state = "down" if stats["state"] == "down" or stats["last_error"] else "waiting"
             reason = str(stats["last_error"] or "no scrape yet")
-            blanks = ["-"] * (len(_COLUMNS) + (1 if narrow else 2))
-            table.add_row(*(escape(c) for c in (names.get(display_key(url), display_key(url)), "-",
-                                                  f"{state}: {reason[:60]}", *blanks)))
+            why, blanks = f"{state}: {reason[:60]}", ["-"] * (len(_COLUMNS) + 1)
+            cells = [*blanks, why] if narrow else [why, *blanks, "-"]  # narrow: why in the last column
+            table.add_row(*(escape(c) for c in (names.get(display_key(url), display_key(url)), "-", *cells)))
     return table
 
 

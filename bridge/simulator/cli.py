@@ -112,7 +112,11 @@ def _serve(exporters: list[SimulatedExporter], config: SimulatorConfig) -> None:
     except KeyboardInterrupt:
         pass
     except OSError as exc:
-        raise click.ClickException(f"cannot listen: {exc}") from exc
+        from bridge.errors import ConfigError
+
+        port = exporters[len(started)].config.port
+        raise ConfigError(f"--port {port}: cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); choose another "
+                          "port, or 0 for a free one") from None
     finally:
         for exporter in started:
             exporter.stop()
