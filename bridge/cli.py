@@ -107,6 +107,11 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
     body, origin = read_parse_source(source, config_file)
     table = table_with_custom(default_table(), list(metrics_csv))
     page = parse_page(body)
+    if not page.samples and body.strip():
+        from bridge.errors import ConfigError
+
+        raise ConfigError(f"parse {origin}: not a metrics page: no sample in its {plural(len(page.dropped), 'line')} "
+                          f"({page_kind(body)}); give a dcgm-exporter /metrics URL or a page it served")
     normalizer = Normalizer(table)
     records = normalizer.records(page, source_url=origin, timestamp_ns=0)
     summary = dialect_summary((s.name for s in page.samples), table)
@@ -139,6 +144,16 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
         for key, value in r.telemetry_data.items():
             spec = table.by_key.get(key)
             click.echo(f"      {spec.label if spec else key:<45} {value:,.6g}")
+
+
+def page_kind(body: bytes) -> str:
+    """What a page that holds no sample looks like, for the one-line error."""
+    head = body.lstrip()[:512].lower()
+    if head.startswith((b"<!doctype html", b"<html")) or b"<html" in head:
+        return "it looks like HTML"
+    if head.startswith((b"{", b"[")):
+        return "it looks like JSON: a report? `dcgm-bridge report` reads the record log"
+    return "no line has the form name{labels} value"
 
 
 def read_parse_source(source: str, config_file: Path | None) -> tuple[bytes, str]:

@@ -160,3 +160,12 @@ def test_an_endpoint_whose_every_scrape_succeeded_gets_a_tick() -> None:
     built = build_report(_records(), window=explicit_window(T0, T0 + 10 * S), endpoints_configured=[URL],
                          endpoints_successful=[URL])
     assert "✔ 127.0.0.1:19401" in _text(built, 140)
+
+
+def test_an_endpoint_that_answered_but_gave_no_sample_gets_no_tick() -> None:
+    other = "http://10.0.0.2:9400/metrics"
+    built = build_report(_records(), window=explicit_window(T0, T0 + 10 * S), endpoints_configured=[URL, other],
+                         endpoints_successful=[URL, other])
+    text = _text(built, 140)
+    assert "! 10.0.0.2:9400 (reachable, but no sample was read from it)" in text
+    assert "✔ 127.0.0.1:19401" in text
