@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -168,3 +169,38 @@ def test_the_sidecar_says_during_the_run_that_the_otlp_receiver_is_losing_data(t
             proc.stderr.close()
     assert "points dropped or rejected so far" in "".join(lines)
     assert code in (0, 1), "".join(lines)  # (1: the run's problems are said at the end, OTLP losses among them)
+
+
+# -- issue 33 item 5: said when it matters, and only then ------------------------------------------------------
+def _profile(tmp_path: Path, *args: str, code: int = 0) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    from bridge.simulator import SimulatedExporter, SimulatorConfig
+
+    env = {**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "AIPERF_GPU_COLLECTION_INTERVAL": "0.2",
+           "COLUMNS": "80"}
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
+        return subprocess.run([sys.executable, "-m", "bridge.cli", *args, "profile", "--gpu-telemetry", exporter.url,
+                               "--artifact-dir", str(tmp_path / "out"), "--", sys.executable, "-c",
+                               f"import time; time.sleep(1); raise SystemExit({code})"],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_a_plain_profile_run_warns_about_nothing_and_a_failed_benchmark_is_named(tmp_path: Path) -> None:
+    result = _profile(tmp_path, code=3)
+    assert result.returncode == 3
+    assert "WARNING" not in result.stderr, result.stderr  # no phase_manifest.json is the normal case
+    assert "dcgm-bridge: exit 3, the benchmark's (it exited 3)" in result.stderr
+
+
+def test_v_adds_a_line_per_endpoint_scrape_and_vv_the_pages_details(tmp_path: Path) -> None:
+    quiet, verbose, debug = (_profile(tmp_path / str(n), *flags) for n, flags in enumerate([(), ("-v",), ("-vv",)]))
+    assert "scrape 127.0.0.1:" not in quiet.stderr
+    scrapes = [line for line in verbose.stderr.splitlines()
+               if " INFO bridge.sidecar.session: scrape 127.0.0.1:" in line]
+    assert len(scrapes) >= 3 and " samples, 0 lines dropped" in scrapes[-1]
+    assert "page 127.0.0.1:" not in verbose.stderr
+    assert " DEBUG bridge.sidecar.session: page 127.0.0.1:" in debug.stderr
+    assert " families, content type " in debug.stderr

@@ -365,6 +365,9 @@ def _summary(run: Any, session: Any, html_path: Path | None) -> None:
     if run.exit_code and run.returncode == 0:
         why = "cancelled" if run.cancelled else "report failed"
         click.echo(f"dcgm-bridge: exit {run.exit_code} ({why})", err=True)
+    elif run.exit_code:  # the benchmark's code wins (README "Exit codes"): say whose it is
+        how = f"stopped by signal {-run.returncode}" if run.returncode < 0 else f"it exited {run.returncode}"
+        click.echo(f"dcgm-bridge: exit {run.exit_code}, the benchmark's ({how})", err=True)
 
 
 def _exit_on_problems(outputs: Any) -> None:

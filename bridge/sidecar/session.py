@@ -41,6 +41,7 @@ from bridge.sidecar.pipeline import (
     ListenerSink,
     LiveSeriesSink,
     OtlpSink,
+    Page,
     PageListener,
     PageSink,
     Pipeline,
@@ -51,6 +52,20 @@ from bridge.sidecar.pipeline import (
 __all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
 
 logger = logging.getLogger(__name__)
+
+
+def log_scrape(page: Page, fetched: FetchedPage) -> None:
+    """`-v`: one line per endpoint scrape; `-vv`: the page's details (families, dropped lines and why)."""
+    parsed = page.parsed
+    logger.info("scrape %s: %d bytes in %.0f ms, %d samples, %d lines dropped", page.display, len(fetched.body),
+                (fetched.end_ns - fetched.start_ns) / 1e6, len(parsed.samples), len(parsed.dropped))
+    if logger.isEnabledFor(logging.DEBUG):
+        families = len({s.name for s in parsed.samples})
+        logger.debug("page %s: %d families, content type %r, phase %s", page.display, families,
+                     fetched.content_type, page.phase or "-")
+        for dropped in parsed.dropped[:5]:
+            logger.debug("page %s: line %d dropped: %s: %.100r", page.display, dropped.line, dropped.reason,
+                         dropped.text)
 
 KERNEL_MISSING = ("the compiled per-page kernel (bridge._kernel) is not built, so the pure-Python path runs, "
                   "at about twice the CPU: reinstall on a machine with a C compiler (gcc) to build it")
@@ -364,6 +379,8 @@ class Session:
                                "shorter than %.0f s rests on too few refreshes; %s", display_key(url), period,
                                2 * period, REFRESH_FIX)
         page = self.pipeline.on_page(url, fetched)
+        if logger.isEnabledFor(logging.INFO):
+            log_scrape(page, fetched)
         if loop is not None and not page.readable:  # answered, but nothing in it is a sample: not up
             loop.stats.state = "unreadable"
             loop.stats.last_error, loop.stats.last_error_ns = "no sample could be read from the page", page.start_ns
