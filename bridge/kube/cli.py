@@ -32,7 +32,8 @@ def _cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--context", help="kubeconfig context (default: the current one)")(f)
     f = click.option("--kubeconfig", type=click.Path(dir_okay=False),
                      help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")(f)
-    f = click.option("-n", "--namespace", default="default", show_default=True)(f)
+    f = click.option("-n", "--namespace", default="default", show_default=True,
+                     help="namespace of the JobSet")(f)
     return f
 
 
@@ -45,9 +46,10 @@ def _estimate_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--gpu-telemetry", multiple=True, metavar="ITEM…",
                      help="DCGM exporter URLs (host:9400, http://…/metrics), k8s://NAMESPACE/SERVICE[:PORT] "
                           "(expanded at submit time to one URL per ready endpoint), or a custom-metrics .csv")(f)
-    f = click.option("--request-count", type=int)(f)
-    f = click.option("--concurrency", type=int)(f)
-    f = click.option("--streaming", is_flag=True)(f)
+    f = click.option("--request-count", type=int, help="passed to `aiperf profile --request-count`")(f)
+    f = click.option("--concurrency", type=int, help="passed to `aiperf profile --concurrency` (sizes the "
+                                                      "estimate)")(f)
+    f = click.option("--streaming", is_flag=True, help="passed to `aiperf profile --streaming`")(f)
     return f
 
 
@@ -59,7 +61,8 @@ def kube() -> None:
 @kube.command(cls=_VariadicCommand)
 @click.option("--model", required=True, help="model name, passed to `aiperf profile --model`")
 @click.option("--url", required=True, help="inference server URL as the benchmark pod sees it")
-@click.option("--endpoint-type", default="chat", show_default=True)
+@click.option("--endpoint-type", default="chat", show_default=True,
+              help="passed to `aiperf profile --endpoint-type` (chat, completions, embeddings, …)")
 @click.option("--endpoint", help="API path, e.g. /v1/chat/completions")
 @_estimate_options
 @click.option("--legacy-sidecar", is_flag=True,
@@ -73,11 +76,15 @@ def kube() -> None:
 @click.option("--results-hold", type=int, metavar="SECONDS",
               help="keep the controller alive this long after the benchmark for `kube results` "
                    "[default: 300, or 0 with --artifacts-pvc]")
-@click.option("--ttl", type=int, default=300, show_default=True, help="ttlSecondsAfterFinished")
-@click.option("--service-account")
-@click.option("--node-selector", multiple=True, metavar="KEY=VALUE")
-@click.option("--toleration", multiple=True, metavar="KEY[=VALUE][:EFFECT]")
-@click.option("--image-pull-secret", multiple=True, metavar="NAME")
+@click.option("--ttl", type=int, default=300, show_default=True,
+              help="seconds the finished JobSet is kept (ttlSecondsAfterFinished)")
+@click.option("--service-account", help="the pods' ServiceAccount (default: the namespace's default)")
+@click.option("--node-selector", multiple=True, metavar="KEY=VALUE", help="run the pods on nodes with this label; "
+              "repeatable")
+@click.option("--toleration", multiple=True, metavar="KEY[=VALUE][:EFFECT]",
+              help="let the pods run on nodes with this taint; repeatable")
+@click.option("--image-pull-secret", multiple=True, metavar="NAME",
+              help="Secret to pull the images with; repeatable")
 @click.option("--queue", help="Kueue LocalQueue (the JobSet is created suspended)")
 @click.option("--otlp-headers-secret", metavar="SECRET[:KEY]",
               help="Secret key holding OTEL_EXPORTER_OTLP_HEADERS (key default: headers)")
@@ -202,7 +209,7 @@ def estimate(**kw: Any) -> None:
 @click.argument("job_id")
 @_cluster_options
 @click.option("--wait", is_flag=True, help="follow it to its end (exit 0 completed, 1 failed, 2 timeout, 3 deleted)")
-@click.option("--timeout", type=float, default=86400.0, show_default=True)
+@click.option("--timeout", type=float, default=86400.0, show_default=True, help="--wait limit in seconds")
 def status(job_id: str, namespace: str, kubeconfig: str | None, context: str | None, wait: bool,
            timeout: float) -> None:
     """The JobSet's state, conditions and job counts."""

@@ -63,7 +63,9 @@ def telemetry_options(func: Any) -> Any:
                      help="YAML file with a gpu_telemetry: block (AIPerf's shape plus our settings)."),
         click.option("--run-id", help="Run id on every record and OTLP point (default: generated)."),
         click.option("--artifact-dir", help="Where the outputs go (default ./artifacts)."),
-        click.option("--counter-mode", type=click.Choice(COUNTER_MODES)),
+        click.option("--counter-mode", type=click.Choice(COUNTER_MODES),
+                     help="How counters (energy, errors) become window totals: interpolated (default) to the exact "
+                          "window, reset-aware; aiperf: AIPerf 0.13's last-minus-first."),
         click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix."),
         click.option("--live", is_flag=True, help="Show a refreshing per-GPU table while collecting."),
     ]
@@ -74,7 +76,8 @@ def telemetry_options(func: Any) -> Any:
                      help="OTLP transport (default http/protobuf, or OTEL_EXPORTER_OTLP_PROTOCOL)."),
         click.option("--otlp-headers", help="k=v,k2=v2 sent with every export (or OTEL_EXPORTER_OTLP_HEADERS)."),
         click.option("--otlp-timeout", type=float, help="Seconds per export request."),
-        click.option("--otlp-compression", type=click.Choice(["gzip", "none"])),
+        click.option("--otlp-compression", type=click.Choice(["gzip", "none"]),
+                     help="Compress OTLP requests (default none, or OTEL_EXPORTER_OTLP_COMPRESSION)."),
         click.option("--otlp-insecure", is_flag=True, default=None, help="gRPC without TLS."),
         click.option("--otlp-units", type=click.Choice(["none", "ucum"]),
                      help="Set UCUM units on metrics (changes their Prometheus names; default none)."),
@@ -383,7 +386,8 @@ def _exit_on_problems(outputs: Any) -> None:
               show_default=True, help="Where the artifacts go.")
 @click.option("--duration", type=click.FloatRange(2.0, 3600.0), default=15.0, show_default=True,
               envvar="DEMO_DURATION", help="Seconds of collection (env DEMO_DURATION).")
-@click.option("--gpus", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option("--gpus", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="GPUs of the simulated exporter.")
 @click.option("--mig", type=click.IntRange(0, 7), default=0, help="MIG instances per simulated GPU.")
 @click.option("--refresh-ms", type=click.IntRange(min=0), default=0, show_default=True,
               help="The simulated exporter's DCGM refresh (-c); 0: fresh values. Try 30000, dcgm-exporter's default, "
