@@ -73,10 +73,11 @@ def test_a_health_port_in_use_is_named(tmp_path: Path) -> None:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = run(["sidecar", "--gpu-telemetry", "localhost:1", "--artifact-dir", str(tmp_path),
+        result = run(["sidecar", "--gpu-telemetry", "localhost:1", "--artifact-dir", str(tmp_path / "runs" / "a"),
                       "--health-port", str(port)])
     assert result.exit_code == 2
     assert f"Error: --health-port {port}: cannot listen on 0.0.0.0:{port} (Address already in use)" in result.output
+    assert list(tmp_path.iterdir()) == []  # no empty artifact folder left behind
 
 
 def test_parse_reads_stdin() -> None:

@@ -205,6 +205,7 @@ def sidecar(live: bool, **flags: Any) -> None:
         click.echo("GPU telemetry is disabled (--no-gpu-telemetry); nothing to do.")
         return
     session = build_session(config, otlp)
+    made = missing_folders(Path(session.artifact_dir))
     session.prepare_artifacts()  # an unwritable folder stops start-up (exit 2) before anything is served
     done = threading.Event()  # a signal, or POST /complete
     look = threading.Event()  # done, or the OTLP receiver losing points: the main thread has a look
@@ -215,10 +216,14 @@ def sidecar(live: bool, **flags: Any) -> None:
 
     # A native sidecar that exits is restarted by the kubelet (and would overwrite the finished run):
     # with exit_on_complete false it stays up after POST /complete until SIGTERM.
-    server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
-                           on_complete=finish if config.exit_on_complete else None,
-                           metrics_text=session.exposition)
-    server.start()
+    try:
+        server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
+                               on_complete=finish if config.exit_on_complete else None,
+                               metrics_text=session.exposition)
+        server.start()
+    except ConfigError:  # the port is taken: nothing ran, so no empty artifact folder is left behind
+        remove_if_empty(made)
+        raise
     click.echo(f"dcgm-bridge sidecar: run {session.run_id}, control API on port {server.port} "
                f"(address {config.health_host})", err=True)
 
@@ -258,6 +263,24 @@ def sidecar(live: bool, **flags: Any) -> None:
     server.stop()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id} complete; outputs in {session.artifact_dir}", err=True)
     _exit_on_problems(outputs)
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """`folder` and those of its parents that do not exist yet, deepest first (what making it would create)."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def remove_if_empty(folders: list[Path]) -> None:
+    """Remove the folders a failed start made (deepest first), as long as they are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _live_view(session: Any, wanted: bool) -> Any:
