@@ -18,6 +18,7 @@ import html
 import io
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -130,8 +131,9 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
               for s in report.endpoints]
     card_html = "".join(f'<div class="card"><span>{_e(k)}</span><b>{_e(v)}</b></div>' for k, v in cards)
     phases = _phase_energy(report, series, origin, last)
+    run_meta = f'<meta name="{RUN_META}" content="{_e(run_id)}">\n' if run_id else ""
     return _PAGE.format(
-        title=_e(title), cards=card_html, legend=legend, charts="\n".join(charts),
+        run_meta=run_meta, title=_e(title), cards=card_html, legend=legend, charts="\n".join(charts),
         phases=_phase_table(phases), console=_console(report),
         data=json.dumps(chart_data, separators=(",", ":")).replace("</", "<\\/"), script=_SCRIPT, style=_STYLE,
     )
@@ -440,12 +442,21 @@ _SCRIPT = r"""
 })();
 """
 
+RUN_META = "dcgm-bridge-run"  # the page names its run: an earlier run's page moves aside with its files
+
+
+def page_run_id(head: bytes) -> str | None:
+    """The run a page written by `write_html` names in its head (None for any other file)."""
+    found = re.search(rb'<meta name="' + RUN_META.encode() + rb'" content="([^"<>]*)">', head)
+    return html.unescape(found.group(1).decode("utf-8", "replace")) if found else None
+
+
 _PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title>
+{run_meta}<title>{title}</title>
 <style>{style}</style>
 </head>
 <body>

@@ -380,7 +380,8 @@ def _summary(run: Any, session: Any, html_path: Path | None) -> None:
 
             try:
                 outputs.files.append(write_html(outputs.report, session.records.path, html_path,
-                                                title=f"dcgm-bridge profile · {session.run_id}"))
+                                                title=f"dcgm-bridge profile · {session.run_id}",
+                                                run_id=session.run_id))
             except OSError as exc:
                 outputs.problems.append(f"cannot write {html_path}: {exc}")
     console.print(f"\n[bold]dcgm-bridge[/]: run {escape(session.run_id)}, {session.records_written} records. Files:")
