@@ -123,6 +123,7 @@ def test_profile_says_during_the_run_that_the_otlp_receiver_is_losing_data(tmp_p
     assert result.returncode == 0, result.stderr
     during = [line for line in result.stderr.splitlines() if line.startswith("warning: OTLP receiver is losing data")]
     assert len(during) == 1 and "points dropped or rejected so far" in during[0]  # once: the run lasts < 1 min
+    assert "(last error: cannot connect to " in during[0]  # not "connect cannot connect"
     assert "OTLP: " in result.stderr and " points dropped and 0 rejected" in result.stderr  # and the total at the end
 
 
