@@ -24,3 +24,26 @@ def test_an_archived_runs_html_page_moves_with_its_files(tmp_path: Path) -> None
             assert result.exit_code == 0, result.output
     assert page_run_id((out / "first" / "report.html").read_bytes()[:2048]) == "first"
     assert page_run_id((out / "report.html").read_bytes()[:2048]) == "second"
+
+
+def _piped_profile(tmp_path: Path, columns: str | None) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} | QUIET
+    if columns is not None:
+        env["COLUMNS"] = columns
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
+        result = subprocess.run([sys.executable, "-m", "bridge.cli", "profile", "--gpu-telemetry", exporter.url,
+                                 "--artifact-dir", str(tmp_path / (columns or "pipe")), "--", "sleep", "0.5"],
+                                capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_piped_profile_prints_the_80_column_layout_unless_columns_says_otherwise(tmp_path: Path) -> None:
+    piped = _piped_profile(tmp_path, None)
+    assert max(map(len, piped.splitlines())) <= 80 and "┏" not in piped and "GPU Power Usage (W)" in piped
+    wide = _piped_profile(tmp_path, "140")
+    assert "┏" in wide and "NVIDIA GPU Power Usage (W)" in wide
