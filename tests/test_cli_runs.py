@@ -44,6 +44,18 @@ def _piped_profile(tmp_path: Path, columns: str | None) -> str:
 
 def test_piped_profile_prints_the_80_column_layout_unless_columns_says_otherwise(tmp_path: Path) -> None:
     piped = _piped_profile(tmp_path, None)
-    assert max(map(len, piped.splitlines())) <= 80 and "┏" not in piped and "GPU Power Usage (W)" in piped
+    tables = piped.split("Files:", 1)[0]  # (the file paths after it are never cut)
+    assert max(map(len, tables.splitlines())) <= 80 and "┏" not in piped and "GPU Power Usage (W)" in piped
     wide = _piped_profile(tmp_path, "140")
     assert "┏" in wide and "NVIDIA GPU Power Usage (W)" in wide
+
+
+def test_the_files_list_names_only_files_that_were_written(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["profile", "--gpu-telemetry", "127.0.0.1:1", "--artifact-dir", str(out),
+                                       "--", "true"], env={**QUIET, "DCGM_BRIDGE_CONNECT_TIMEOUT": "0.3"})
+    assert result.exit_code == 0, result.output
+    listed = [Path(line.strip()) for line in result.output.split("Files:", 1)[1].splitlines() if line.strip()]
+    listed = [p for p in listed if p.is_absolute() or str(p).startswith(str(out))]
+    assert listed and all(p.exists() for p in listed), listed
+    assert not (out / "gpu_telemetry_export.jsonl").exists()  # no exporter answered: no record was written

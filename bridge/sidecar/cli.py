@@ -386,7 +386,7 @@ def _summary(run: Any, session: Any, html_path: Path | None) -> None:
                 outputs.problems.append(f"cannot write {html_path}: {exc}")
     console.print(f"\n[bold]dcgm-bridge[/]: run {escape(session.run_id)}, {session.records_written} records. Files:")
     for path in outputs.files:
-        console.print(f"  {escape(str(path))}", highlight=False)
+        console.print(f"  {escape(str(path))}", highlight=False, soft_wrap=True)  # a path is never cut
     if outputs.error:
         click.echo(f"dcgm-bridge: the telemetry report is incomplete: {outputs.error}", err=True)
     if run.exit_code and run.returncode == 0:

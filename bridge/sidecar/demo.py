@@ -64,5 +64,5 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
     console.print(f"\n[bold]{session.records_written}[/] records from {gpus} GPUs. "
                   f"Artifacts in [bold]{escape(str(out))}[/]:")
     for path in outputs.files:
-        console.print(f"  {escape(str(path))}", highlight=False)
+        console.print(f"  {escape(str(path))}", highlight=False, soft_wrap=True)  # a path is never cut
     return outputs

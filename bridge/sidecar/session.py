@@ -321,7 +321,7 @@ class Session:
             self.fetcher.close()
             self.state = "completed"
             self.outputs = SessionOutputs(self.artifact_dir)
-            self.outputs.files = [self.records.path, self.events.path]
+            self.outputs.files = [p for p in (self.records.path, self.events.path) if p.exists()]  # written ones
             self._write_report(self.outputs)
             if self.live_series is not None:
                 self.live_series.remove()
