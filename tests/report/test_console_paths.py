@@ -169,3 +169,21 @@ def test_an_endpoint_that_answered_but_gave_no_sample_gets_no_tick() -> None:
     text = _text(built, 140)
     assert "! 10.0.0.2:9400 (reachable, but no sample was read from it)" in text
     assert "✔ 127.0.0.1:19401" in text
+
+
+def test_nvlink_bandwidth_says_it_counts_megabytes_in_every_dialect() -> None:
+    import re
+
+    from bridge.fields import default_table
+    from bridge.simulator.model import NodeModel
+    from bridge.simulator.render import render_page
+
+    table = default_table()
+    for dialect in ("legacy", "dcgm49"):
+        page = render_page(NodeModel(SimulatorConfig(gpus=1, dialect=dialect), lambda: 0), 0)  # type: ignore[arg-type]
+        names = set(re.findall(rb"^(DCGM_FI_DEV_NVLINK_(?:BANDWIDTH|THROUGHPUT)_TOTAL)\{", page, re.MULTILINE))
+        assert names, dialect
+        assert {table.by_name[n.decode()].unit for n in names} == {"MB"}, dialect
+    built = build_report([rec(T0 + i * S, {"nvidia_nvlink_bandwidth_total": 1e8 + i * 1e6}) for i in range(-1, 12)],
+                         window=explicit_window(T0, T0 + 10 * S))
+    assert "NVIDIA NVLink Bandwidth Total (MB)" in _text(built, 140)
