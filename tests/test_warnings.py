@@ -205,3 +205,24 @@ def test_v_adds_a_line_per_endpoint_scrape_and_vv_the_pages_details(tmp_path: Pa
     assert "page 127.0.0.1:" not in verbose.stderr
     assert " DEBUG bridge.sidecar.session: page 127.0.0.1:" in debug.stderr
     assert " families, content type " in debug.stderr
+
+
+@pytest.mark.parametrize(("refresh_ms", "warned"), [(30_000, True), (0, False)])
+def test_values_that_stand_still_are_said_during_a_short_run_before_the_refresh_period_is_known(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, refresh_ms: int, warned: bool) -> None:
+    from bridge.simulator import ManualClock, SimulatedExporter, SimulatorConfig
+    from tests.sidecar.helpers import NS, scrape_synchronously
+
+    clock = ManualClock()
+    with SimulatedExporter(SimulatorConfig(gpus=1, refresh_ms=refresh_ms), now_ns=clock) as exporter, \
+            caplog.at_level(logging.WARNING, "bridge.sidecar.session"):
+        session = session_for([exporter.url], tmp_path, collection_interval=0.5)
+        session.configure()
+        for _ in range(24):  # 12 s of scrapes at 0.5 s: a 30 s exporter refreshes at most once
+            clock.advance(NS // 2)
+            scrape_synchronously(session, 1)
+        session.complete()
+    said = [r.getMessage() for r in caplog.records if "values have not changed for" in r.getMessage()]
+    assert len(said) == (1 if warned else 0), said
+    if warned:
+        assert "values have not changed for 5 s (10 scrapes)" in said[0] and "-c 100" in said[0]

@@ -52,6 +52,7 @@ from bridge.sidecar.pipeline import (
 __all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
 
 logger = logging.getLogger(__name__)
+STILL_WARN_S = 5.0  # values unchanged this long (before a refresh period is known): said at once
 
 
 def log_scrape(page: Page, fetched: FetchedPage) -> None:
@@ -113,6 +114,7 @@ class Session:
         self.relabel_config = relabel_config  # for the pull endpoint
         self.state: SessionState = "created"
         self.probes: list[Probe] = []
+        self._unchanged: dict[str, int] = {}  # url -> scrapes since its values last changed (before a period)
         self._refresh_noted: dict[str, float] = {}  # url -> the refresh period last written to the events
         self._refresh_sent_ns = 0  # when the refresh gauges last went to OTLP
         self.self_metric_points = 0  # the bridge's own points handed to OTLP (the refresh gauges)
@@ -378,12 +380,28 @@ class Session:
                 logger.warning("%s: the exporter's values change every %.1f s, not at every scrape: an energy window "
                                "shorter than %.0f s rests on too few refreshes; %s", display_key(url), period,
                                2 * period, REFRESH_FIX)
+        if loop is not None and period is None:
+            self._warn_if_unchanged(url, loop.stats.refresh.last_new_ns == fetched.start_ns)
         page = self.pipeline.on_page(url, fetched)
         if logger.isEnabledFor(logging.INFO):
             log_scrape(page, fetched)
         if loop is not None and not page.readable:  # answered, but nothing in it is a sample: not up
             loop.stats.state = "unreadable"
             loop.stats.last_error, loop.stats.last_error_ns = "no sample could be read from the page", page.start_ns
+
+    def _warn_if_unchanged(self, url: str, new: bool) -> None:
+        """Before an exporter's refresh period is known (three refreshes: 60 s at dcgm-exporter's default 30 s),
+        one warning as soon as its values have stood still for 5 s of scrapes, so a short run hears it too."""
+        unchanged = self._unchanged.get(url, 0)
+        if unchanged < 0:  # said once for this endpoint; the refresh period's own warning follows when known
+            return
+        unchanged = 0 if new else unchanged + 1
+        still_s = unchanged * self.config.collection_interval
+        self._unchanged[url] = -1 if unchanged >= 3 and still_s >= STILL_WARN_S else unchanged
+        if self._unchanged[url] < 0:
+            logger.warning("%s: the exporter's values have not changed for %.0f s (%d scrapes): DCGM refreshes at most "
+                           "once in %.0f s, so short windows rest on few refreshes; %s", display_key(url), still_s,
+                           unchanged, still_s, REFRESH_FIX)
 
     def _send_refresh_metrics(self, ts_ns: int) -> None:
         """The exporters' refresh as OTLP gauges, from the resource `dcgm-bridge` (a page of its own: the
