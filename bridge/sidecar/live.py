@@ -26,32 +26,36 @@ _COLUMNS = (
     ("Temp °C", "nvidia_temperature", "{:.0f}"),
     ("Mem GB", "nvidia_memory_used", "{:.1f}"),
 )
+_NARROW_HEADERS = ("Util%", "W", "°C", "GB")  # the same columns below NARROW
 
 
-NARROW = 120  # below this many columns the endpoints lose their common prefix and the model column goes
+NARROW = 128  # below this many columns (the console's WIDE_TABLE too) the model column goes, endpoints shorten
 
 
 def live_table(session: Session, width: int = NARROW) -> Any:
     """The view's table: one line per GPU at any width. Everything from outside (endpoint names, model names,
     error texts, the phase) is escaped: rich would read `[/bold]` in a model name as markup."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
     narrow = width < NARROW
     table = Table(title=escape(f"dcgm-bridge · run {session.run_id} · phase {session.phase or '-'} · "
-                               f"{session.records_written} records"), expand=False, padding=(0, 1))
+                               f"{session.records_written} records"), expand=False, padding=(0, 1),
+                  box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD)  # narrow: no column rules
     loops = list(session.loops.items())
     names = short_names([display_key(url) for url, _ in loops] + [url for (url, _), _ in
                                                                    session.latest_records().items()],
                         shorten=narrow)
-    table.add_column("Endpoint", no_wrap=True, min_width=max((len(n) for n in names.values()), default=8))
+    table.add_column("Endpoint", no_wrap=True)
     table.add_column("GPU", justify="right", no_wrap=True)
     if not narrow:
         table.add_column("Model", no_wrap=True, overflow="ellipsis", max_width=28)
-    for header, _key, _fmt in _COLUMNS:
+    headers = [*(_NARROW_HEADERS if narrow else (c[0] for c in _COLUMNS)), "Energy" if narrow else "Energy so far"]
+    for header in headers:  # the numbers keep their width: what gives is the last column's text
         table.add_column(header, justify="right", no_wrap=True)
-    table.add_column("Energy so far", justify="right", no_wrap=True)
-    table.add_column("Values", no_wrap=True, overflow="ellipsis")
+    # The one column rich may narrow (the others are no_wrap): its cells stay one line, cut with an ellipsis.
+    table.add_column("Values", overflow="ellipsis")
     ages = {display_key(url): values_age(loop.stats.refresh, session.config.collection_interval, time.time_ns())
             for url, loop in loops}
     rows = sorted(session.latest_records().items(),
@@ -63,7 +67,8 @@ def live_table(session: Session, width: int = NARROW) -> Any:
         start, now = first.telemetry_data.get("nvidia_energy_consumption"), data.get("nvidia_energy_consumption")
         energy = _joules(now - start) if start is not None and now is not None and now >= start else "-"
         model = [] if narrow else [last.gpu_model_name or "-"]
-        table.add_row(*(escape(c) for c in (names.get(url, url), gpu, *model, *cells, energy, ages.get(url, "-"))))
+        table.add_row(*(escape(c) for c in (names.get(url, url), gpu, *model, *cells, energy)),
+                      _one_line(ages.get(url, "-")))
     shown = {url for (url, _identity) in session.latest_records()}
     for url, loop in sorted(loops):
         stats = loop.stats.as_json()
@@ -72,8 +77,16 @@ def live_table(session: Session, width: int = NARROW) -> Any:
             reason = str(stats["last_error"] or "no scrape yet")
             why, blanks = f"{state}: {reason[:60]}", ["-"] * (len(_COLUMNS) + 1)
             cells = [*blanks, why] if narrow else [why, *blanks, "-"]  # narrow: why in the last column
-            table.add_row(*(escape(c) for c in (names.get(display_key(url), display_key(url)), "-", *cells)))
+            table.add_row(*(escape(c) for c in (names.get(display_key(url), display_key(url)), "-", *cells[:-1])),
+                          _one_line(cells[-1]))
     return table
+
+
+def _one_line(text: str) -> Any:
+    """A cell of plain text (no markup read in it) kept to one line, cut with an ellipsis when narrowed."""
+    from rich.text import Text
+
+    return Text(text, no_wrap=True, overflow="ellipsis")
 
 
 def short_names(names: Iterable[str], shorten: bool = True) -> dict[str, str]:

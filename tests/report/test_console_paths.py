@@ -103,7 +103,7 @@ def test_the_live_view_at_80_and_100_columns_is_one_line_per_gpu_and_tells_endpo
     clock = ManualClock()
     with SimulatedExporter(SimulatorConfig(gpus=2), now_ns=clock) as a, \
             SimulatedExporter(SimulatorConfig(gpus=2, seed=1), now_ns=clock) as b:
-        session = session_for([a.url, b.url], tmp_path)
+        session = session_for([a.url, b.url, "http://127.0.0.1:1/metrics"], tmp_path)
         session.configure()
         clock.advance(10 * NS)
         scrape_synchronously(session, 1)
@@ -113,12 +113,13 @@ def test_the_live_view_at_80_and_100_columns_is_one_line_per_gpu_and_tells_endpo
             console.print(live_table(session, width))
             outputs[width] = console.export_text()
         session.complete()
-    for text in outputs.values():
+    for width, text in outputs.items():
         lines = text.splitlines()
         ports = [url.rsplit(":", 1)[1].split("/")[0] for url in (a.url, b.url)]
         for port in ports:
-            assert sum(f":{port}" in line for line in lines) == 2, text  # its two GPUs, one line each
-        assert max(map(len, lines)) <= 100
+            assert sum(f"…:{port} " in line for line in lines) == 2, text  # its two GPUs, one line each
+        assert sum("…:1 " in line and "down: cannot conn" in line for line in lines) == 1, text
+        assert max(map(len, lines)) <= width
 
 
 # -- one unit per metric ------------------------------------------------------------------------------------
