@@ -69,7 +69,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     if (start_ns is None) != (end_ns is None):
         raise click.UsageError("--start-ns and --end-ns go together")
     if start_ns is not None and end_ns is not None and end_ns < start_ns:
-        raise ReportInputError(f"--end-ns {end_ns} is before --start-ns {start_ns}: give the profiling start first")
+        raise click.UsageError(f"--end-ns {end_ns} is before --start-ns {start_ns}: the window ends before it starts")
     if start_ns is None and phase_manifest is None and events_path is None:
         raise click.UsageError("give the window: --start-ns A --end-ns B, --phase-manifest FILE or --events FILE")
     if jsonl is not None:
@@ -98,8 +98,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
             source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix)
         built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
                              grace_ns=grace_ns, **kwargs)
-    except WindowError as exc:  # end before start, a manifest with no usable phase: the input, exit 2
-        raise ReportInputError(str(exc)) from None
+    except WindowError as exc:  # a manifest with no usable phase, …: the input's fault, exit 2
+        raise click.UsageError(str(exc)) from None
     if built.read_errors:
         click.echo(f"warning: {len(built.read_errors)} unreadable lines in {jsonl} were skipped "
                    f"(first: {built.read_errors[0]})", err=True)
