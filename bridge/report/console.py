@@ -122,14 +122,18 @@ def scrape_health(report: Report, display: str) -> tuple[int, int, float]:
     failed = sum(int(e.get("count", 0)) for e in report.telemetry_data.get("error_summary", [])
                  if e.get("error_details", {}).get("type") != "endpoint_down"
                  and str(e.get("error_details", {}).get("message", "")).startswith(f"{display}: "))
+    import numpy as np
+
     window = report.window
     start = window.start_ns if window.start_ns is not None else -(2**63)
     end = window.end_ns + window.grace_ns if window.end_ns is not None else 2**63 - 1
-    times = sorted({int(t) for s in report.series if s.endpoint == display for t in s.timestamps if start <= t <= end})
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    if not times and window.start_ns is not None and window.end_ns is not None:
-        gaps = [end - window.start_ns]
-    return failed, failed + len(times), max(gaps, default=0) / 1e9
+    stamps = [s.timestamps[(s.timestamps >= start) & (s.timestamps <= end)] for s in report.series
+              if s.endpoint == display]
+    times = np.unique(np.concatenate(stamps)) if stamps else np.empty(0, dtype=np.int64)  # one per scrape
+    if times.size == 0:
+        whole = end - window.start_ns if window.start_ns is not None and window.end_ns is not None else 0
+        return failed, failed, whole / 1e9
+    return failed, failed + int(times.size), float(np.diff(times).max(initial=0)) / 1e9
 
 
 def _duration(seconds: float) -> str:
