@@ -239,3 +239,9 @@ def test_every_usage_and_configuration_error_exits_2_in_one_line(case: str, tmp_
     assert result.exit_code == 2, result.output
     assert len(lines) == 1 and lines[0].startswith("Error: ") and fragment in lines[0], result.output
     assert not (tmp_path / "ran").exists() and not (tmp_path / "a").exists()  # nothing started, no folder left
+
+
+def test_the_benchmarks_own_gpu_telemetry_flag_is_not_the_bridges(tmp_path: Path) -> None:
+    """Without `--`, the command starts at its first word on PATH: what follows is the benchmark's."""
+    result = run(["profile", "--artifact-dir", str(tmp_path / "a"), sys.executable, "-c", "pass", "--gpu-telemetry"])
+    assert result.exit_code == 0, result.output

@@ -5,6 +5,7 @@ Loaded by bridge/cli.py only when one of them runs."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -39,14 +40,21 @@ _NO_SEPARATOR = ("put -- before the benchmark command: dcgm-bridge profile --gpu
 
 def check_telemetry_flags(ctx: click.Context, args: list[str], command_follows: bool) -> None:
     """A `--gpu-telemetry` that takes nothing (the next word is an option) is a forgotten URL, not "the defaults"
-    (they need no flag); for `profile`, a list that runs to the end took the benchmark's command as URLs."""
-    head = args[:args.index("--")] if "--" in args else args
-    flags = [position for position, arg in enumerate(head) if arg == "--gpu-telemetry"]
-    if flags and command_follows and "--" not in args and not any(a.startswith("-") for a in head[flags[-1] + 1:]):
-        raise click.UsageError(_NO_SEPARATOR, ctx)
-    for position in flags:
+    (they need no flag); for `profile`, a list that runs into the benchmark's command took it as URLs. Only the
+    bridge's own flags are checked: those before `--`, or before the command (its first word on PATH)."""
+    if "--" in args:
+        head = args[:args.index("--")]
+    elif command_follows:
+        command = next((i for i, a in enumerate(args) if not a.startswith("-") and shutil.which(a)), len(args))
+        flags = [i for i, a in enumerate(args[:command]) if a == "--gpu-telemetry"]
+        if flags and not any(a.startswith("-") for a in args[flags[-1] + 1: command + 1]):
+            raise click.UsageError(_NO_SEPARATOR, ctx)
+        head = args[:command]
+    else:
+        head = args
+    for position, arg in enumerate(head):
         following = head[position + 1] if position + 1 < len(head) else None
-        if following is None or following.startswith("-"):
+        if arg == "--gpu-telemetry" and (following is None or following.startswith("-")):
             raise click.UsageError(f"--gpu-telemetry is followed by {following or 'nothing'}, not an exporter: "
                                    "give one or more (host:9400, http://host:9400/metrics, k8s://ns/svc, a .csv), "
                                    "or leave the flag out for the defaults", ctx)
@@ -308,8 +316,6 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
     into AIPerf's own profile_export_aiperf.json/.csv and its --gpu-telemetry items are collected by
     the bridge. Exit code: CMD's when non-zero, 128+N after signal N, 1 when the report failed.
     """
-    import shutil
-
     from bridge.sidecar.profile import run_profile
 
     if command and shutil.which(command[0]) is None:  # before anything starts: nothing to collect around
