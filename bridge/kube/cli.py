@@ -167,7 +167,10 @@ def _dry_run_spec(resolved: Any, cluster: Mapping[str, Any]) -> Any:
     except submit.KubeError as exc:
         _fail(f"--dry-run cannot expand {', '.join(resolved.discovery)} without a cluster ({exc}); give the "
               "exporter URLs instead (host:9400 …), or a --kubeconfig that reaches the cluster", 2)
-    return _expanded(resolved, clients)
+    try:
+        return _expanded(resolved, clients)
+    except submit.KubeError as exc:  # the API server did not answer
+        _fail(f"--dry-run cannot expand {', '.join(resolved.discovery)}: {exc}", exc.exit_code)
 
 
 def _refuse_webhook_problems(jobset: dict[str, Any]) -> None:
