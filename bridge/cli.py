@@ -51,12 +51,17 @@ class _LazyGroup(click.Group):
         return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> Any:
-        """The one place a `BridgeError` becomes a message: one line (or its listed problems), no traceback;
-        exit 2 for configuration, the error's own code for Kubernetes, else 1 (README "Exit codes")."""
+        """The one place a `BridgeError` or a usage error becomes a message: one line (or its listed problems), no
+        traceback; exit 2 for usage and configuration, the error's own code for Kubernetes, else 1 (README "Exit
+        codes")."""
         from bridge.errors import BridgeError, ConfigError, KubeError
 
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # click's own would print three lines: usage, a hint, then the error
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            click.echo(f"Error: {exc.format_message()} (see {where} --help)", err=True)
+            ctx.exit(2)
         except BridgeError as exc:
             click.echo(f"Error: {exc}", err=True)
             code = 2 if isinstance(exc, ConfigError) else exc.exit_code if isinstance(exc, KubeError) else 1
@@ -98,10 +103,16 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
     from bridge.normalize import Normalizer
     from bridge.parse import parse_page
     from bridge.record_log import record_to_dict
+    from bridge.report.console import plural
 
     body, origin = read_parse_source(source, config_file)
     table = table_with_custom(default_table(), list(metrics_csv))
     page = parse_page(body)
+    if not page.samples and body.strip():
+        from bridge.errors import ConfigError
+
+        raise ConfigError(f"parse {origin}: not a metrics page: no sample in its {plural(len(page.dropped), 'line')} "
+                          f"({page_kind(body)}); give a dcgm-exporter /metrics URL or a page it served")
     normalizer = Normalizer(table)
     records = normalizer.records(page, source_url=origin, timestamp_ns=0)
     summary = dialect_summary((s.name for s in page.samples), table)
@@ -139,6 +150,16 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
             click.echo(f"      {spec.label if spec else key:<45} {value:,.6g}")
 
 
+def page_kind(body: bytes) -> str:
+    """What a page that holds no sample looks like, for the one-line error."""
+    head = body.lstrip()[:512].lower()
+    if head.startswith((b"<!doctype html", b"<html")) or b"<html" in head:
+        return "it looks like HTML"
+    if head.startswith((b"{", b"[")):
+        return "it looks like JSON: a report? `dcgm-bridge report` reads the record log"
+    return "no line has the form name{labels} value"
+
+
 def read_parse_source(source: str, config_file: Path | None) -> tuple[bytes, str]:
     """`parse`'s page and where it came from: stdin (-), a file, or a URL fetched with the sidecar's settings."""
     import sys
@@ -146,10 +167,14 @@ def read_parse_source(source: str, config_file: Path | None) -> tuple[bytes, str
     if source == "-":
         return sys.stdin.buffer.read(), "<stdin>"
     if Path(source).exists():
+        from bridge.errors import ConfigError
+
+        if Path(source).is_dir():
+            raise ConfigError(f"parse {source!r} is a folder; give one page: a file, - for stdin, or a URL")
         try:
             return Path(source).read_bytes(), source
         except OSError as exc:
-            raise click.ClickException(f"{source}: cannot read it ({exc.strerror or exc})") from None
+            raise ConfigError(f"parse {source!r}: cannot read it ({exc.strerror or exc})") from None
     if not (source.lower().startswith("http") or ":" in source):
         from bridge.errors import ConfigError
 

@@ -379,6 +379,9 @@ class _Transfer:
         if content_type.lower().startswith("application/json"):
             raise FetchError("content_type", f"{self.redacted} answered JSON ({content_type}): it is not a "
                              "dcgm-exporter /metrics endpoint; check the URL and port")
+        if content_type.lower().startswith(("text/html", "application/xhtml")):  # a web UI, a login page, a proxy
+            raise FetchError("content_type", f"{self.redacted} answered an HTML page ({content_type}): it is not a "
+                             "dcgm-exporter /metrics endpoint; check the URL, port and path")
         if not body or body.isspace():  # (strip() would copy the page)
             raise FetchError("empty", f"{self.redacted} answered 200 with an empty body (exporter reloading?)")
         return FetchedPage(body, self.start_ns, end_ns, content_type)

@@ -47,3 +47,27 @@ def test_parse_counts_mig_instances_apart_from_their_gpu():
     with SimulatedExporter(SimulatorConfig(gpus=1, mig=3)) as exporter:
         result = CliRunner().invoke(main, ["parse", f"127.0.0.1:{exporter.port}"])
     assert result.exit_code == 0 and "1 GPU (3 MIG instances)" in result.output.splitlines()[0]
+
+
+HTML = b"<!DOCTYPE html>\n<html><head><title>Grafana</title></head>\n<body>" + b"<p>x</p>\n" * 3000 + b"</html>\n"
+
+
+@pytest.mark.parametrize(("body", "looks"), [(HTML, "it looks like HTML"),
+                                             (b'{"records": 5,\n "gpus": 1}\n', "it looks like JSON: a report?")])
+def test_parse_of_a_page_with_no_sample_exits_2_in_one_line(tmp_path, body, looks):
+    page = tmp_path / "page"
+    page.write_bytes(body)
+    for args in (["parse", str(page)], ["parse", str(page), "--json"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2
+        assert result.output.count("\n") == 1 and looks in result.output, result.output[:500]
+
+
+def test_an_html_page_answered_with_200_is_a_content_type_error_not_a_page():
+    from tests.loopback import LoopbackServer, send
+
+    with LoopbackServer(lambda h: send(h, HTML, content_type="text/html; charset=utf-8")) as server:
+        result = CliRunner().invoke(main, ["parse", server.url])
+    assert result.exit_code == 1
+    assert "answered an HTML page (text/html; charset=utf-8): it is not a dcgm-exporter /metrics endpoint" \
+        in result.output and result.output.count("\n") == 1

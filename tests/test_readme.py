@@ -151,6 +151,8 @@ def test_every_command_line_in_the_readme_runs(exporters: Exporters, tmp_path: P
         else:
             result = subprocess.run(argv, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
         output = result.stdout + result.stderr
+        if any(a.startswith("k8s://") for a in argv) and result.returncode == 2 and "--dry-run cannot expand" in output:
+            continue  # a k8s:// item needs a cluster to expand (none here): --dry-run refuses in one line
         if result.returncode != 0 or "Traceback" in output:
             failures.append(f"{shlex.join(line)}\n  ran as {shlex.join(argv[1:])}\n  exit {result.returncode}: "
                             f"{output.strip()[-600:]}")

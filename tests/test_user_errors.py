@@ -73,10 +73,11 @@ def test_a_health_port_in_use_is_named(tmp_path: Path) -> None:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = run(["sidecar", "--gpu-telemetry", "localhost:1", "--artifact-dir", str(tmp_path),
+        result = run(["sidecar", "--gpu-telemetry", "localhost:1", "--artifact-dir", str(tmp_path / "runs" / "a"),
                       "--health-port", str(port)])
     assert result.exit_code == 2
     assert f"Error: --health-port {port}: cannot listen on 0.0.0.0:{port} (Address already in use)" in result.output
+    assert list(tmp_path.iterdir()) == []  # no empty artifact folder left behind
 
 
 def test_parse_reads_stdin() -> None:
@@ -171,3 +172,76 @@ def test_a_benchmark_command_that_does_not_exist_stops_profile_before_anything_s
     assert result.exit_code == 2
     assert "Error: profile: cannot run 'no-such-benchmark': no such program" in result.output
     assert not (tmp_path / "out").exists()
+
+
+# -- the exit-code table, command by command (issue 33 items 2 and 3) --------------------------------------------
+def _record_log(tmp_path: Path) -> str:
+    from tests.report.helpers import T0, S, rec, write_log
+
+    return str(write_log(tmp_path / "gpu_telemetry_export.jsonl",
+                         [rec(T0 + i * S, {"nvidia_power_usage": 300.0}) for i in range(5)]))
+
+
+def _taken_port(tmp_path: Path) -> str:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    _HELD.append(taken)
+    return str(taken.getsockname()[1])
+
+
+_HELD: list[socket.socket] = []
+_KUBE = ["kube", "profile", "--model", "m", "--url", "http://frontend:8000", "--job-id", "bench-1"]
+USAGE_AND_CONFIG_ERRORS = {
+    "report: end before start": (lambda t: ["report", "--jsonl", _record_log(t), "--start-ns", "1796201308411830000",
+                                            "--end-ns", "1796201298411830000"], "--end-ns"),
+    "report: no record source": (lambda t: ["report", "--start-ns", "1"], "give one record source"),
+    "report: --html unwritable": (lambda t: ["report", "--jsonl", _record_log(t), "--start-ns", "1796201298411830000",
+                                             "--end-ns", "1796201308411830000", "--html", "/proc/no/x.html"],
+                                  "--html /proc/no/x.html: cannot write there"),
+    "report: unknown counter mode": (lambda t: ["report", "--counter-mode", "fancy"], "--counter-mode"),
+    "kube profile: no kubeconfig": (lambda t: [*_KUBE, "--kubeconfig", str(t / "none")], "cannot load kubeconfig"),
+    "kube status: no kubeconfig": (lambda t: ["kube", "status", "x", "--kubeconfig", str(t / "none")],
+                                   "cannot load kubeconfig"),
+    "kube profile --dry-run k8s:// without a cluster": (
+        lambda t: [*_KUBE, "--dry-run", "--kubeconfig", str(t / "none"), "--gpu-telemetry", "k8s://gpu/dcgm"],
+        "--dry-run cannot expand k8s://gpu/dcgm without a cluster"),
+    "simulate: port in use": (lambda t: ["simulate", "--port", _taken_port(t)], "cannot listen on 127.0.0.1:"),
+    "simulate: unknown fault": (lambda t: ["simulate", "--fault", "meltdown"], "meltdown"),
+    "parse: a folder": (lambda t: ["parse", str(t)], "is a folder"),
+    "parse: no such file": (lambda t: ["parse", "no-such-file"], "no such file, and not a URL"),
+    "demo: --out not writable": (lambda t: ["demo", "--out", "/proc/no/demo"], "--out /proc/no/demo: cannot make"),
+    "profile: --gpu-telemetry takes nothing": (
+        lambda t: ["profile", "--gpu-telemetry", "--artifact-dir", str(t / "a"), "--", "true"],
+        "--gpu-telemetry is followed by --artifact-dir, not an exporter"),
+    "sidecar: --gpu-telemetry takes nothing": (
+        lambda t: ["sidecar", "--gpu-telemetry", "--artifact-dir", str(t / "a")],
+        "--gpu-telemetry is followed by --artifact-dir, not an exporter"),
+    "profile: no -- before the command": (lambda t: ["profile", "--gpu-telemetry", "host:9400", "sleep", "2"],
+                                          "put -- before the benchmark command"),
+    "profile: --html unwritable": (lambda t: ["profile", "--html", "/proc/no/x.html", "--artifact-dir",
+                                              str(t / "a"), "--", "touch", str(t / "ran")],
+                                   "--html /proc/no/x.html: cannot write there"),
+    "profile: misspelt option": (lambda t: ["profile", "--artfact-dir", "x", "--", "true"], "--artfact-dir"),
+    "no such command": (lambda t: ["reprot"], "No such command 'reprot'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(USAGE_AND_CONFIG_ERRORS))
+def test_every_usage_and_configuration_error_exits_2_in_one_line(case: str, tmp_path: Path) -> None:
+    make_args, fragment = USAGE_AND_CONFIG_ERRORS[case]
+    try:
+        result = run(make_args(tmp_path), env={"KUBECONFIG": str(tmp_path / "none"), "KUBERNETES_SERVICE_HOST": ""})
+    finally:
+        while _HELD:
+            _HELD.pop().close()
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and fragment in lines[0], result.output
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "a").exists()  # nothing started, no folder left
+
+
+def test_the_benchmarks_own_gpu_telemetry_flag_is_not_the_bridges(tmp_path: Path) -> None:
+    """Without `--`, the command starts at its first word on PATH: what follows is the benchmark's."""
+    result = run(["profile", "--artifact-dir", str(tmp_path / "a"), sys.executable, "-c", "pass", "--gpu-telemetry"])
+    assert result.exit_code == 0, result.output

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,6 +123,7 @@ def test_profile_says_during_the_run_that_the_otlp_receiver_is_losing_data(tmp_p
     assert result.returncode == 0, result.stderr
     during = [line for line in result.stderr.splitlines() if line.startswith("warning: OTLP receiver is losing data")]
     assert len(during) == 1 and "points dropped or rejected so far" in during[0]  # once: the run lasts < 1 min
+    assert "(last error: cannot connect to " in during[0]  # not "connect cannot connect"
     assert "OTLP: " in result.stderr and " points dropped and 0 rejected" in result.stderr  # and the total at the end
 
 
@@ -168,3 +170,59 @@ def test_the_sidecar_says_during_the_run_that_the_otlp_receiver_is_losing_data(t
             proc.stderr.close()
     assert "points dropped or rejected so far" in "".join(lines)
     assert code in (0, 1), "".join(lines)  # (1: the run's problems are said at the end, OTLP losses among them)
+
+
+# -- issue 33 item 5: said when it matters, and only then ------------------------------------------------------
+def _profile(tmp_path: Path, *args: str, code: int = 0) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    from bridge.simulator import SimulatedExporter, SimulatorConfig
+
+    env = {**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "AIPERF_GPU_COLLECTION_INTERVAL": "0.2",
+           "COLUMNS": "80"}
+    with SimulatedExporter(SimulatorConfig(gpus=1)) as exporter:
+        return subprocess.run([sys.executable, "-m", "bridge.cli", *args, "profile", "--gpu-telemetry", exporter.url,
+                               "--artifact-dir", str(tmp_path / "out"), "--", sys.executable, "-c",
+                               f"import time; time.sleep(1); raise SystemExit({code})"],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_a_plain_profile_run_warns_about_nothing_and_a_failed_benchmark_is_named(tmp_path: Path) -> None:
+    result = _profile(tmp_path, code=3)
+    assert result.returncode == 3
+    assert "WARNING" not in result.stderr, result.stderr  # no phase_manifest.json is the normal case
+    assert "dcgm-bridge: exit 3, the benchmark's (it exited 3)" in result.stderr
+
+
+def test_v_adds_a_line_per_endpoint_scrape_and_vv_the_pages_details(tmp_path: Path) -> None:
+    quiet, verbose, debug = (_profile(tmp_path / str(n), *flags) for n, flags in enumerate([(), ("-v",), ("-vv",)]))
+    assert "scrape 127.0.0.1:" not in quiet.stderr
+    scrapes = [line for line in verbose.stderr.splitlines()
+               if " INFO bridge.sidecar.session: scrape 127.0.0.1:" in line]
+    assert len(scrapes) >= 3 and " samples, 0 lines dropped" in scrapes[-1]
+    assert "page 127.0.0.1:" not in verbose.stderr
+    assert " DEBUG bridge.sidecar.session: page 127.0.0.1:" in debug.stderr
+    assert " families, content type " in debug.stderr
+
+
+@pytest.mark.parametrize(("refresh_ms", "warned"), [(30_000, True), (0, False)])
+def test_values_that_stand_still_are_said_during_a_short_run_before_the_refresh_period_is_known(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, refresh_ms: int, warned: bool) -> None:
+    from bridge.simulator import ManualClock, SimulatedExporter, SimulatorConfig
+    from tests.sidecar.helpers import NS, scrape_synchronously
+
+    clock = ManualClock()
+    with SimulatedExporter(SimulatorConfig(gpus=1, refresh_ms=refresh_ms), now_ns=clock) as exporter, \
+            caplog.at_level(logging.WARNING, "bridge.sidecar.session"):
+        session = session_for([exporter.url], tmp_path, collection_interval=0.5)
+        session.configure()
+        for _ in range(24):  # 12 s of scrapes at 0.5 s: a 30 s exporter refreshes at most once
+            clock.advance(NS // 2)
+            scrape_synchronously(session, 1)
+        session.complete()
+    said = [r.getMessage() for r in caplog.records if "values have not changed for" in r.getMessage()]
+    assert len(said) == (1 if warned else 0), said
+    if warned:
+        assert "values have not changed for 5 s (10 scrapes)" in said[0] and "-c 100" in said[0]

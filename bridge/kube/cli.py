@@ -24,7 +24,7 @@ class _VariadicCommand(click.Command):
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    click.echo(f"Error: {message}", err=True)
     raise click.exceptions.Exit(code)
 
 
@@ -32,7 +32,8 @@ def _cluster_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--context", help="kubeconfig context (default: the current one)")(f)
     f = click.option("--kubeconfig", type=click.Path(dir_okay=False),
                      help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")(f)
-    f = click.option("-n", "--namespace", default="default", show_default=True)(f)
+    f = click.option("-n", "--namespace", default="default", show_default=True,
+                     help="namespace of the JobSet")(f)
     return f
 
 
@@ -45,9 +46,10 @@ def _estimate_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--gpu-telemetry", multiple=True, metavar="ITEM…",
                      help="DCGM exporter URLs (host:9400, http://…/metrics), k8s://NAMESPACE/SERVICE[:PORT] "
                           "(expanded at submit time to one URL per ready endpoint), or a custom-metrics .csv")(f)
-    f = click.option("--request-count", type=int)(f)
-    f = click.option("--concurrency", type=int)(f)
-    f = click.option("--streaming", is_flag=True)(f)
+    f = click.option("--request-count", type=int, help="passed to `aiperf profile --request-count`")(f)
+    f = click.option("--concurrency", type=int, help="passed to `aiperf profile --concurrency` (sizes the "
+                                                      "estimate)")(f)
+    f = click.option("--streaming", is_flag=True, help="passed to `aiperf profile --streaming`")(f)
     return f
 
 
@@ -59,7 +61,8 @@ def kube() -> None:
 @kube.command(cls=_VariadicCommand)
 @click.option("--model", required=True, help="model name, passed to `aiperf profile --model`")
 @click.option("--url", required=True, help="inference server URL as the benchmark pod sees it")
-@click.option("--endpoint-type", default="chat", show_default=True)
+@click.option("--endpoint-type", default="chat", show_default=True,
+              help="passed to `aiperf profile --endpoint-type` (chat, completions, embeddings, …)")
 @click.option("--endpoint", help="API path, e.g. /v1/chat/completions")
 @_estimate_options
 @click.option("--legacy-sidecar", is_flag=True,
@@ -73,11 +76,15 @@ def kube() -> None:
 @click.option("--results-hold", type=int, metavar="SECONDS",
               help="keep the controller alive this long after the benchmark for `kube results` "
                    "[default: 300, or 0 with --artifacts-pvc]")
-@click.option("--ttl", type=int, default=300, show_default=True, help="ttlSecondsAfterFinished")
-@click.option("--service-account")
-@click.option("--node-selector", multiple=True, metavar="KEY=VALUE")
-@click.option("--toleration", multiple=True, metavar="KEY[=VALUE][:EFFECT]")
-@click.option("--image-pull-secret", multiple=True, metavar="NAME")
+@click.option("--ttl", type=int, default=300, show_default=True,
+              help="seconds the finished JobSet is kept (ttlSecondsAfterFinished)")
+@click.option("--service-account", help="the pods' ServiceAccount (default: the namespace's default)")
+@click.option("--node-selector", multiple=True, metavar="KEY=VALUE", help="run the pods on nodes with this label; "
+              "repeatable")
+@click.option("--toleration", multiple=True, metavar="KEY[=VALUE][:EFFECT]",
+              help="let the pods run on nodes with this taint; repeatable")
+@click.option("--image-pull-secret", multiple=True, metavar="NAME",
+              help="Secret to pull the images with; repeatable")
 @click.option("--queue", help="Kueue LocalQueue (the JobSet is created suspended)")
 @click.option("--otlp-headers-secret", metavar="SECRET[:KEY]",
               help="Secret key holding OTEL_EXPORTER_OTLP_HEADERS (key default: headers)")
@@ -112,10 +119,8 @@ def profile(**kw: Any) -> None:
     if cluster["dry_run"]:
         from bridge.kube.jobset import build_jobset
 
-        if resolved.discovery:
-            click.echo(f"note: {', '.join(resolved.discovery)} stay unexpanded in --dry-run; at submit time "
-                       "they become one URL per ready endpoint", err=True)
-        jobset = build_jobset(resolved.spec)
+        spec = _dry_run_spec(resolved, cluster) if resolved.discovery else resolved.spec
+        jobset = build_jobset(spec)
         _refuse_webhook_problems(jobset)
         click.echo(to_yaml([*_rbac_objects(resolved.spec), jobset], header=resolved.estimate.all_lines()), nl=False)
         return
@@ -128,16 +133,7 @@ def _submit(resolved: Any, cluster: Mapping[str, Any]) -> None:
 
     try:
         clients = submit.connect(cluster["kubeconfig"], cluster["context"])
-        spec = resolved.spec
-        if resolved.discovery:
-            from bridge.kube.discovery import DiscoveryError, expand
-
-            try:
-                urls = expand(resolved.discovery, clients.discovery)
-            except DiscoveryError as exc:
-                _fail(str(exc))
-            click.echo(f"discovered {len(urls)} exporter URL(s): {', '.join(urls)}", err=True)
-            spec = resolved.with_urls(urls)
+        spec = _expanded(resolved, clients) if resolved.discovery else resolved.spec
         jobset = build_jobset(spec)
         _refuse_webhook_problems(jobset)
         for obj in _rbac_objects(spec):
@@ -165,6 +161,34 @@ def _rbac_objects(spec: Any) -> list[dict[str, Any]]:
     if not exporter_namespace:
         return []
     return rbac_objects(spec.job_id, spec.namespace, exporter_namespace, object_labels(spec.job_id))
+
+
+def _expanded(resolved: Any, clients: Any) -> Any:
+    """The spec with its k8s:// items expanded to one URL per ready endpoint (a discovery failure exits 1)."""
+    from bridge.kube.discovery import DiscoveryError, expand
+
+    try:
+        urls = expand(resolved.discovery, clients.discovery)
+    except DiscoveryError as exc:
+        _fail(str(exc))
+    click.echo(f"discovered {len(urls)} exporter URL(s): {', '.join(urls)}", err=True)
+    return resolved.with_urls(urls)
+
+
+def _dry_run_spec(resolved: Any, cluster: Mapping[str, Any]) -> Any:
+    """--dry-run with k8s:// items: expanded from the cluster the kubeconfig names (only reads), or refused (exit
+    2). Left unexpanded, the printed sidecar would have no --gpu-telemetry and try only the localhost defaults."""
+    from bridge.kube import submit
+
+    try:
+        clients = submit.connect(cluster["kubeconfig"], cluster["context"])
+    except submit.KubeError as exc:
+        _fail(f"--dry-run cannot expand {', '.join(resolved.discovery)} without a cluster ({exc}); give the "
+              "exporter URLs instead (host:9400 …), or a --kubeconfig that reaches the cluster", 2)
+    try:
+        return _expanded(resolved, clients)
+    except submit.KubeError as exc:  # the API server did not answer
+        _fail(f"--dry-run cannot expand {', '.join(resolved.discovery)}: {exc}", exc.exit_code)
 
 
 def _refuse_webhook_problems(jobset: dict[str, Any]) -> None:
@@ -206,7 +230,7 @@ def estimate(**kw: Any) -> None:
 @click.argument("job_id")
 @_cluster_options
 @click.option("--wait", is_flag=True, help="follow it to its end (exit 0 completed, 1 failed, 2 timeout, 3 deleted)")
-@click.option("--timeout", type=float, default=86400.0, show_default=True)
+@click.option("--timeout", type=float, default=86400.0, show_default=True, help="--wait limit in seconds")
 def status(job_id: str, namespace: str, kubeconfig: str | None, context: str | None, wait: bool,
            timeout: float) -> None:
     """The JobSet's state, conditions and job counts."""

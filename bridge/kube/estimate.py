@@ -47,6 +47,10 @@ class SidecarCpu:
     reason: str  # how it was chosen, for --dry-run and `kube estimate`
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def sidecar_cpu(*, endpoints: int, gpus_per_endpoint: int, collection_interval_s: float,
                 override: str | None = None) -> SidecarCpu:
     """The sidecar's CPU: AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU when set, else sized to the scrape work."""
@@ -55,8 +59,9 @@ def sidecar_cpu(*, endpoints: int, gpus_per_endpoint: int, collection_interval_s
     interval = max(collection_interval_s, 0.01)
     need_m = endpoints * gpus_per_endpoint * SCRAPE_CPU_SECONDS_PER_GPU / interval * 1000
     sized = math.ceil(need_m / CPU_WARN_FRACTION / SIDECAR_CPU_STEP_M) * SIDECAR_CPU_STEP_M
-    work = (f"{endpoints} endpoints x {gpus_per_endpoint} GPUs x {SCRAPE_CPU_SECONDS_PER_GPU * 1000:g} ms "
-            f"per GPU-scrape / {collection_interval_s:g} s = {need_m:.0f}m of scraping")
+    work = (f"{_count(endpoints, 'endpoint')} x {_count(gpus_per_endpoint, 'GPU')} x "
+            f"{SCRAPE_CPU_SECONDS_PER_GPU * 1000:g} ms per GPU-scrape / {collection_interval_s:g} s = "
+            f"{need_m:.0f}m of scraping")
     if sized <= SIDECAR_CPU_FLOOR_M:
         return SidecarCpu(f"{SIDECAR_CPU_FLOOR_M}m", f"the {SIDECAR_CPU_FLOOR_M}m floor ({work})")
     return SidecarCpu(f"{sized}m", f"sized to the work: {work}, / {CPU_WARN_FRACTION:g} for headroom; "
@@ -144,7 +149,8 @@ def estimate_controller(*, concurrency: int | None, request_count: int | None, s
         variable = math.ceil(series * scrapes * SAMPLE_BYTES / MIB)
         telemetry = Component(
             "gpu-telemetry", TELEMETRY_BASE_MIB + variable,
-            f"base {TELEMETRY_BASE_MIB} + {telemetry_urls} endpoints x {gpus_per_endpoint} GPUs x {metrics} "
+            f"base {TELEMETRY_BASE_MIB} + {_count(telemetry_urls, 'endpoint')} x {_count(gpus_per_endpoint, 'GPU')} x "
+            f"{metrics} "
             f"metrics x {scrapes} scrapes ({duration_s:g} s / {collection_interval_s:g} s) x {SAMPLE_BYTES} B",
         )
     limit = None

@@ -68,9 +68,10 @@ def connect(kubeconfig: str | None, context: str | None) -> Clients:
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
                 api_client = client.ApiClient(configuration)
             except ConfigException:
-                raise KubeError(f"no usable kubeconfig ({exc}); pass --kubeconfig FILE or set KUBECONFIG") from None
+                raise KubeError(f"no usable kubeconfig ({exc}); pass --kubeconfig FILE or set KUBECONFIG",
+                                exit_code=2) from None
         else:
-            raise KubeError(f"cannot load kubeconfig {kubeconfig or '(default)'}: {exc}") from None
+            raise KubeError(f"cannot load kubeconfig {kubeconfig or '(default)'}: {exc}", exit_code=2) from None
     return Clients(api_client, client.CustomObjectsApi(api_client), client.CoreV1Api(api_client),
                    client.DiscoveryV1Api(api_client), client.RbacAuthorizationV1Api(api_client))
 

@@ -76,6 +76,14 @@ class _Item(NamedTuple):
     points: int
 
 
+def failure_text(status: str, message: str) -> str:
+    """A failed export for people: the message when it names the failure itself (`cannot connect to …`), else
+    the status first (`503: Service Unavailable`)."""
+    if not status or status in ("connect", "timeout"):
+        return message[:300]
+    return f"{status}: {message}"[:300]
+
+
 class OtlpForwarder:
     """Forward pages as OTLP. Create once per sidecar (after config validation), `close()` at the end.
 
@@ -273,7 +281,7 @@ class OtlpForwarder:
                 return
             with self._lock:
                 abandon = self._drop_inflight or self._abort.is_set() or time.monotonic() > self._give_up_at
-                self._last_error = f"{result.status} {result.message}"[:300]
+                self._last_error = failure_text(result.status, result.message)
             if not result.retryable:
                 self._finish(rejected=points, message=result.message, status=result.status)
                 return

@@ -79,10 +79,14 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         raise click.UsageError("--prometheus needs --run-id")
     if (start_ns is None) != (end_ns is None):
         raise click.UsageError("--start-ns and --end-ns go together")
+    if start_ns is not None and end_ns is not None and end_ns < start_ns:
+        raise click.UsageError(f"--end-ns {end_ns} is before --start-ns {start_ns}: the window ends before it starts")
     if start_ns is None and phase_manifest is None and events_path is None:
         raise click.UsageError("give the window: --start-ns A --end-ns B, --phase-manifest FILE or --events FILE")
     if jsonl is not None:
         check_record_log(jsonl)
+    if html_path is not None:
+        check_writable(html_path, "--html")
     table = table_with_custom(default_table(), list(metrics_csv))
     run = load_events(events_path) if events_path is not None else RunEvents()
     if start_ns is None:
@@ -110,8 +114,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         if pod_patterns:
             built = _pods_only(built, source, pod_patterns, table=table, counter_mode=counter_mode,
                                grace_ns=grace_ns, **kwargs)
-    except WindowError as exc:
-        raise click.ClickException(str(exc)) from None
+    except WindowError as exc:  # a manifest with no usable phase, …: the input's fault, exit 2
+        raise click.UsageError(str(exc)) from None
     if built.read_errors:
         click.echo(f"warning: {len(built.read_errors)} unreadable lines in {jsonl} were skipped "
                    f"(first: {built.read_errors[0]})", err=True)
@@ -200,6 +204,29 @@ def check_times(*times: int | None) -> None:
             unit = "seconds" if value < 10**11 else "milliseconds" if value < 10**14 else "microseconds"
             raise ReportInputError(f"{flag} {value} looks like {unit}, not wall-clock nanoseconds "
                                    f"(now is about {time.time_ns()}); e.g. date +%s%N")
+
+
+def check_writable(path: Path, flag: str) -> None:
+    """A promised output that cannot be written is said before any work (exit 2): a folder, a file that cannot be
+    opened for writing, or no folder to make it in (the writer makes missing folders). Tried, not judged from the
+    modes: root ignores them, a read-only mount does not."""
+    import tempfile
+
+    if path.is_dir():
+        raise ReportInputError(f"{flag} {path} is a folder; give a file path")
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    try:
+        if path.exists():
+            with path.open("ab"):  # opened, not changed
+                pass
+        else:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+    except OSError as exc:
+        raise ReportInputError(f"{flag} {path}: cannot write there ({exc.strerror or exc}); give a path you can "
+                               "write") from None
 
 
 def check_one_run(run: Any, events_path: Path | None) -> None:

@@ -1,12 +1,17 @@
-"""The console summary: `k/n telemetry sources reachable` with ✔/✘ per endpoint, then one table per GPU
+"""The console summary: `k/n telemetry sources reachable` with ✔/!/✘ per endpoint, then one table per GPU
 (rows `<display> (<unit>)`, columns avg min max p99 p90 p50 std), as AIPerf's GPU telemetry exporter.
 
-Energy is shown in a unit a person can read (J, kJ or MJ) instead of AIPerf's `0.00 MJ`.
+Energy is shown in a unit a person can read (J, kJ or MJ) instead of AIPerf's `0.00 MJ`: one unit for every GPU,
+chosen for the largest value. Everything that came from outside (GPU names, hostnames, endpoint names, error
+texts) is escaped before it reaches rich markup: a model name holding `[/bold]` is printed as it is.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os
+import sys
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, Any
 
 from bridge.samples import MetricKind
 
@@ -14,9 +19,33 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from bridge.report.build import Report
+    from bridge.report.telemetry_data import EndpointStatus
 
 COLUMNS = ("avg", "min", "max", "p99", "p90", "p50", "std")
 _MJ_KEYS = frozenset(["nvidia_energy_consumption", "amd_energy_consumption"])
+PIPE_WIDTH = 80  # a pipe or a file counts as an 80-column terminal unless COLUMNS says otherwise
+
+
+def console_width(stream: IO[str] | None = None, env: Mapping[str, str] | None = None) -> int | None:
+    """The one terminal policy of every console output (final report, `profile`, `--live`, `report --console`):
+    COLUMNS when set, else the terminal's own width (None: rich asks the terminal), else 80 for a pipe."""
+    columns = (os.environ if env is None else env).get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    stream = stream if stream is not None else sys.stdout
+    return None if stream.isatty() else PIPE_WIDTH
+
+
+def make_console(stderr: bool = False, env: Mapping[str, str] | None = None) -> Console:
+    """A rich console under the terminal policy (`console_width`)."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, width=console_width(sys.stderr if stderr else sys.stdout, env))
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 GPU`, `2 GPUs`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def format_number(value: Any) -> str:
@@ -29,80 +58,149 @@ def format_number(value: Any) -> str:
     return f"{number:.2e}" if abs(number) >= 1e6 else f"{number:,.2f}"
 
 
+_ENERGY_UNITS = (("MJ", 1e6), ("kJ", 1e3), ("J", 1.0))
+
+
+def energy_unit(joules: float) -> tuple[str, float]:
+    """(unit, joules per unit) in J, kJ or MJ so that `joules` reads as 1-999 where possible."""
+    magnitude = abs(joules)
+    return next((unit, scale) for unit, scale in _ENERGY_UNITS if magnitude >= scale or unit == "J")
+
+
 def readable_energy(joules: float) -> tuple[float, str]:
     """(value, unit) in J, kJ or MJ so that the value reads as 1-999 where possible."""
-    magnitude = abs(joules)
-    if magnitude >= 1e6:
-        return joules / 1e6, "MJ"
-    if magnitude >= 1e3:
-        return joules / 1e3, "kJ"
-    return joules, "J"
+    unit, scale = energy_unit(joules)
+    return joules / scale, unit
 
 
 def render_console(report: Report, console: Console | None = None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = console or Console()
-    statuses = report.endpoints
-    up = sum(1 for s in statuses if s.up_at_end)
+    console = console or make_console()
     console.print()
     console.print("[bold]dcgm-bridge | GPU Telemetry Summary[/bold]")
-    console.print(f"{up}/{len(statuses)} telemetry sources reachable")
-    endpoints_data: dict[str, Any] = report.telemetry_data.get("endpoints", {})
-    for status in statuses:
-        refresh = endpoints_data.get(status.display, {}).get("refresh") or {}
-        every = "at most once in" if refresh.get("period_at_least") else "every"
-        slow = "" if refresh.get("fresh", True) or not refresh.get("period_s") else \
-            f" (DCGM refresh {every} {refresh['period_s']:,.1f} s)"
-        if status.up_at_end:
-            console.print(f"  [green]✔[/green] {status.display}{slow}")
-        else:
-            console.print(f"  [red]✘[/red] {status.display} ({status.reason or 'unreachable'})")
-    endpoints: dict[str, Any] = report.telemetry_data.get("endpoints", {})
+    _print_endpoints(report, console)
+    units = energy_units(report)
     if console.width < WIDE_TABLE:
-        _print_stacked(report, endpoints, console)
-        _print_energy(report, console)
-        print_verdict(report, console)
-        return
-    for endpoint, body in endpoints.items():
+        _print_stacked(report, units, console)
+    else:
+        _print_wide(report, units, console)
+    _print_energy(report, console)
+    print_verdict(report, console)
+
+
+def _print_endpoints(report: Report, console: Console) -> None:
+    statuses = report.endpoints
+    up = sum(1 for s in statuses if s.up_at_end)
+    console.print(f"{up}/{len(statuses)} telemetry sources reachable", highlight=False)  # AIPerf's words
+    for status in statuses:
+        console.print(f"  {endpoint_line(report, status)}", highlight=False)
+
+
+def endpoint_line(report: Report, status: EndpointStatus) -> str:
+    """One endpoint as markup: `✔` only when every scrape due in the window succeeded, `!` with the failed share
+    and the longest gap when some failed, `✘` when it was down at the end."""
+    from rich.markup import escape
+
+    name = escape(status.display)
+    if not status.up_at_end:
+        return f"[red]✘[/red] {name} ({escape(status.reason or 'unreachable')})"
+    if not status.has_data:  # it answered, but nothing it said was a sample (an HTML page, a wrong path)
+        return f"[yellow]![/yellow] {name} (reachable, but no sample was read from it)"
+    failed, due, gap_s = scrape_health(report, status.display)
+    if failed:
+        return (f"[yellow]![/yellow] {name} ({failed} of {plural(due, 'scrape')} failed, {100 * failed / due:.0f}%; "
+                f"longest gap {_duration(gap_s)})")
+    endpoint: dict[str, Any] = report.telemetry_data.get("endpoints", {}).get(status.display, {})
+    refresh = endpoint.get("refresh") or {}
+    if refresh.get("fresh", True) or not refresh.get("period_s"):
+        return f"[green]✔[/green] {name}"
+    every = "at most once in" if refresh.get("period_at_least") else "every"
+    return f"[green]✔[/green] {name} (DCGM refresh {every} {refresh['period_s']:,.1f} s)"
+
+
+def scrape_health(report: Report, display: str) -> tuple[int, int, float]:
+    """(failed scrapes, scrapes due, longest gap between good scrapes in s) of one endpoint in the window: the
+    failures are the error summary's, the good scrapes the distinct record times of the endpoint's GPUs."""
+    failed = sum(int(e.get("count", 0)) for e in report.telemetry_data.get("error_summary", [])
+                 if e.get("error_details", {}).get("type") != "endpoint_down"
+                 and str(e.get("error_details", {}).get("message", "")).startswith(f"{display}: "))
+    import numpy as np
+
+    window = report.window
+    start = window.start_ns if window.start_ns is not None else -(2**63)
+    end = window.end_ns + window.grace_ns if window.end_ns is not None else 2**63 - 1
+    stamps = [s.timestamps[(s.timestamps >= start) & (s.timestamps <= end)] for s in report.series
+              if s.endpoint == display]
+    times = np.unique(np.concatenate(stamps)) if stamps else np.empty(0, dtype=np.int64)  # one per scrape
+    if times.size == 0:
+        whole = end - window.start_ns if window.start_ns is not None and window.end_ns is not None else 0
+        return failed, failed, whole / 1e9
+    return failed, failed + int(times.size), float(np.diff(times).max(initial=0)) / 1e9
+
+
+def _duration(seconds: float) -> str:
+    """`12.3 s`, or `250 ms` below a second (never `0.0 s`)."""
+    return f"{seconds * 1000:,.0f} ms" if seconds < 1 else f"{seconds:,.1f} s"
+
+
+def energy_units(report: Report) -> dict[str, tuple[str, float]]:
+    """One unit per energy metric for the whole console: (unit, joules per unit), chosen for the largest value of
+    that metric across every GPU (so no table mixes kJ and J)."""
+    largest: dict[str, float] = {}
+    for gpu in _gpus(report):
+        for key, result in gpu.get("metrics", {}).items():
+            if key in _MJ_KEYS and result.get("unit") == "MJ" and result.get("avg") is not None:
+                largest[key] = max(largest.get(key, 0.0), abs(float(result["avg"])) * 1e6)
+    return {key: energy_unit(joules) for key, joules in largest.items()}
+
+
+def _gpus(report: Report) -> list[dict[str, Any]]:
+    return [gpu for body in report.telemetry_data.get("endpoints", {}).values()
+            for gpu in body.get("gpus", {}).values()]
+
+
+def _gpu_title(endpoint: str, gpu_key: str, gpu: dict[str, Any], endpoint_first: bool) -> str:
+    """A GPU's heading as plain text (the caller escapes it)."""
+    parts = [f"GPU {gpu.get('gpu_index')}", str(gpu.get("gpu_name") or "unknown model")]
+    parts = [endpoint, *parts] if endpoint_first else [*parts, endpoint]
+    if gpu_key != f"gpu_{gpu.get('gpu_index')}":
+        parts.append(gpu_key)
+    return " | ".join(parts)
+
+
+def _print_wide(report: Report, units: dict[str, tuple[str, float]], console: Console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    for endpoint, body in report.telemetry_data.get("endpoints", {}).items():
         for gpu_key, gpu in body.get("gpus", {}).items():
-            title = f"{endpoint} | GPU {gpu.get('gpu_index')} | {gpu.get('gpu_name') or 'unknown model'}"
-            if gpu_key != f"gpu_{gpu.get('gpu_index')}":
-                title += f" | {gpu_key}"
-            table = Table(title=title, title_justify="left")
+            table = Table(title=escape(_gpu_title(endpoint, gpu_key, gpu, True)), title_justify="left")
             table.add_column("Metric", style="cyan")
             for column in COLUMNS:
                 table.add_column(column, justify="right")
             for key, result in gpu.get("metrics", {}).items():
-                table.add_row(*_row(report, key, result))
+                table.add_row(*(escape(cell) for cell in _row(report, key, result, units)))
             console.print(table)
-    _print_energy(report, console)
-    print_verdict(report, console)
 
 
 WIDE_TABLE = 128  # the per-GPU table's width with AIPerf's long metric names
 _CELL = 10
 
 
-def _print_stacked(report: Report, endpoints: dict[str, Any], console: Console) -> None:
+def _print_stacked(report: Report, units: dict[str, tuple[str, float]], console: Console) -> None:
     """Narrow terminals (80 columns, a pipe, a CI log): each metric's short name on its own line, its values
     under the column heads, so nothing wraps."""
     from rich.markup import escape
 
     head = "".join(f"{c:>{_CELL}}" for c in COLUMNS)
-    for endpoint, body in endpoints.items():
+    for endpoint, body in report.telemetry_data.get("endpoints", {}).items():
         for gpu_key, gpu in body.get("gpus", {}).items():
-            title = f"GPU {gpu.get('gpu_index')} | {gpu.get('gpu_name') or 'unknown model'} | {endpoint}"
-            if gpu_key != f"gpu_{gpu.get('gpu_index')}":
-                title += f" | {gpu_key}"
             console.print()
-            console.print(f"[bold]{escape(title)}[/bold]", overflow="fold")
+            console.print(f"[bold]{escape(_gpu_title(endpoint, gpu_key, gpu, False))}[/bold]", overflow="fold")
             console.print(head, highlight=False)
             for key, result in gpu.get("metrics", {}).items():
-                name, *cells = _row(report, key, result)
+                name, *cells = _row(report, key, result, units)
                 console.print(f"[cyan]{escape(_short(name))}[/cyan]", overflow="fold")
-                console.print("".join(f"{c:>{_CELL}}" for c in cells), highlight=False, overflow="fold")
+                console.print(escape("".join(f"{c:>{_CELL}}" for c in cells)), highlight=False, overflow="fold")
 
 
 def _short(display: str) -> str:
@@ -112,7 +210,8 @@ def _short(display: str) -> str:
     return display
 
 
-def _row(report: Report, key: str, result: dict[str, Any]) -> list[str]:
+def _row(report: Report, key: str, result: dict[str, Any], units: dict[str, tuple[str, float]]) -> list[str]:
+    """A metric's row as plain text: `<display> (<unit>)` and the column cells."""
     label = report.labels.get(key)
     display = label.display if label else key
     unit = str(result.get("unit", label.unit if label else ""))
@@ -120,19 +219,19 @@ def _row(report: Report, key: str, result: dict[str, Any]) -> list[str]:
         cells = {"avg": f"last {format_number(result['last'])}", "max": format_number(result.get("max"))}
         return [f"{display} ({unit})"] + [cells.get(c, "N/A") for c in COLUMNS]
     if key in _MJ_KEYS and unit == "MJ":
-        cells = {}
-        joules = float(result["avg"]) * 1e6
-        value, unit = readable_energy(joules)
-        cells["avg"] = format_number(value)
-        if result.get("resets"):
-            cells["avg"] += f" ({result['resets']} reset{'s' if result['resets'] > 1 else ''})"
+        unit, scale = units.get(key) or energy_unit(float(result["avg"]) * 1e6)
+        cells = {"avg": format_number(float(result["avg"]) * 1e6 / scale) + _resets(result)}
         return [f"{display} ({unit})"] + [cells.get(c, "N/A") for c in COLUMNS]
     if unit == "count":  # error counts: whole numbers, not 0.00
         result = {c: _whole(v) if c in COLUMNS else v for c, v in result.items()}
     cells = {c: format_number(result.get(c)) for c in COLUMNS}
-    if result.get("resets"):
-        cells["avg"] += f" ({result['resets']} reset{'s' if result['resets'] > 1 else ''})"
+    cells["avg"] += _resets(result)
     return [f"{display} ({unit})"] + [cells[c] for c in COLUMNS]
+
+
+def _resets(result: dict[str, Any]) -> str:
+    resets = int(result.get("resets") or 0)
+    return f" ({plural(resets, 'reset')})" if resets else ""
 
 
 def _whole(value: Any) -> Any:
@@ -140,6 +239,8 @@ def _whole(value: Any) -> Any:
 
 
 def _print_energy(report: Report, console: Console) -> None:
+    from rich.markup import escape
+
     energy = report.energy
     if energy.total_energy_j is None:
         return
@@ -153,7 +254,7 @@ def _print_energy(report: Report, console: Console) -> None:
     if energy.average_power_w is not None:  # a sum over the GPUs: say so, or it reads as per GPU
         marked = " (from the sampled power)" if energy.power_from_samples else ""
         parts.append(f"total average power {format_number(energy.average_power_w)} W{marked}")
-    parts.append(f"over {energy.duration_s:,.1f} s ({report.counter_mode} counters)")
+    parts.append(f"over {_duration(energy.duration_s)} ({report.counter_mode} counters)")
     separator = ", " if console.width >= WIDE_TABLE else "\n  "  # narrow: one figure per line, no wrapping
     if energy.bound_j:  # how far the truth can be (bridge/report/refresh.py), in the total's unit
         parts.append(f"bound ± {format_number(energy.bound_j / scale)} {unit}")
@@ -161,11 +262,12 @@ def _print_energy(report: Report, console: Console) -> None:
         every = "at most once in" if energy.refresh_at_least else "every"
         parts.append(f"DCGM refresh {every} {energy.refresh_period_s:,.1f} s")
     gpus = gpus_text((s.endpoint, s.meta.identity) for s in report.series)
-    console.print(f"Energy, all {gpus}:" + (" " if separator == ", " else separator)
-                  + separator.join(parts))
+    heading = f"Energy, {gpus if gpus.split()[0] == '1' else f'all {gpus}'}:"
+    console.print(escape(heading + (" " if separator == ", " else separator) + separator.join(parts)),
+                  highlight=False)
     warning = report.telemetry_data.get("summary", {}).get("refresh_warning")
     if warning:
-        console.print(f"[yellow]warning:[/yellow] {warning}", markup=True, highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
 
 
 def print_verdict(report: Report, console: Console) -> None:

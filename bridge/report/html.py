@@ -18,6 +18,7 @@ import html
 import io
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -129,10 +130,11 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
     # Every endpoint's state, a down one included (not only in the text dump below).
     cards += [(f"Endpoint {s.display}", "up" if s.up_at_end else f"down: {s.reason or 'unreachable'}")
               for s in report.endpoints]
-    card_html = "".join(f'<div class="card"><span>{_e(k)}</span><b>{_e(v)}</b></div>' for k, v in cards)
+    card_html = "".join(f'<div class="card"><span>{_e(k)}</span><b>{_code(v)}</b></div>' for k, v in cards)
     phases = _phase_energy(report, series, origin, last)
+    run_meta = f'<meta name="{RUN_META}" content="{_e(run_id)}">\n' if run_id else ""
     return _PAGE.format(
-        title=_e(title), cards=card_html, legend=legend, charts="\n".join(charts),
+        run_meta=run_meta, title=_e(title), cards=card_html, legend=legend, charts="\n".join(charts),
         phases=_phase_table(phases), console=_console(report),
         data=json.dumps(chart_data, separators=(",", ":")).replace("</", "<\\/"), script=_SCRIPT, style=_STYLE,
     )
@@ -350,7 +352,7 @@ def _phase_table(phases: Sequence[PhaseEnergy]) -> str:
         power = f"{p.mean_power_w:,.0f} W" if p.mean_power_w is not None else "n/a"
         joules = f"{p.energy_j:.3f}" if p.energy_j is not None else ""
         rows.append(f'<tr data-phase="{_e(p.name)}" data-energy-j="{joules}"><td>{_e(p.name)}</td>'
-                    f"<td>{_e(p.kind)}</td><td>{_clock(p.start_s)}</td>"
+                    f"<td>{_e(p.kind)}</td><td class='num'>{offset(p.start_s)}</td>"
                     f"<td>{p.duration_s:,.1f} s</td><td class='num'>{energy}</td><td class='num'>{power}</td>"
                     f"<td class='bars'>{bar}</td><td>{_e(p.source)}</td></tr>")
     head = ("<tr><th>Phase</th><th>Kind</th><th>Start</th><th>Duration</th><th>Energy</th>"
@@ -376,6 +378,20 @@ def _e(text: object) -> str:
 
 def _num(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 or value == int(value) else f"{value:,.2g}"
+
+
+def offset(seconds: float) -> str:
+    """A start time after the recording's first sample, in one format for a whole column: `0:08.9`, `1:02:03.0`."""
+    tenths = round(max(seconds, 0.0) * 10)
+    whole, tenth = divmod(tenths, 10)
+    hours, rest = divmod(whole, 3600)
+    minutes = f"{hours}:{rest // 60:02d}" if hours else f"{rest // 60}"
+    return f"{minutes}:{rest % 60:02d}.{tenth}"
+
+
+def _code(text: object) -> str:
+    """Escaped text whose `quoted` parts (a command to run, a flag) show as code, not as raw backticks."""
+    return re.sub(r"`([^`<>]+)`", r"<code>\1</code>", _e(text))
 
 
 def _clock(seconds: float) -> str:
@@ -465,12 +481,21 @@ _SCRIPT = r"""
 })();
 """
 
+RUN_META = "dcgm-bridge-run"  # the page names its run: an earlier run's page moves aside with its files
+
+
+def page_run_id(head: bytes) -> str | None:
+    """The run a page written by `write_html` names in its head (None for any other file)."""
+    found = re.search(rb'<meta name="' + RUN_META.encode() + rb'" content="([^"<>]*)">', head)
+    return html.unescape(found.group(1).decode("utf-8", "replace")) if found else None
+
+
 _PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title>
+{run_meta}<title>{title}</title>
 <style>{style}</style>
 </head>
 <body>

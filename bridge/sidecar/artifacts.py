@@ -90,7 +90,8 @@ def prepare_artifact_dir(artifact_dir: Path, run_id: str, record_log: Path, repo
         logger.warning("run %s carries on in %s (restarted before it completed)", run_id, artifact_dir)
         return "resume"
     folder = _free_folder(artifact_dir, earlier.run_id or _stamp(record_log))
-    moved = _move_run_files(artifact_dir, folder, record_log, report_names)
+    pages = _pages_of(artifact_dir, earlier.run_id)
+    moved = _move_run_files(artifact_dir, folder, record_log, (*report_names, *pages))
     logger.warning("%s held the files of an earlier run%s: moved %d of them into %s/",
                    artifact_dir, f" ({earlier.run_id})" if earlier.run_id else "", moved, folder)
     return "fresh"
@@ -132,6 +133,24 @@ def _free_folder(artifact_dir: Path, name: str) -> Path:
         n += 1
         folder = artifact_dir / f"{base}-{n}"
     return folder
+
+
+def _pages_of(artifact_dir: Path, run_id: str | None) -> list[str]:
+    """The HTML pages in the folder that name `run_id` (`profile --html` into the folder, under any name)."""
+    from bridge.report.html import page_run_id
+
+    if run_id is None:
+        return []
+    pages = []
+    for path in artifact_dir.glob("*.html"):
+        try:
+            with path.open("rb") as page:
+                head = page.read(2048)
+        except OSError:
+            continue
+        if page_run_id(head) == run_id:
+            pages.append(path.name)
+    return pages
 
 
 def _move_run_files(artifact_dir: Path, folder: Path, record_log: Path, report_names: tuple[str, ...]) -> int:

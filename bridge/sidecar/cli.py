@@ -5,6 +5,7 @@ Loaded by bridge/cli.py only when one of them runs."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -29,7 +30,34 @@ class TelemetryCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         from bridge.endpoints import expand_telemetry_args
 
+        check_telemetry_flags(ctx, args, command_follows=self.name == "profile")
         return super().parse_args(ctx, expand_telemetry_args(args))
+
+
+_NO_SEPARATOR = ("put -- before the benchmark command: dcgm-bridge profile --gpu-telemetry URL… -- CMD [ARGS]…; "
+                 "without it --gpu-telemetry takes the command as exporter URLs")
+
+
+def check_telemetry_flags(ctx: click.Context, args: list[str], command_follows: bool) -> None:
+    """A `--gpu-telemetry` that takes nothing (the next word is an option) is a forgotten URL, not "the defaults"
+    (they need no flag); for `profile`, a list that runs into the benchmark's command took it as URLs. Only the
+    bridge's own flags are checked: those before `--`, or before the command (its first word on PATH)."""
+    if "--" in args:
+        head = args[:args.index("--")]
+    elif command_follows:
+        command = next((i for i, a in enumerate(args) if not a.startswith("-") and shutil.which(a)), len(args))
+        flags = [i for i, a in enumerate(args[:command]) if a == "--gpu-telemetry"]
+        if flags and not any(a.startswith("-") for a in args[flags[-1] + 1: command + 1]):
+            raise click.UsageError(_NO_SEPARATOR, ctx)
+        head = args[:command]
+    else:
+        head = args
+    for position, arg in enumerate(head):
+        following = head[position + 1] if position + 1 < len(head) else None
+        if arg == "--gpu-telemetry" and (following is None or following.startswith("-")):
+            raise click.UsageError(f"--gpu-telemetry is followed by {following or 'nothing'}, not an exporter: "
+                                   "give one or more (host:9400, http://host:9400/metrics, k8s://ns/svc, a .csv), "
+                                   "or leave the flag out for the defaults", ctx)
 
 
 # -- sidecar ----------------------------------------------------------------------------------------
@@ -43,7 +71,9 @@ def telemetry_options(func: Any) -> Any:
                      help="YAML file with a gpu_telemetry: block (AIPerf's shape plus our settings)."),
         click.option("--run-id", help="Run id on every record and OTLP point (default: generated)."),
         click.option("--artifact-dir", help="Where the outputs go (default ./artifacts)."),
-        click.option("--counter-mode", type=click.Choice(COUNTER_MODES)),
+        click.option("--counter-mode", type=click.Choice(COUNTER_MODES),
+                     help="How counters (energy, errors) become window totals: interpolated (default) to the exact "
+                          "window, reset-aware; aiperf: AIPerf 0.13's last-minus-first."),
         click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix."),
         click.option("--live", is_flag=True, help="Show a refreshing per-GPU table while collecting."),
     ]
@@ -54,7 +84,8 @@ def telemetry_options(func: Any) -> Any:
                      help="OTLP transport (default http/protobuf, or OTEL_EXPORTER_OTLP_PROTOCOL)."),
         click.option("--otlp-headers", help="k=v,k2=v2 sent with every export (or OTEL_EXPORTER_OTLP_HEADERS)."),
         click.option("--otlp-timeout", type=float, help="Seconds per export request."),
-        click.option("--otlp-compression", type=click.Choice(["gzip", "none"])),
+        click.option("--otlp-compression", type=click.Choice(["gzip", "none"]),
+                     help="Compress OTLP requests (default none, or OTEL_EXPORTER_OTLP_COMPRESSION)."),
         click.option("--otlp-insecure", is_flag=True, default=None, help="gRPC without TLS."),
         click.option("--otlp-units", type=click.Choice(["none", "ucum"]),
                      help="Set UCUM units on metrics (changes their Prometheus names; default none)."),
@@ -188,6 +219,7 @@ def sidecar(live: bool, **flags: Any) -> None:
         click.echo("GPU telemetry is disabled (--no-gpu-telemetry); nothing to do.")
         return
     session = build_session(config, otlp)
+    made = missing_folders(Path(session.artifact_dir))
     session.prepare_artifacts()  # an unwritable folder stops start-up (exit 2) before anything is served
     done = threading.Event()  # a signal, or POST /complete
     look = threading.Event()  # done, or the OTLP receiver losing points: the main thread has a look
@@ -198,10 +230,14 @@ def sidecar(live: bool, **flags: Any) -> None:
 
     # A native sidecar that exits is restarted by the kubelet (and would overwrite the finished run):
     # with exit_on_complete false it stays up after POST /complete until SIGTERM.
-    server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
-                           on_complete=finish if config.exit_on_complete else None,
-                           metrics_text=session.exposition)
-    server.start()
+    try:
+        server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
+                               on_complete=finish if config.exit_on_complete else None,
+                               metrics_text=session.exposition)
+        server.start()
+    except ConfigError:  # the port is taken: nothing ran, so no empty artifact folder is left behind
+        remove_if_empty(made)
+        raise
     click.echo(f"dcgm-bridge sidecar: run {session.run_id}, control API on port {server.port} "
                f"(address {config.health_host})", err=True)
 
@@ -243,6 +279,24 @@ def sidecar(live: bool, **flags: Any) -> None:
     _exit_on_problems(outputs)
 
 
+def missing_folders(folder: Path) -> list[Path]:
+    """`folder` and those of its parents that do not exist yet, deepest first (what making it would create)."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def remove_if_empty(folders: list[Path]) -> None:
+    """Remove the folders a failed start made (deepest first), as long as they are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
 def _live_view(session: Any, wanted: bool) -> Any:
     if not wanted:
         return None
@@ -270,13 +324,15 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
     into AIPerf's own profile_export_aiperf.json/.csv and its --gpu-telemetry items are collected by
     the bridge. Exit code: CMD's when non-zero, 128+N after signal N, 1 when the report failed.
     """
-    import shutil
-
     from bridge.sidecar.profile import run_profile
 
     if command and shutil.which(command[0]) is None:  # before anything starts: nothing to collect around
         raise ConfigError(f"profile: cannot run {command[0]!r}: no such program (not on PATH, or not executable); "
                           "check the command after --")
+    if html_path is not None:
+        from bridge.report.cli import check_writable
+
+        check_writable(html_path, "--html")
     flags, otlp = split_flags(flags)
     argv: Any = list(command)
     env = dict(os.environ)
@@ -323,9 +379,11 @@ def _take_over_aiperf_telemetry(flags: dict[str, Any], aiperf: Any, env: dict[st
 
 def _summary(run: Any, session: Any, html_path: Path | None) -> None:
     """The end of the run: the notes, the console tables, the files written (+ HTML), and why the exit code."""
-    from rich.console import Console
+    from rich.markup import escape
 
-    console = Console(stderr=False, width=None if sys.stdout.isatty() else 140)
+    from bridge.report.console import make_console
+
+    console = make_console()
     for note in run.notes:
         click.echo(f"dcgm-bridge: {note}", err=True)
     outputs = run.outputs
@@ -340,17 +398,21 @@ def _summary(run: Any, session: Any, html_path: Path | None) -> None:
 
             try:
                 outputs.files.append(write_html(outputs.report, session.records.path, html_path,
-                                                title=f"dcgm-bridge profile · {session.run_id}"))
+                                                title=f"dcgm-bridge profile · {session.run_id}",
+                                                run_id=session.run_id))
             except OSError as exc:
                 outputs.problems.append(f"cannot write {html_path}: {exc}")
-    console.print(f"\n[bold]dcgm-bridge[/]: run {session.run_id}, {session.records_written} records. Files:")
+    console.print(f"\n[bold]dcgm-bridge[/]: run {escape(session.run_id)}, {session.records_written} records. Files:")
     for path in outputs.files:
-        console.print(f"  {path}")
+        console.print(f"  {escape(str(path))}", highlight=False, soft_wrap=True)  # a path is never cut
     if outputs.error:
         click.echo(f"dcgm-bridge: the telemetry report is incomplete: {outputs.error}", err=True)
     if run.exit_code and run.returncode == 0:
         why = "cancelled" if run.cancelled else "report failed"
         click.echo(f"dcgm-bridge: exit {run.exit_code} ({why})", err=True)
+    elif run.exit_code:  # the benchmark's code wins (README "Exit codes"): say whose it is
+        how = f"stopped by signal {-run.returncode}" if run.returncode < 0 else f"it exited {run.returncode}"
+        click.echo(f"dcgm-bridge: exit {run.exit_code}, the benchmark's ({how})", err=True)
 
 
 def _exit_on_problems(outputs: Any) -> None:
@@ -366,7 +428,8 @@ def _exit_on_problems(outputs: Any) -> None:
               show_default=True, help="Where the artifacts go.")
 @click.option("--duration", type=click.FloatRange(2.0, 3600.0), default=15.0, show_default=True,
               envvar="DEMO_DURATION", help="Seconds of collection (env DEMO_DURATION).")
-@click.option("--gpus", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option("--gpus", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="GPUs of the simulated exporter.")
 @click.option("--mig", type=click.IntRange(0, 7), default=0, help="MIG instances per simulated GPU.")
 @click.option("--refresh-ms", type=click.IntRange(min=0), default=0, show_default=True,
               help="The simulated exporter's DCGM refresh (-c); 0: fresh values. Try 30000, dcgm-exporter's default, "
@@ -375,4 +438,9 @@ def demo(out: Path, duration: float, gpus: int, mig: int, refresh_ms: int) -> No
     """Run a warmup + profiling collection against the embedded simulated exporter and report it."""
     from bridge.sidecar.demo import run_demo
 
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out}: cannot make that folder ({exc.strerror or exc}); give one you can write") \
+            from None
     _exit_on_problems(run_demo(out, duration, gpus=gpus, mig=mig, refresh_ms=refresh_ms))

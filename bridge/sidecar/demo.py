@@ -6,7 +6,6 @@ the one place that waits on real time: it is a demonstration of a run, not a tes
 
 from __future__ import annotations
 
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -20,13 +19,13 @@ from bridge.sidecar.session import Session, SessionOutputs
 
 def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333, console: Any = None,
              mig: int = 0, refresh_ms: int = 0) -> SessionOutputs:
-    from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from bridge.report.console import make_console
     from bridge.simulator import SimulatedExporter, SimulatorConfig
 
-    # Piped output (make demo in CI, a log) would be 80 columns and wrap every metric name.
-    console = console or Console(width=None if sys.stdout.isatty() else 140)
+    console = console or make_console()  # piped: 80 columns, the stacked tables (one terminal policy)
     out.mkdir(parents=True, exist_ok=True)
     with SimulatedExporter(SimulatorConfig(gpus=gpus, seed=7, mig=mig, refresh_ms=refresh_ms)) as exporter:
         config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[],
@@ -62,7 +61,8 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
         from bridge.report import render_console
 
         render_console(outputs.report, console)
-    console.print(f"\n[bold]{session.records_written}[/] records from {gpus} GPUs. Artifacts in [bold]{out}[/]:")
+    console.print(f"\n[bold]{session.records_written}[/] records from {gpus} GPUs. "
+                  f"Artifacts in [bold]{escape(str(out))}[/]:")
     for path in outputs.files:
-        console.print(f"  {path}")
+        console.print(f"  {escape(str(path))}", highlight=False, soft_wrap=True)  # a path is never cut
     return outputs

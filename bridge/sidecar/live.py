@@ -8,8 +8,10 @@ says so and suggests its simple UI.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Iterable
 from typing import IO, TYPE_CHECKING, Any
 
 from bridge.endpoints import display_key
@@ -24,17 +26,38 @@ _COLUMNS = (
     ("Temp °C", "nvidia_temperature", "{:.0f}"),
     ("Mem GB", "nvidia_memory_used", "{:.1f}"),
 )
+_NARROW_HEADERS = ("Util%", "W", "°C", "GB")  # the same columns below NARROW
 
 
-def live_table(session: Session) -> Any:
+NARROW = 128  # below this many columns (the console's WIDE_TABLE too) the model column goes, endpoints shorten
+
+
+def live_table(session: Session, width: int = NARROW) -> Any:
+    """The view's table: one line per GPU at any width. Everything from outside (endpoint names, model names,
+    error texts, the phase) is escaped: rich would read `[/bold]` in a model name as markup."""
+    from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"dcgm-bridge · run {session.run_id} · phase {session.phase or '-'} · "
-                        f"{session.records_written} records", expand=False)
-    for header in ("Endpoint", "GPU", "Model", *(c[0] for c in _COLUMNS), "Energy so far", "Values"):
-        table.add_column(header, justify="right" if header not in ("Endpoint", "Model", "Values") else "left")
+    narrow = width < NARROW
+    table = Table(title=escape(f"dcgm-bridge · run {session.run_id} · phase {session.phase or '-'} · "
+                               f"{session.records_written} records"), expand=False, padding=(0, 1),
+                  box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD)  # narrow: no column rules
+    loops = list(session.loops.items())
+    names = short_names([display_key(url) for url, _ in loops] + [url for (url, _), _ in
+                                                                   session.latest_records().items()],
+                        shorten=narrow)
+    table.add_column("Endpoint", no_wrap=True)
+    table.add_column("GPU", justify="right", no_wrap=True)
+    if not narrow:
+        table.add_column("Model", no_wrap=True, overflow="ellipsis", max_width=28)
+    headers = [*(_NARROW_HEADERS if narrow else (c[0] for c in _COLUMNS)), "Energy" if narrow else "Energy so far"]
+    for header in headers:  # the numbers keep their width: what gives is the last column's text
+        table.add_column(header, justify="right", no_wrap=True)
+    # The one column rich may narrow (the others are no_wrap): its cells stay one line, cut with an ellipsis.
+    table.add_column("Values", overflow="ellipsis")
     ages = {display_key(url): values_age(loop.stats.refresh, session.config.collection_interval, time.time_ns())
-            for url, loop in list(session.loops.items())}
+            for url, loop in loops}
     rows = sorted(session.latest_records().items(),
                   key=lambda kv: (kv[0][0], kv[1][1].gpu_index or 0, kv[0][1][0], kv[0][1][1] or ""))
     for (url, _identity), (first, last) in rows:
@@ -43,15 +66,41 @@ def live_table(session: Session) -> Any:
         cells = [fmt.format(data[key]) if key in data else "-" for _, key, fmt in _COLUMNS]
         start, now = first.telemetry_data.get("nvidia_energy_consumption"), data.get("nvidia_energy_consumption")
         energy = _joules(now - start) if start is not None and now is not None and now >= start else "-"
-        table.add_row(url, gpu, last.gpu_model_name or "-", *cells, energy, ages.get(url, "-"))
+        model = [] if narrow else [last.gpu_model_name or "-"]
+        table.add_row(*(escape(c) for c in (names.get(url, url), gpu, *model, *cells, energy)),
+                      _one_line(ages.get(url, "-")))
     shown = {url for (url, _identity) in session.latest_records()}
-    for url, loop in sorted(session.loops.items()):
+    for url, loop in sorted(loops):
         stats = loop.stats.as_json()
         if display_key(url) not in shown:  # no data yet, or down: still a row, with why
             state = "down" if stats["state"] == "down" or stats["last_error"] else "waiting"
             reason = str(stats["last_error"] or "no scrape yet")
-            table.add_row(display_key(url), "-", f"{state}: {reason[:60]}", *("-" for _ in _COLUMNS), "-", "-")
+            why, blanks = f"{state}: {reason[:60]}", ["-"] * (len(_COLUMNS) + 1)
+            cells = [*blanks, why] if narrow else [why, *blanks, "-"]  # narrow: why in the last column
+            table.add_row(*(escape(c) for c in (names.get(display_key(url), display_key(url)), "-", *cells[:-1])),
+                          _one_line(cells[-1]))
     return table
+
+
+def _one_line(text: str) -> Any:
+    """A cell of plain text (no markup read in it) kept to one line, cut with an ellipsis when narrowed."""
+    from rich.text import Text
+
+    return Text(text, no_wrap=True, overflow="ellipsis")
+
+
+def short_names(names: Iterable[str], shorten: bool = True) -> dict[str, str]:
+    """Each endpoint name with the prefix they all share cut to `…` at its last separator, so that a narrow
+    column keeps what tells them apart: `127.0.0.1:19400`, `127.0.0.1:19401` → `…:19400`, `…:19401`. A lone
+    name, or names that share no separator, stay whole."""
+    unique = sorted(set(names))
+    if not shorten or len(unique) < 2:
+        return {n: n for n in unique}
+    prefix = os.path.commonprefix(unique)
+    cut = max(prefix.rfind(c) for c in ".:/")
+    if cut <= 0:
+        return {n: n for n in unique}
+    return {n: "…" + n[cut:] for n in unique}
 
 
 def values_age(watch: RefreshWatch, interval_s: float, now_ns: int) -> str:
@@ -117,9 +166,13 @@ class LiveView:
     def _run(self) -> None:
         from rich.live import Live
 
-        with Live(live_table(self.session), refresh_per_second=4, transient=False, console=self.console) as live:
+        from bridge.report.console import make_console
+
+        console = self.console or make_console()
+        with Live(live_table(self.session, console.width), refresh_per_second=4, transient=False,
+                  console=console) as live:
             self._live = live
             self._started.set()
             while not self._stop.wait(self.refresh_s):
-                live.update(live_table(self.session))
+                live.update(live_table(self.session, console.width))
 

@@ -42,6 +42,7 @@ from bridge.sidecar.pipeline import (
     ListenerSink,
     LiveSeriesSink,
     OtlpSink,
+    Page,
     PageListener,
     PageSink,
     Pipeline,
@@ -54,6 +55,21 @@ from bridge.sources.runner import SourceFetcher, open_reader
 __all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
 
 logger = logging.getLogger(__name__)
+STILL_WARN_S = 5.0  # values unchanged this long (before a refresh period is known): said at once
+
+
+def log_scrape(page: Page, fetched: FetchedPage) -> None:
+    """`-v`: one line per endpoint scrape; `-vv`: the page's details (families, dropped lines and why)."""
+    parsed = page.parsed
+    logger.info("scrape %s: %d bytes in %.0f ms, %d samples, %d lines dropped", page.display, len(fetched.body),
+                (fetched.end_ns - fetched.start_ns) / 1e6, len(parsed.samples), len(parsed.dropped))
+    if logger.isEnabledFor(logging.DEBUG):
+        families = len({s.name for s in parsed.samples})
+        logger.debug("page %s: %d families, content type %r, phase %s", page.display, families,
+                     fetched.content_type, page.phase or "-")
+        for dropped in parsed.dropped[:5]:
+            logger.debug("page %s: line %d dropped: %s: %.100r", page.display, dropped.line, dropped.reason,
+                         dropped.text)
 
 KERNEL_MISSING = ("the compiled per-page kernel (bridge._kernel) is not built, so the pure-Python path runs, "
                   "at about twice the CPU: reinstall on a machine with a C compiler (gcc) to build it")
@@ -102,6 +118,7 @@ class Session:
         self.relabel_config = relabel_config  # for the pull endpoint
         self.state: SessionState = "created"
         self.probes: list[Probe] = []
+        self._unchanged: dict[str, int] = {}  # url -> scrapes since its values last changed (before a period)
         self._refresh_noted: dict[str, float] = {}  # url -> the refresh period last written to the events
         self._refresh_sent_ns = 0  # when the refresh gauges last went to OTLP
         self.self_metric_points = 0  # the bridge's own points handed to OTLP (the refresh gauges)
@@ -350,7 +367,7 @@ class Session:
             self.fetcher.close()
             self.state = "completed"
             self.outputs = SessionOutputs(self.artifact_dir)
-            self.outputs.files = [self.records.path, self.events.path]
+            self.outputs.files = [p for p in (self.records.path, self.events.path) if p.exists()]  # written ones
             self._write_report(self.outputs)
             if self.live_series is not None:
                 self.live_series.remove()
@@ -402,7 +419,9 @@ class Session:
 
     def _on_page(self, url: str, fetched: FetchedPage) -> None:
         """A page: the pipeline, then its exporter's refresh period to the events file (and a warning when slow)."""
-        self.pipeline.on_page(url, fetched)
+        page = self.pipeline.on_page(url, fetched)
+        if logger.isEnabledFor(logging.INFO):
+            log_scrape(page, fetched)
         loop = self.loops.get(url)
         period = loop.stats.refresh.period_s if loop is not None else None
         noted = self._refresh_noted.get(url)
@@ -417,6 +436,22 @@ class Session:
                 logger.warning("%s: the exporter's values change every %.1f s, not at every scrape: an energy window "
                                "shorter than %.0f s rests on too few refreshes; %s", display_key(url), period,
                                2 * period, REFRESH_FIX)
+        if loop is not None and period is None:
+            self._warn_if_unchanged(url, loop.stats.refresh.last_new_ns == fetched.start_ns)
+
+    def _warn_if_unchanged(self, url: str, new: bool) -> None:
+        """Before an exporter's refresh period is known (three refreshes: 60 s at dcgm-exporter's default 30 s),
+        one warning as soon as its values have stood still for 5 s of scrapes, so a short run hears it too."""
+        unchanged = self._unchanged.get(url, 0)
+        if unchanged < 0:  # said once for this endpoint; the refresh period's own warning follows when known
+            return
+        unchanged = 0 if new else unchanged + 1
+        still_s = unchanged * self.config.collection_interval
+        self._unchanged[url] = -1 if unchanged >= 3 and still_s >= STILL_WARN_S else unchanged
+        if self._unchanged[url] < 0:
+            logger.warning("%s: the exporter's values have not changed for %.0f s (%d scrapes): DCGM refreshes at most "
+                           "once in %.0f s, so short windows rest on few refreshes; %s", display_key(url), still_s,
+                           unchanged, still_s, REFRESH_FIX)
 
     def _send_refresh_metrics(self, ts_ns: int) -> None:
         """The exporters' refresh as OTLP gauges, from the resource `dcgm-bridge` (a page of its own: the

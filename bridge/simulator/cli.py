@@ -15,6 +15,7 @@ import click
 
 from bridge.simulator.config import (
     DIALECT_NAMES,
+    FAULT_KINDS,
     NS,
     Counters,
     Dialect,
@@ -30,8 +31,9 @@ from bridge.simulator.server import SimulatedExporter
 @click.command("simulate")
 @click.option("--port", type=click.IntRange(0, 65535), default=9400, show_default=True,
               help="Port on 127.0.0.1 (0: ephemeral). With --endpoints N, ports P..P+N-1.")
-@click.option("--gpus", type=click.IntRange(1, 64), default=8, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--gpus", type=click.IntRange(1, 64), default=8, show_default=True, help="Simulated GPUs per node.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the simulated values and UUIDs: the same seed serves the same pages.")
 @click.option("--dialect", type=click.Choice(DIALECT_NAMES), default="legacy", show_default=True,
               help="legacy: Hostname (<= 4.8.2); current: hostname; old-namespace: -o 1.x names; "
                    "dcgm49: 4.9 DCGM 4.7 names and units; dcgm410: and 4.10's _BYTES_PER_SECOND; "
@@ -45,14 +47,17 @@ from bridge.simulator.server import SimulatedExporter
 @click.option("--no-hostname", is_flag=True, help="Omit the hostname label (-n).")
 @click.option("--counters", type=click.Choice(["full", "default"]), default="full", show_default=True,
               help="full: ~40 families per GPU; default: etc/default-counters.csv only.")
-@click.option("--model-name", default="NVIDIA H100 80GB HBM3", show_default=True)
-@click.option("--driver-version", default="570.124.06", show_default=True)
+@click.option("--model-name", default="NVIDIA H100 80GB HBM3", show_default=True,
+              help="The modelName label of every GPU.")
+@click.option("--driver-version", default="570.124.06", show_default=True,
+              help="The DCGM_FI_DRIVER_VERSION label of every GPU.")
 @click.option("--timestamps", is_flag=True, help="Add sample timestamps.")
 @click.option("--time-scale", type=float, default=1.0, show_default=True,
               help="Simulated seconds per real second (long runs in short benches).")
 @click.option("--fault", "faults", multiple=True, metavar="SPEC",
-              help="KIND[,key=value...], e.g. http-500,requests=3-5 or restart,from=30,for=10 "
-                   "(seconds after start). Repeatable.")
+              help=f"KIND[,key=value...], e.g. http-500,requests=3-5 or restart,from=30,for=10 "
+                   f"(seconds after start). Repeatable. Kinds: {', '.join(FAULT_KINDS)}. Keys: requests=N|N-M|N-, "
+                   "from=S, until=S, for=S, delay=S, mb=N, gpu=N, code=N.")
 @click.option("--endpoints", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Serve N simulated nodes (seeds S..S+N-1) on consecutive ports.")
 @click.option("--once", is_flag=True, help="Write one page and exit (for `dcgm-bridge parse`).")
@@ -103,7 +108,8 @@ def _serve(exporters: list[SimulatedExporter], config: SimulatorConfig) -> None:
     try:
         for exporter in exporters:
             started.append(exporter.start())
-            click.echo(f"simulated dcgm-exporter ({config.gpus} GPUs, dialect {config.dialect}, "
+            gpus = f"{config.gpus} GPU{'' if config.gpus == 1 else 's'}"
+            click.echo(f"simulated dcgm-exporter ({gpus}, dialect {config.dialect}, "
                        f"seed {exporter.config.seed}) at {exporter.url}")
         sys.stdout.flush()
         while not stop.wait(0.5):
@@ -111,7 +117,11 @@ def _serve(exporters: list[SimulatedExporter], config: SimulatorConfig) -> None:
     except KeyboardInterrupt:
         pass
     except OSError as exc:
-        raise click.ClickException(f"cannot listen: {exc}") from exc
+        from bridge.errors import ConfigError
+
+        port = exporters[len(started)].config.port
+        raise ConfigError(f"--port {port}: cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); choose another "
+                          "port, or 0 for a free one") from None
     finally:
         for exporter in started:
             exporter.stop()

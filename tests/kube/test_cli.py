@@ -82,15 +82,30 @@ def test_invalid_options_exit_2_listing_every_flag_to_fix() -> None:
     result = CliRunner().invoke(kube, ["profile", "--model", "m", "--url", "ftp://x", "--job-id", "Bad",
                                        "--dry-run"], env={"AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU": "lots"})
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: invalid options:")
+    assert result.stderr.startswith("Error: invalid options:")
     for name in ("--job-id 'Bad'", "--url 'ftp://x'", "AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU"):
         assert name in result.stderr
 
 
-def test_a_discovery_item_stays_in_a_dry_run_with_a_note() -> None:
+def test_a_discovery_item_in_a_dry_run_without_a_cluster_is_refused_in_one_line(tmp_path: Any) -> None:
+    result = dry_run("--gpu-telemetry", "k8s://gpu-operator/nvidia-dcgm-exporter",
+                     env={"KUBECONFIG": str(tmp_path / "none"), "KUBERNETES_SERVICE_HOST": ""})
+    assert result.exit_code == 2
+    assert result.stdout == ""  # no sidecar without its exporters to pipe into kubectl apply
+    assert result.stderr.count("\n") == 1
+    assert "--dry-run cannot expand k8s://gpu-operator/nvidia-dcgm-exporter without a cluster" in result.stderr
+
+
+def test_a_discovery_item_in_a_dry_run_is_expanded_from_the_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bridge.kube import submit
+    from tests.kube.test_discovery import GPU_OPERATOR, FakeDiscovery
+
+    monkeypatch.setattr(submit, "connect", lambda _config, _context: submit.Clients(
+        None, None, None, FakeDiscovery(GPU_OPERATOR)))  # EndpointSlices: no such server here
     result = dry_run("--gpu-telemetry", "k8s://gpu-operator/nvidia-dcgm-exporter")
-    assert result.exit_code == 0
-    assert "stay unexpanded in --dry-run" in result.stderr
+    assert result.exit_code == 0, result.output
+    args = " ".join((sidecar_of(next(yaml.safe_load_all(result.stdout))) or {}).get("args", []))
+    assert "http://10.0.1.5:9400/metrics" in args and "http://10.0.2.7:9400/metrics" in args
 
 
 def test_estimate_prints_the_components() -> None:
@@ -118,7 +133,7 @@ def test_dry_run_does_not_import_the_kubernetes_client() -> None:
 def test_commands_that_need_a_cluster_explain_a_missing_kubeconfig(command: list[str], tmp_path: Any) -> None:
     missing = tmp_path / "nope.kubeconfig"
     result = CliRunner().invoke(kube, [*command, "--kubeconfig", str(missing)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a configuration error (README "Exit codes")
     assert f"cannot load kubeconfig {missing}" in result.stderr
 
 

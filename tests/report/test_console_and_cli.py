@@ -36,7 +36,7 @@ def test_console_lists_reachable_sources_then_one_table_per_gpu_in_readable_unit
     assert "127.0.0.1:19401 | GPU 0 | NVIDIA H100 80GB HBM3" in text
     assert "NVIDIA Energy Consumption (kJ)" in text and "3.00" in text  # 3 kJ, not "0.00 MJ"
     assert "NVIDIA XID Errors (code)" in text and "last 79" in text
-    assert "Energy, all 1 GPU: total GPU energy 3.00 kJ ± 0.00 kJ, total average power 300.00 W," in text
+    assert "Energy, 1 GPU: total GPU energy 3.00 kJ ± 0.00 kJ, total average power 300.00 W," in text
     assert text.rstrip().endswith("measurement valid")
 
 
@@ -52,7 +52,7 @@ def test_at_80_columns_the_tables_stack_short_names_over_their_values_and_nothin
     assert "GPU Power Usage (W)" in lines and "NVIDIA GPU Power Usage (W)" not in lines
     counts = lines[lines.index("ECC Double-Bit Volatile Errors (count)") + 1].split()
     assert counts[0] == "1"  # a count is a whole number, not 1.00
-    assert lines[-5:] == ["Energy, all 1 GPU:", "  total GPU energy 3.00 kJ ± 0.00 kJ",
+    assert lines[-5:] == ["Energy, 1 GPU:", "  total GPU energy 3.00 kJ ± 0.00 kJ",
                           "  total average power 300.00 W (from the sampled power)",
                           "  over 10.0 s (interpolated counters)", "measurement valid"]
 

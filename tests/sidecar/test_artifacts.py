@@ -100,7 +100,7 @@ def test_a_phase_manifest_older_than_the_run_is_not_used(exporter: SimulatedExpo
     os.utime(old, (1_000_000, 1_000_000))
     session = session_for([exporter.url], tmp_path, run_id="run-a", phase_manifest=str(tmp_path))
     session.configure()
-    with caplog.at_level(logging.WARNING, "bridge.sidecar.finish"):
+    with caplog.at_level(logging.INFO, "bridge.sidecar.finish"):  # info: the normal case
         assert manifest_phases(session) is None
     session.complete()
     assert "no phase_manifest.json written during this run at or below" in caplog.text

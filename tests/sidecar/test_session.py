@@ -233,5 +233,5 @@ def test_a_page_with_no_sample_in_it_is_not_up(tmp_path):
         status = {e["display"]: e for e in session.status()["endpoints"]}
         session.complete()
     bad = status[f"127.0.0.1:{server.port}"]
-    assert bad["state"] == "unreadable" and "no sample could be read" in bad["last_error"]
+    assert bad["state"] == "down" and "answered an HTML page (text/html)" in bad["last_error"]
     assert next(e for k, e in status.items() if k != f"127.0.0.1:{server.port}")["state"] == "up"
