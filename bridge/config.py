@@ -186,6 +186,7 @@ class Config:
     phase_manifest: str | None = None
     done_file: str | None = None
     exit_on_complete: bool = True
+    gpu_pods: tuple[str, ...] = ()  # --gpu-pods NAMESPACE/GLOB: the report counts only these pods' GPUs
 
     def effective_run_id(self) -> str:
         return self.run_id or _generated_run_id()

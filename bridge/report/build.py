@@ -154,10 +154,10 @@ def build_report(
     )
 
 
-def build_report_from_events(records: Records, events: Path | RunEvents, **kwargs: Any) -> Report:
-    """`build_report` with marks, requests end, endpoints, errors and states read from the events file."""
+def event_kwargs(events: Path | RunEvents) -> dict[str, Any]:
+    """What `build_report` takes from the events file: marks, requests end, endpoints, errors and states."""
     run = events if isinstance(events, RunEvents) else load_events(events)
-    defaults: dict[str, Any] = {
+    return {
         "marks": run.marks,
         "requests_end_ns": run.requests_end_ns,
         "endpoints_configured": run.endpoints_configured,
@@ -165,8 +165,11 @@ def build_report_from_events(records: Records, events: Path | RunEvents, **kwarg
         "errors": run.errors,
         "endpoint_states": run.states,
     }
-    defaults.update(kwargs)
-    return build_report(records, **defaults)
+
+
+def build_report_from_events(records: Records, events: Path | RunEvents, **kwargs: Any) -> Report:
+    """`build_report` with marks, requests end, endpoints, errors and states read from the events file."""
+    return build_report(records, **{**event_kwargs(events), **kwargs})
 
 
 def _series_of(records: Records, read_errors: list[str]) -> tuple[list[Series], int]:

@@ -75,6 +75,9 @@ def telemetry_options(func: Any) -> Any:
                      help="How counters (energy, errors) become window totals: interpolated (default) to the exact "
                           "window, reset-aware; aiperf: AIPerf 0.13's last-minus-first."),
         click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix."),
+        click.option("--gpu-pods", multiple=True, metavar="NAMESPACE/GLOB",
+                     help="Only the GPUs the exporter attributes to matching pods count in the report, each for "
+                          "the part of the window it served them (repeatable; the record log keeps every GPU)."),
         click.option("--live", is_flag=True, help="Show a refreshing per-GPU table while collecting."),
     ]
     options += [
@@ -156,11 +159,17 @@ def split_flags(flags: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def resolve_config(flags: dict[str, Any]) -> Any:
+    from dataclasses import replace
+
     from bridge.config import resolve
+    from bridge.pods import parse_pod_patterns
 
     config_file = flags.pop("config_file", None)
+    gpu_pods = tuple(flags.pop("gpu_pods", None) or ())
+    parse_pod_patterns(gpu_pods)  # a bad NAMESPACE/GLOB is a ConfigError now, not after the benchmark
     flags["gpu_telemetry"] = flags.get("gpu_telemetry") or None
-    return resolve(flags, config_file=config_file)  # a ConfigError is reported by bridge/cli.py (exit 2)
+    config = resolve(flags, config_file=config_file)  # a ConfigError is reported by bridge/cli.py (exit 2)
+    return replace(config, gpu_pods=gpu_pods) if gpu_pods else config
 
 
 def build_session_table(config: Any) -> Any:

@@ -111,15 +111,33 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
         kwargs["phases"] = phases
     live = session.live_series
     records: Records = live if live is not None and live.complete else session.records.path
-    report = build_report_from_events(records, _events(session), table=session.table,
-                                      counter_mode=session.config.counter_mode,
-                                      grace_ns=session.config.final_scrape_grace_ns,
-                                      record_log=session.records.path, **kwargs)
+    kwargs.update(table=session.table, counter_mode=session.config.counter_mode,
+                  grace_ns=session.config.final_scrape_grace_ns, record_log=session.records.path)
+    events = _events(session)
+    report = build_report_from_events(records, events, **kwargs)
+    if session.config.gpu_pods:
+        report = _pods_only(report, session, events, kwargs)
     outputs.report = report
     if target is not None:
         outputs.files.extend(write_report(report, target.directory, prefix=target.prefix))
     else:
         outputs.files.extend(write_report(report, session.artifact_dir, prefix=session.config.profile_export_prefix))
+
+
+def _pods_only(report: Report, session: FinishedRun, events: Path | RunEvents, kwargs: dict[str, Any]) -> Report:
+    """--gpu-pods: the report of the GPUs that served matching pods (report/pods.py), from the record log's pod
+    labels (the log keeps every GPU); what was left out, in one line."""
+    from bridge.pods import parse_pod_patterns
+    from bridge.report.build import event_kwargs
+    from bridge.report.pods import report_for_pods, timelines_of_log
+
+    patterns = parse_pod_patterns(session.config.gpu_pods)
+    report, selection = report_for_pods(report, timelines_of_log(session.records.path), patterns,
+                                        **event_kwargs(events), **kwargs)
+    if selection.warning:
+        logger.warning("%s", selection.warning)
+    logger.info("pods: %s", selection.summary_line())
+    return report
 
 
 def _events(session: FinishedRun) -> Path | RunEvents:

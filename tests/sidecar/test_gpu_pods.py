@@ -1,0 +1,73 @@
+"""`sidecar`/`profile --gpu-pods`: the run's report counts only the GPUs the exporter attributes to matching pods
+(report/pods.py, the same rule as `report --gpu-pods`), while the record log keeps every GPU with its pod labels."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bridge.cli import main
+from bridge.config import Config
+from bridge.endpoints import TelemetryItems
+from bridge.fields import default_table
+from bridge.record_log import read_dicts
+from bridge.sidecar.session import Session
+from bridge.simulator import SimulatedExporter, SimulatorConfig
+from tests.sidecar.helpers import scrape_synchronously
+
+
+def _run(tmp_path: Path, url: str, gpu_pods: tuple[str, ...]) -> Session:
+    config = Config(telemetry=TelemetryItems(urls=[url]), default_endpoints=[], artifact_dir=str(tmp_path),
+                    collection_interval=0.05, scrape_timeout=1.0, connect_timeout=0.5, run_id="pods-run",
+                    shutdown_delay=3.0)
+    session = Session(replace(config, gpu_pods=gpu_pods), default_table())
+    session.configure()
+    scrape_synchronously(session, 4)
+    session.complete()
+    return session
+
+
+def _gpu_uuids(session: Session) -> set[str]:
+    assert session.outputs is not None and session.outputs.report is not None
+    endpoints = session.outputs.report.telemetry_data["endpoints"]
+    return {g["gpu_uuid"] for e in endpoints.values() for g in e["gpus"].values()}
+
+
+def test_the_run_reports_only_the_gpus_of_matching_pods_and_the_log_keeps_every_gpu(tmp_path: Path) -> None:
+    # 4 GPUs, 2 per pod: llm-server-0 holds GPUs 0 and 1, llm-server-1 GPUs 2 and 3.
+    with SimulatedExporter(SimulatorConfig(gpus=4, seed=41, pod_labels="mapped", gpus_per_pod=2)) as exporter:
+        everything = _run(tmp_path / "all", exporter.url, ())
+        ours = _run(tmp_path / "ours", exporter.url, ("llm-bench/llm-server-0",))
+    logged = {d["gpu_uuid"]: d["pod_name"] for d in read_dicts(ours.records.path)}
+    assert len(logged) == 4 and set(logged.values()) == {"llm-server-0", "llm-server-1"}
+    wanted = {uuid for uuid, pod in logged.items() if pod == "llm-server-0"}
+    assert len(_gpu_uuids(everything)) == 4
+    assert _gpu_uuids(ours) == wanted
+    assert ours.outputs is not None and ours.outputs.report is not None
+    data = ours.outputs.report.telemetry_data
+    assert data["pods"]["reasons"] == []
+    assert "no_gpu_selected" not in data["measurement"]["reasons"]
+
+
+def test_a_run_whose_exporter_has_no_pod_labels_reports_no_gpu_and_a_not_valid_verdict(tmp_path: Path) -> None:
+    with SimulatedExporter(SimulatorConfig(gpus=2, seed=42)) as exporter:
+        session = _run(tmp_path, exporter.url, ("llm-bench/*",))
+    assert _gpu_uuids(session) == set()
+    assert session.outputs is not None and session.outputs.report is not None
+    verdict = session.outputs.report.telemetry_data["measurement"]
+    assert verdict["valid"] is False and {"no_gpu_selected", "no_pod_labels"} <= set(verdict["reasons"])
+
+
+@pytest.mark.parametrize("command", ["sidecar", "profile"])
+def test_a_bad_gpu_pods_value_stops_the_command_in_one_line_before_anything_runs(tmp_path: Path,
+                                                                                command: str) -> None:
+    args = [command, "--gpu-pods", "no-slash", "--artifact-dir", str(tmp_path / "out")]
+    if command == "profile":
+        args += ["--", "true"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "--gpu-pods 'no-slash'" in result.output and result.output.count("\n") == 1
+    assert not (tmp_path / "out" / "gpu_telemetry_export.jsonl").exists()
