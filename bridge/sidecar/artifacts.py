@@ -25,6 +25,7 @@ import orjson
 
 from bridge.errors import ConfigError
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE
+from bridge.sidecar.folder_lock import FolderLock
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +76,12 @@ def earlier_run(events: Path, record_log: Path) -> EarlierRun | None:
 
 
 def prepare_artifact_dir(artifact_dir: Path, run_id: str, record_log: Path, report_names: tuple[str, ...] = (),
-                         ) -> Disposition:
-    """Make the directory ready for run `run_id`; see the module docstring for the three cases."""
+                         lock: FolderLock | None = None) -> Disposition:
+    """Make the directory ready for run `run_id`; see the module docstring for the three cases. With `lock`,
+    the folder is locked first (folder_lock.py): nothing is moved while another live run holds it."""
     check_writable(artifact_dir)
+    if lock is not None:
+        lock.acquire()
     events = artifact_dir / EVENTS_FILE
     earlier = earlier_run(events, record_log)
     if earlier is None:

@@ -34,6 +34,7 @@ from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRE
 from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir, write_problem
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
+from bridge.sidecar.folder_lock import FolderLock
 from bridge.sidecar.marks import check_sequence, checked_mark, checked_requests_end, phase_after
 from bridge.sidecar.pipeline import (
     Forwarder,
@@ -134,6 +135,7 @@ class Session:
                                  max_gpus=config.max_gpus)
         self._write_check = threading.Lock()  # not self._lock: a probe must answer while completion runs
         self._write_checked: tuple[float, str | None] | None = None  # (when, the problem)
+        self.folder_lock = FolderLock(self.artifact_dir, self.run_id)  # held from prepare_artifacts to complete
 
     @property
     def records_written(self) -> int:
@@ -149,7 +151,7 @@ class Session:
             from bridge.report.write import output_names
 
             self.disposition = prepare_artifact_dir(self.artifact_dir, self.run_id, self.records.path,
-                                                    output_names(self.config.profile_export_prefix))
+                                                    output_names(self.config.profile_export_prefix), self.folder_lock)
             remove_stale_spools(self.artifact_dir)  # before this run spools anything: every one there is dead
             # Restarted inside the run: the spool (a dead process's, just removed) lacks what came before, so the
             # report reads the log; with no log yet, nothing came before and a new spool has it all.
@@ -159,6 +161,7 @@ class Session:
             if self.disposition == "resume":
                 self._resume_marks()
             if self.disposition == "finished":
+                self.folder_lock.release()  # writes nothing more
                 self.state = "completed"
                 self.outputs = SessionOutputs(self.artifact_dir, [self.records.path, self.events.path])
 
@@ -310,6 +313,7 @@ class Session:
             self._write_report(self.outputs)
             if self.live_series is not None:
                 self.live_series.remove()
+            self.folder_lock.release()
             for writer in (self.records, self.events):
                 lost = writer.lines_dropped + len(writer.pending())
                 if lost or writer.last_error:  # still refused, or dropped from a full buffer before there was room
