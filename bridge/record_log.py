@@ -413,7 +413,7 @@ class _SyncGzip:
     flush began and the compressor restored from its copy, so the stream stays valid (see LineWriter)."""
 
     def __init__(self, path: Path) -> None:
-        self._raw = open(path, "ab", buffering=0)  # noqa: SIM115 - owned by this object
+        self._raw = open(path, "ab", buffering=0, opener=_no_follow)  # noqa: SIM115 - owned by this object
         # Level 1: ~4x less CPU than gzip's default 9 for a log that compresses ~6x either way.
         self._zip = zlib.compressobj(1, zlib.DEFLATED, 31)
         self._saved = self._zip.copy()
@@ -450,4 +450,9 @@ class _SyncGzip:
 def _open_append(path: Path) -> IO[bytes]:
     if path.suffix == ".gz":
         return cast(IO[bytes], _SyncGzip(path))
-    return open(path, "ab", buffering=0)  # noqa: SIM115 - owned by LineWriter
+    return open(path, "ab", buffering=0, opener=_no_follow)  # noqa: SIM115 - owned by LineWriter
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """A link planted under a log's name is refused (ELOOP), never written through (issue 28)."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o644)

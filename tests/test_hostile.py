@@ -310,6 +310,7 @@ def test_a_sidecar_restarted_inside_its_run_takes_the_end_of_the_phase_its_prede
     first.configure()
     first.mark_phase("p", "profiling", "start", now)
     first.events.close()  # then killed: no completion
+    first.folder_lock.release()  # (the kernel drops a dead process's flock)
     second = session_for([], tmp_path)
     second.configure()
     assert second.disposition == "resume" and second.phase == "p"

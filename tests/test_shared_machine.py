@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,206 @@ def test_profile_into_a_held_folder_exits_2_before_the_benchmark_runs(tmp_path: 
     assert result.returncode == 2, result.stderr
     assert f"is in use by run run-a (pid {holder.pid})" in result.stderr
     assert "Traceback" not in result.stderr and not marker.exists()
+
+
+# -- 2. no link below the artifact folder is followed ------------------------------------------------------
+@pytest.mark.parametrize("name", ["gpu_telemetry_export.jsonl", "gpu_telemetry_events.jsonl",
+                                  "profile_export_aiperf.json", "profile_export_aiperf.csv", "phases"])
+def test_a_link_planted_under_an_output_name_stops_the_run_naming_it(
+        exporter: SimulatedExporter, tmp_path: Path, name: str) -> None:
+    folder, outside = tmp_path / "out", tmp_path / "elsewhere"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / name).symlink_to(outside / "target")  # dangling: the sidecar would have created it
+    session = session_for([exporter.url], folder, run_id="run-a")
+    with pytest.raises(ConfigError, match=f"{folder / name} is a symbolic link: remove it"):
+        session.configure()
+    assert list(outside.iterdir()) == []
+
+
+def test_a_planted_spool_link_is_never_written_through(exporter: SimulatedExporter, tmp_path: Path) -> None:
+    folder, outside = tmp_path / "out", tmp_path / "elsewhere"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / ".dcgm-bridge-spool-run-a").symlink_to(outside, target_is_directory=True)
+    session = session_for([exporter.url], folder, run_id="run-a")
+    session.configure()
+    assert session.live_series is not None and session.live_series.spool_dir.parent == folder
+    assert not session.live_series.spool_dir.is_symlink() and session.live_series.spool_dir.stat().st_mode & 0o077 == 0
+    scrape_synchronously(session, 3)
+    assert session.complete().error is None
+    assert list(outside.iterdir()) == []
+
+
+def test_a_report_link_planted_during_the_run_is_not_merged_and_is_named(
+        exporter: SimulatedExporter, tmp_path: Path) -> None:
+    folder = tmp_path / "out"
+    foreign = tmp_path / "someone-elses.json"
+    foreign.write_text('{"secret": "theirs"}')
+    session = session_for([exporter.url], folder, run_id="run-a")
+    session.configure()
+    scrape_synchronously(session, 2)
+    (folder / "profile_export_aiperf.json").symlink_to(foreign)
+    outputs = session.complete()
+    assert outputs.error is not None and f"{folder / 'profile_export_aiperf.json'} is a symbolic link" in outputs.error
+    assert foreign.read_text() == '{"secret": "theirs"}'
+    assert (folder / "profile_export_aiperf.json").is_symlink()
+
+
+def test_a_link_planted_as_the_record_log_mid_run_is_refused_not_followed(tmp_path: Path) -> None:
+    from bridge.record_log import LineWriter
+
+    outside = tmp_path / "victim"
+    (tmp_path / "log.jsonl").symlink_to(outside)
+    writer = LineWriter(tmp_path / "log.jsonl", flush_interval_s=0.0)
+    writer.write_lines([b"{}\n"])
+    assert not writer.flush() and writer.last_error is not None and "log.jsonl" in writer.last_error
+    assert not outside.exists()
+    writer.close()
+
+
+# -- 3. every promised output is checked writable at start -------------------------------------------------
+def test_readyz_turns_503_the_moment_the_record_log_cannot_be_written(exporter: SimulatedExporter,
+                                                                       tmp_path: Path) -> None:
+    from bridge.config import Config
+    from bridge.endpoints import TelemetryItems
+    from bridge.fields import default_table
+    from bridge.sidecar.session import Session
+
+    def refuse(path: Path):  # the disk refuses every write (EACCES), while the folder itself stays writable
+        raise PermissionError(13, "Permission denied", str(path))
+
+    config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[], artifact_dir=str(tmp_path),
+                    run_id="run-a", collection_interval=0.05, flush_interval=0.0)
+    session = Session(config, default_table(), opener=refuse)
+    session.configure()
+    reason = session.not_ready()
+    assert reason is not None and reason.startswith(f"cannot write {tmp_path}/gpu_telemetry_") \
+        and reason.endswith(": Permission denied")
+    session.complete()
+
+
+@contextmanager
+def read_only_file(path: Path) -> Iterator[Path]:
+    """`path` bind-mounted read-only over itself: a file no one may write (root included, which ignores file
+    modes), in a folder that stays writable, as another user's file is; skips with the reason where mounting
+    is not permitted."""
+    path.write_bytes(b"")
+    for argv in (["mount", "--bind", str(path), str(path)], ["mount", "-o", "remount,bind,ro", str(path)]):
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            subprocess.run(["umount", str(path)], capture_output=True)
+            pytest.skip(f"cannot bind-mount a read-only file here ({' '.join(argv[:3])}): {done.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to bind-mount a read-only file; CI runs as root")
+def test_a_record_log_that_cannot_be_written_stops_profile_before_the_benchmark(tmp_path: Path) -> None:
+    marker = tmp_path / "benchmark-ran"
+    with read_only_file(tmp_path / "gpu_telemetry_export.jsonl") as log:
+        result = subprocess.run(
+            [sys.executable, "-m", "bridge.cli", "profile", "--artifact-dir", str(tmp_path), "--run-id", "run-b",
+             "--gpu-telemetry", "http://127.0.0.1:9/metrics", "--", "touch", str(marker)],
+            env={**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]"}, capture_output=True, text=True,
+            timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"cannot write {log} (Read-only file system)" in result.stderr
+    assert "Traceback" not in result.stderr and not marker.exists()
+
+
+# -- 4. credentials go only where they were configured -----------------------------------------------------
+_PAGE = b'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1",modelName="X",Hostname="h"} 40\n'
+
+
+class _Listener:
+    """A real HTTP listener on 127.0.0.1:`port` that answers every GET with a one-GPU page and keeps the
+    Authorization header of each request (None when there was none)."""
+
+    def __init__(self, port: int) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen: list[str | None] = []
+        self.seen = seen
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                seen.append(self.headers.get("Authorization"))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(_PAGE)))
+                self.end_headers()
+                self.wfile.write(_PAGE)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = int(self.server.server_address[1])
+        import threading
+
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def default_ports() -> Iterator[list[_Listener]]:
+    """Listeners on the built-in default ports 9400 and 9401, as any local process (or another container of
+    the pod) could open them."""
+    listeners: list[_Listener] = []
+    try:
+        for port in (9400, 9401):
+            try:
+                listeners.append(_Listener(port))
+            except OSError as exc:
+                pytest.skip(f"loopback port {port} is taken ({exc.strerror}): cannot stand in for a stranger there")
+        yield listeners
+    finally:
+        for listener in listeners:
+            listener.close()
+
+
+@pytest.mark.parametrize("how", ["token", "basic"])
+def test_the_exporter_credentials_never_reach_the_builtin_localhost_defaults(
+        default_ports: list[_Listener], tmp_path: Path, how: str) -> None:
+    from bridge.config import resolve
+    from bridge.fields import default_table
+    from bridge.sidecar.session import Session
+
+    named = _Listener(0)
+    try:
+        secret = tmp_path / "secret"
+        secret.write_text("s3cret\n")
+        env = {"DCGM_BRIDGE_BEARER_TOKEN": "s3cret"} if how == "token" else \
+            {"DCGM_BRIDGE_BASIC_AUTH_USER": "me", "DCGM_BRIDGE_BASIC_AUTH_PASSWORD_FILE": str(secret)}
+        config = resolve({"gpu_telemetry": (f"http://127.0.0.1:{named.port}/metrics",), "run_id": "run-a",
+                          "artifact_dir": str(tmp_path / "out")}, env=env)
+        session = Session(config, default_table())
+        session.configure()
+        session.complete()
+    finally:
+        named.close()
+    expected = "Bearer s3cret" if how == "token" else "Basic bWU6czNjcmV0"
+    assert named.seen and set(named.seen) == {expected}
+    for listener in default_ports:
+        assert listener.seen and set(listener.seen) == {None}, listener.port
+
+
+def test_defaults_the_user_named_get_the_credentials(default_ports: list[_Listener], tmp_path: Path) -> None:
+    from bridge.config import resolve
+    from bridge.fields import default_table
+    from bridge.sidecar.session import Session
+
+    config = resolve({"run_id": "run-a", "artifact_dir": str(tmp_path)},
+                     env={"DCGM_BRIDGE_BEARER_TOKEN": "s3cret",
+                          "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": '["http://localhost:9400/metrics"]'})
+    session = Session(config, default_table())
+    session.configure()
+    session.complete()
+    assert set(default_ports[0].seen) == {"Bearer s3cret"} and default_ports[1].seen == []

@@ -16,7 +16,10 @@ import logging
 import os
 import re
 import shutil
+import stat
+import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -53,17 +56,70 @@ def check_writable(artifact_dir: Path) -> None:
 def write_problem(artifact_dir: Path) -> str | None:
     """Why nothing can be written into the directory now (its strerror), or None: create it, write a byte into
     a new file and remove it. Only trying tells — root ignores file modes; a read-only mount, a full disk (an
-    empty file needs no data block, hence the byte), a path through a file — and it costs ~50 µs."""
-    probe = artifact_dir / f".dcgm-bridge-write-test-{os.getpid()}"
+    empty file needs no data block, hence the byte), a path through a file — and it costs ~50 µs. The probe
+    file is made with O_EXCL under a random name (mkstemp): a link planted under a guessable name is never
+    written through."""
     try:
         artifact_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".dcgm-bridge-write-test-", dir=artifact_dir)
         try:
-            probe.write_bytes(b"\n")
+            os.write(fd, b"\n")
         finally:
-            probe.unlink(missing_ok=True)
+            os.close(fd)
+            os.unlink(probe)
     except OSError as exc:
         return str(exc.strerror or exc)
     return None
+
+
+def check_outputs(artifact_dir: Path, paths: Iterable[Path]) -> None:
+    """Every promised output, the files themselves: inside the folder, not a link (a planted link would have
+    root write or merge outside it), and writable when it exists already (another user's file, a read-only
+    one). Nothing is created. A ConfigError names the first file that fails."""
+    folder = artifact_dir.resolve()
+    for path in paths:
+        if os.path.realpath(path.parent) != str(folder):
+            raise ConfigError(f"{path} is not inside the artifact folder {artifact_dir}: give a file name, not a "
+                              "path, for the outputs")
+        problem = output_problem(path)
+        if problem is not None:
+            raise ConfigError(problem)
+
+
+def output_problem(path: Path) -> str | None:
+    """Why an output path cannot be used as it is (None: it can): a link, something not a regular file or
+    folder, or a file this process cannot write."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot check {path} ({exc.strerror or exc})"
+    if stat.S_ISLNK(mode):
+        return (f"{path} is a symbolic link: remove it (dcgm-bridge never follows a link below the artifact "
+                "folder; someone else may have planted it)")
+    if stat.S_ISDIR(mode):
+        return None if path.name == "phases" else f"{path} is a folder, not a file: remove or rename it"
+    if not stat.S_ISREG(mode):
+        return f"{path} is not a regular file: remove it"
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as exc:
+        return (f"cannot write {path} ({exc.strerror or exc}): it was made by another user or is read-only; "
+                "remove it or give another --artifact-dir")
+    return None
+
+
+def report_paths(directory: Path, names: Iterable[str]) -> list[Path]:
+    """The report's files in `directory` (its JSON and CSV, `names`) and its phases/ folder."""
+    return [directory / name for name in (*names, "phases")]
+
+
+def new_spool_dir(artifact_dir: Path, run_id: str) -> Path:
+    """This process's report spool: a new folder (mkdtemp: a random name, O_EXCL, mode 0700) inside the artifact
+    folder, so no link planted under a name we would use is ever written through."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:64]
+    return Path(tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{safe}-", dir=artifact_dir))
 
 
 def earlier_run(events: Path, record_log: Path) -> EarlierRun | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.config import Config
+from bridge.errors import ConfigError
 from bridge.fields import FieldTable
 from bridge.record_log import LineWriter
 from bridge.report.spool import LiveSeries
@@ -102,6 +103,7 @@ def manifest_phases(session: FinishedRun) -> list[Phase] | None:
 
 def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
     from bridge.report import build_report_from_events, write_report
+    from bridge.report.write import output_names
 
     kwargs: dict[str, Any] = {}
     target = session.report_target
@@ -116,9 +118,22 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
                                       grace_ns=session.config.final_scrape_grace_ns, **kwargs)
     outputs.report = report
     if target is not None:
+        _refuse_foreign(target.directory, output_names(target.prefix))
         outputs.files.extend(write_report(report, target.directory, prefix=target.prefix))
     else:
+        _refuse_foreign(session.artifact_dir, output_names(session.config.profile_export_prefix))
         outputs.files.extend(write_report(report, session.artifact_dir, prefix=session.config.profile_export_prefix))
+
+
+def _refuse_foreign(directory: Path, names: tuple[str, str]) -> None:
+    """A report is merged only into the benchmark's own regular files in its own folder: a link planted there
+    during the run (to another user's JSON) is an error naming it, never read or written through."""
+    from bridge.sidecar.artifacts import output_problem, report_paths
+
+    for path in report_paths(directory, names):
+        problem = output_problem(path)
+        if problem is not None:
+            raise ConfigError(problem)
 
 
 def _events(session: FinishedRun) -> Path | RunEvents:

@@ -31,7 +31,14 @@ from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.samples import GpuRecord, PhaseMark, SessionState
 from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, ScrapeGroup, ScrapeLoop
-from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir, write_problem
+from bridge.sidecar.artifacts import (
+    Disposition,
+    check_outputs,
+    new_spool_dir,
+    prepare_artifact_dir,
+    report_paths,
+    write_problem,
+)
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
 from bridge.sidecar.folder_lock import FolderLock
@@ -158,6 +165,12 @@ class Session:
             if self.disposition == "finished" or (self.disposition == "resume" and self.records.path.exists()):
                 self.live_series = None
                 self.pipeline.sinks.remove(self._live_sink)  # nothing spools a series the report will not read
+            if self.disposition != "finished":  # every promised output, before anything runs (artifacts.py)
+                names = output_names(self.config.profile_export_prefix)
+                check_outputs(self.artifact_dir, [self.records.path, self.events.path,
+                                                  *report_paths(self.artifact_dir, names)])
+            if self.live_series is not None:
+                self.live_series.spool_dir = new_spool_dir(self.artifact_dir, self.run_id)
             if self.disposition == "resume":
                 self._resume_marks()
             if self.disposition == "finished":
@@ -474,8 +487,9 @@ class Session:
         be written now (a read-only or full volume loses everything). The exporters are not waited for."""
         if self.state not in ("configured", "collecting"):
             return f"the run is {self.state}"
-        problem = self.write_problem()
-        return f"cannot write {self.artifact_dir}: {problem}" if problem else None
+        refused = self.records.last_error or self.events.last_error  # the last write failed: not ready from then on
+        problem = refused or self.write_problem()
+        return problem if refused else f"cannot write {self.artifact_dir}: {problem}" if problem else None
 
     def write_problem(self) -> str | None:
         """Why the artifact folder cannot be written now (None: it can), tried at most once a second."""
@@ -510,4 +524,5 @@ def fetch_settings(config: Config) -> FetchSettings:
         basic = (config.basic_auth_user, Path(config.basic_auth_password_file).read_text(encoding="utf-8").strip())
     return FetchSettings(connect_timeout=config.connect_timeout, read_timeout=config.scrape_timeout,
                          max_body_bytes=config.max_body_bytes, ca_file=config.ca_file,
-                         insecure_skip_verify=config.insecure_skip_verify, bearer_token=token, basic_auth=basic)
+                         insecure_skip_verify=config.insecure_skip_verify, bearer_token=token, basic_auth=basic,
+                         no_credentials=config.uncredentialed_urls())
