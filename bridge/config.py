@@ -143,6 +143,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("health_port", ("DCGM_BRIDGE_HEALTH_PORT",), int, 8086, 0, 65535),
     Setting("control_allow", ("DCGM_BRIDGE_CONTROL_ALLOW",), _list, ["127.0.0.1/8", "::1/128"],
             help="client networks allowed to POST /phases and /complete"),
+    Setting("control_token_file", ("DCGM_BRIDGE_CONTROL_TOKEN_FILE",), str, None,
+            help="the control token (POST needs Authorization: Bearer <it>); made and written there when absent"),
+    Setting("control_protect_reads", ("DCGM_BRIDGE_CONTROL_PROTECT_READS",), _bool, False,
+            help="/status and /metrics also need the control token (/healthz and /readyz never do)"),
     Setting("phase_manifest", ("DCGM_BRIDGE_PHASE_MANIFEST",), str, None,
             help="AIPerf phase_manifest.json (or a folder to search) to take the phases from"),
     Setting("done_file", ("DCGM_BRIDGE_DONE_FILE",), str, None,
@@ -184,6 +188,8 @@ class Config:
     health_host: str = "0.0.0.0"  # the `sidecar` command in a pod: all addresses (see its Setting above)
     health_port: int = 8086
     control_allow: list[str] = field(default_factory=lambda: ["127.0.0.1/8", "::1/128"])
+    control_token_file: str | None = None
+    control_protect_reads: bool = False
     phase_manifest: str | None = None
     done_file: str | None = None
     exit_on_complete: bool = True

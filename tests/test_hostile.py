@@ -416,15 +416,15 @@ def test_profile_listens_on_loopback_only(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
 
 
-def test_a_connection_that_sends_nothing_is_closed_after_the_client_timeout(tmp_path):
-    from bridge.sidecar.control import CLIENT_TIMEOUT_S, ControlServer
+def test_a_connection_that_sends_nothing_is_closed_after_the_request_deadline(tmp_path):
+    from bridge.sidecar.control import REQUEST_DEADLINE_S, ControlServer
 
     session = Session(Config(telemetry=TelemetryItems(urls=[]), default_endpoints=[], artifact_dir=str(tmp_path),
                              run_id="t"), TABLE)
     default = ControlServer(session, "127.0.0.1", 0, [])
     default.httpd.server_close()
-    assert default.httpd.RequestHandlerClass.timeout == CLIENT_TIMEOUT_S == 10
-    server = ControlServer(session, "127.0.0.1", 0, ["127.0.0.1/8"], client_timeout_s=0.5)
+    assert default.httpd.deadline_s == REQUEST_DEADLINE_S == 5
+    server = ControlServer(session, "127.0.0.1", 0, ["127.0.0.1/8"], request_deadline_s=0.5)
     server.start()
     idle = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
     try:

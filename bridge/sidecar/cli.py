@@ -174,7 +174,7 @@ def build_session(config: Any, otlp: dict[str, Any]) -> Any:
 @click.option("--health-port", type=int, help="Control API port (default 8086).")
 def sidecar(live: bool, **flags: Any) -> None:
     """The container entry point: configure, serve the control API, collect until complete or a signal."""
-    from bridge.sidecar.control import ControlServer
+    from bridge.sidecar.control import ControlServer, sidecar_token
 
     flags, otlp = split_flags(flags)
     config = resolve_config(flags)
@@ -194,7 +194,8 @@ def sidecar(live: bool, **flags: Any) -> None:
     # with exit_on_complete false it stays up after POST /complete until SIGTERM.
     server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
                            on_complete=finish if config.exit_on_complete else None,
-                           metrics_text=session.exposition)
+                           metrics_text=session.exposition, token=sidecar_token(config),
+                           protect_reads=config.control_protect_reads)
     server.start()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id}, control API on port {server.port} "
                f"(address {config.health_host})", err=True)
@@ -258,9 +259,10 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
             **flags: Any) -> None:
     """Run a benchmark command with GPU telemetry: dcgm-bridge profile [OPTIONS] -- CMD [ARGS]…
 
-    CMD gets DCGM_BRIDGE_CONTROL_URL to post phase marks. For `aiperf profile …` the report is merged
-    into AIPerf's own profile_export_aiperf.json/.csv and its --gpu-telemetry items are collected by
-    the bridge. Exit code: CMD's when non-zero, 128+N after signal N, 1 when the report failed.
+    CMD gets DCGM_BRIDGE_CONTROL_URL and DCGM_BRIDGE_CONTROL_TOKEN to post phase marks. For `aiperf
+    profile …` the report is merged into AIPerf's own profile_export_aiperf.json/.csv and its
+    --gpu-telemetry items are collected by the bridge. Exit code: CMD's when non-zero, 128+N after
+    signal N, 1 when the report failed.
     """
     import shutil
 

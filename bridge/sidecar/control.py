@@ -1,23 +1,40 @@
 """The control API on the health port (default 8086).
 
-GET /healthz, /readyz, /status answer anyone (the kubelet probes the pod IP); POST /phases and
-/complete accept only clients in `control_allow` (loopback by default: the benchmark shares the pod).
-The `sidecar` command listens on all addresses (in a pod), `profile` on loopback (a workstation); a
-connection that sends nothing for `CLIENT_TIMEOUT_S` is closed, and up to `BACKLOG` wait to be accepted.
-Bad requests get a 4xx with a JSON body that says what is wrong (400 a bad value, 409 a phase mark out of
-sequence; sidecar/marks.py checks every value before anything is applied); nothing a client sends crashes it.
+Who may do what (README "Security"): GET /healthz and /readyz answer anyone (the kubelet probes the pod IP);
+/status and /metrics too unless `protect_reads` (Prometheus scrapes /metrics); POST /phases and /complete
+need `Authorization: Bearer <token>` when the server has a token (`profile` makes one per run and hands it to
+the benchmark; the `sidecar` command reads or makes DCGM_BRIDGE_CONTROL_TOKEN_FILE), and always come from a
+client in `control_allow` (loopback by default: the benchmark shares the pod). Without a token, loopback is
+the only rule, and every local user (every container of the pod) can end the run.
+
+Connections are bounded: a request's headers and body must arrive within `request_deadline_s` of its start
+(the accept, or the end of the previous answer on a kept-alive connection), however slowly they trickle; at
+most `max_connections` are open, and a new one closes the oldest still waiting for its request, so /healthz
+and /readyz are answered even then; when accept fails for want of descriptors (EMFILE) the loop backs off
+instead of spinning. Bad requests get a 4xx with a JSON body that says what is wrong (400 a bad value, 401 no
+or a wrong token, 409 a phase mark out of sequence; sidecar/marks.py checks every value before anything is
+applied); nothing a client sends crashes it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hmac
 import ipaddress
 import json
 import logging
 import os
+import secrets
 import selectors
+import socket
+import stat
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from bridge.errors import ConfigError, SequenceError
@@ -28,9 +45,57 @@ logger = logging.getLogger(__name__)
 MAX_BODY = 64 * 1024
 LOOPBACK = "127.0.0.1"  # `profile` on a workstation; the `sidecar` command's default is all addresses (config.py)
 BACKLOG = 64  # connections waiting to be accepted (socketserver's default is 5)
-CLIENT_TIMEOUT_S = 10.0  # a client that connects and sends nothing (or half a request) is dropped after this
+REQUEST_DEADLINE_S = 5.0  # a request's headers and body, whole, within this (not per recv: a byte every 4 s)
+MAX_CONNECTIONS = 256  # open at once; past it the oldest one still waiting for its request is closed
+_ACCEPT_BACKOFF_S = (0.01, 1.0)  # accept failing for want of descriptors: wait this long, doubling, at most
 _GET = ("/healthz", "/readyz", "/status", "/metrics")
+_OPEN_GET = ("/healthz", "/readyz")  # the kubelet's probes: never behind the token
 _POST = ("/phases", "/complete")
+TOKEN_ENV = "DCGM_BRIDGE_CONTROL_TOKEN"
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def token_from_file(path: Path) -> str:
+    """The control token in `path`; when it has none yet, a new one written there (mode 0600, never through a
+    link): the sidecar makes it at start, and the benchmark container, which mounts the same memory emptyDir,
+    reads it. A ConfigError names a file that cannot be read or made."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise ConfigError(f"DCGM_BRIDGE_CONTROL_TOKEN_FILE {path}: {exc.strerror or exc}") from None
+    try:
+        if mode is not None:
+            if not stat.S_ISREG(mode):
+                raise ConfigError(f"DCGM_BRIDGE_CONTROL_TOKEN_FILE {path} is not a regular file (a link?): remove it")
+            token = path.read_text(encoding="utf-8").strip()
+            if token:
+                return token
+            path.unlink()
+        token = new_token()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(token + "\n")
+        return token
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise ConfigError(f"DCGM_BRIDGE_CONTROL_TOKEN_FILE {path}: cannot read or write it ({reason}); "
+                          "mount a writable folder there (kube profile: a memory emptyDir)") from None
+
+
+def sidecar_token(config: Any) -> str | None:
+    """The `sidecar` command's token: DCGM_BRIDGE_CONTROL_TOKEN_FILE's (made when absent), or None with one
+    warning line (loopback stays the only rule)."""
+    if config.control_token_file:
+        return token_from_file(Path(config.control_token_file))
+    logger.warning("control API: no DCGM_BRIDGE_CONTROL_TOKEN_FILE, so POST /phases and /complete need no token: "
+                   "any process that reaches %s (every container of a pod) can mark phases and end the run; "
+                   "set it to require one (README \"Security\")", ", ".join(config.control_allow))
+    return None
 
 
 class ControlServer:
@@ -38,17 +103,20 @@ class ControlServer:
 
     def __init__(self, session: Session, host: str, port: int, allow: list[str],
                  on_complete: Callable[[], None] | None = None,
-                 metrics_text: Callable[[], bytes | str] | None = None,
-                 client_timeout_s: float = CLIENT_TIMEOUT_S) -> None:
+                 metrics_text: Callable[[], bytes | str] | None = None, *,
+                 token: str | None = None, protect_reads: bool = False,
+                 request_deadline_s: float = REQUEST_DEADLINE_S, max_connections: int = MAX_CONNECTIONS,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.session = session
         self.allow = [ipaddress.ip_network(net, strict=False) for net in allow]
         self.on_complete = on_complete
         self.metrics_text = metrics_text
-        # StreamRequestHandler.timeout is the socket timeout of each connection: every read (request line,
-        # headers, body) that waits longer ends the connection and frees its thread.
-        handler = type("Handler", (_Handler,), {"control": self, "timeout": client_timeout_s})
+        self.token = token
+        self.protect_reads = protect_reads and token is not None
+        # The socket timeout of each read is the deadline too: a backstop should the reaper be late.
+        handler = type("Handler", (_Handler,), {"control": self, "timeout": request_deadline_s})
         try:
-            self.httpd = _Server((host, port), handler)
+            self.httpd = _Server((host, port), handler, request_deadline_s, max_connections, monotonic)
         except OSError as exc:
             raise ConfigError(f"--health-port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
                               "stop what uses it or choose another port (DCGM_BRIDGE_HEALTH_PORT)") from None
@@ -75,12 +143,37 @@ class ControlServer:
             address = address.ipv4_mapped
         return any(address in net for net in self.allow)
 
+    def token_matches(self, authorization: str | None) -> bool:
+        scheme, _, given = (authorization or "").strip().partition(" ")
+        assert self.token is not None
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+
+@dataclass
+class _Connection:
+    since: float  # when its current request began: the accept, or the end of the previous answer
+    reading: bool = True  # waiting for the request's bytes (False: being answered, however long that takes)
+    closed: bool = False
+
 
 class _Server(ThreadingHTTPServer):
     """socketserver's serve_forever wakes every half second to look for a shutdown request; an idle sidecar
-    pays those wake-ups all run long. This loop sleeps until a client connects or `stop` writes to its pipe."""
+    pays those wake-ups all run long. This loop sleeps until a client connects, a request's deadline passes,
+    or `stop` writes to its pipe; it also owns the connection bounds (see the module docstring)."""
 
     request_queue_size = BACKLOG  # socketserver passes it to listen()
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], deadline_s: float,
+                 max_connections: int, monotonic: Callable[[], float]) -> None:
+        self.deadline_s = deadline_s
+        self.max_connections = max_connections
+        self.monotonic = monotonic
+        self.connections: dict[socket.socket, _Connection] = {}
+        self._connections_lock = threading.Lock()
+        self._paused_until = 0.0  # accept backs off until then (EMFILE)
+        self._backoff = 0.0
+        self.accept_failures = 0
+        super().__init__(address, handler)
 
     def server_activate(self) -> None:
         super().server_activate()
@@ -89,36 +182,139 @@ class _Server(ThreadingHTTPServer):
 
     def serve_until_stopped(self) -> None:
         with selectors.DefaultSelector() as selector:
-            selector.register(self, selectors.EVENT_READ)
             selector.register(self._wake_read, selectors.EVENT_READ)
+            listening = False
             while not self._stopping:
-                for key, _ in selector.select():
+                now = self.monotonic()
+                accept = now >= self._paused_until
+                if accept and not listening:
+                    selector.register(self, selectors.EVENT_READ)
+                elif listening and not accept:
+                    selector.unregister(self)
+                listening = accept
+                waits = [w for w in (self.reap(now), None if accept else self._paused_until - now) if w is not None]
+                for key, _ in selector.select(min(waits) if waits else None):
                     if key.fileobj is self and not self._stopping:
                         self._handle_request_noblock()  # type: ignore[attr-defined]  # (serve_forever's own step)
+                    elif key.fileobj == self._wake_read:
+                        os.read(self._wake_read, 512)
+
+    def wake(self) -> None:
+        """Run the loop once now (a test that moved its clock; `stop`)."""
+        os.write(self._wake_write, b"!")
 
     def stop(self) -> None:
         self._stopping = True
-        os.write(self._wake_write, b"!")
+        self.wake()
 
     def close_wake(self) -> None:
         os.close(self._wake_read)
         os.close(self._wake_write)
+
+    # -- the bounds ----------------------------------------------------------------------------------
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            request = super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                self.accept_failures += 1
+                low, high = _ACCEPT_BACKOFF_S
+                self._backoff = min(high, max(low, 2 * self._backoff))
+                self._paused_until = self.monotonic() + self._backoff
+                if self.accept_failures == 1 or self._backoff == high:
+                    logger.warning("control API: cannot accept a connection (%s): waiting %.2f s; %d open",
+                                   exc.strerror, self._backoff, len(self.connections))
+                with self._connections_lock:
+                    self._close_oldest_waiting_locked()  # frees a descriptor for the next accept
+            raise  # socketserver drops this attempt
+        self._backoff = 0.0
+        return request
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            if len(self.connections) >= self.max_connections:
+                self._close_oldest_waiting_locked()
+            self.connections[request] = _Connection(self.monotonic())
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self.connections.pop(request, None)
+        super().shutdown_request(request)
+
+    def reading(self, request: Any, reading: bool) -> None:
+        """The connection waits for a request (its deadline starts now), or is being answered."""
+        with self._connections_lock:
+            connection = self.connections.get(request)
+            if connection is not None:
+                connection.reading = reading
+                connection.since = self.monotonic()
+
+    def reap(self, now: float) -> float | None:
+        """Close every connection whose request is past its deadline; seconds until the next one's."""
+        nearest: float | None = None
+        with self._connections_lock:
+            for request, connection in self.connections.items():
+                if not connection.reading or connection.closed:
+                    continue
+                left = connection.since + self.deadline_s - now
+                if left <= 0:
+                    logger.debug("control API: a request not whole within %.1f s: closed", self.deadline_s)
+                    _close(request, connection)
+                else:
+                    nearest = left if nearest is None else min(nearest, left)
+        return nearest
+
+    def _close_oldest_waiting_locked(self) -> None:
+        waiting = [(c.since, id(r), r) for r, c in self.connections.items() if c.reading and not c.closed]
+        if waiting:
+            _, _, request = min(waiting)
+            _close(request, self.connections[request])
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that goes away mid-answer (a scraper that timed out, curl | head) is not an error."""
         import sys
 
         error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError | TimeoutError):
+        if isinstance(error, ConnectionError | TimeoutError | OSError):
             logger.debug("control client %s went away: %s", client_address[0], error)
             return
         logger.exception("control API: request from %s failed", client_address[0])
+
+
+def _close(request: socket.socket, connection: _Connection) -> None:
+    """End a connection from outside its thread: the thread's read returns and it closes the socket."""
+    connection.closed = True
+    with contextlib.suppress(OSError):  # already gone
+        request.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):
     control: ControlServer
     server_version = "dcgm-bridge"
     protocol_version = "HTTP/1.1"
+
+    def handle_one_request(self) -> None:
+        self.control.httpd.reading(self.connection, True)  # this request's deadline starts now
+        super().handle_one_request()
+
+    def _answering(self) -> None:
+        self.control.httpd.reading(self.connection, False)
+
+    def _token_refused(self, path: str) -> bool:
+        """A 401 (and True) when this request needs the token and does not carry it."""
+        if self.control.token is None or self.control.token_matches(self.headers.get("Authorization")):
+            return False
+        self.close_connection = True
+        body = json.dumps({"error": f"{path} needs Authorization: Bearer <token> (the run's control token: "
+                           f"${TOKEN_ENV}, or the file DCGM_BRIDGE_CONTROL_TOKEN_FILE names)"}).encode()
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Bearer realm="dcgm-bridge"')
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        return True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         logger.debug("control %s %s", self.client_address[0], format % args)
@@ -146,6 +342,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = self.path.split("?", 1)[0]
         session = self.control.session
+        self._answering()
+        if self.control.protect_reads and path not in _OPEN_GET and self._token_refused(path):
+            return
         if path == "/healthz":
             self._send(200, {"status": "alive"})
         elif path == "/readyz":
@@ -165,17 +364,24 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
-        if path in _GET:
-            self._error(405, f"{path} takes GET")
-            return
-        if path not in _POST:
-            self._error(404, f"no such endpoint {path}")
+        if path in _GET or path not in _POST:
+            self._answering()
+            self.close_connection = True  # its body is not read: the rest of the stream is not a request
+            if path in _GET:
+                self._error(405, f"{path} takes GET")
+            else:
+                self._error(404, f"no such endpoint {path}")
             return
         if not self.control.allowed(self.client_address[0]):
+            self._answering()
+            self.close_connection = True
             self._error(403, f"{path} accepts only clients in DCGM_BRIDGE_CONTROL_ALLOW "
                         f"({', '.join(map(str, self.control.allow))})")
             return
+        if self._token_refused(path):
+            return
         body = self._json_body()
+        self._answering()
         if body is None:
             return
         try:
@@ -232,6 +438,8 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def do_PUT(self) -> None:  # noqa: N802
+        self._answering()
+        self.close_connection = True
         self._error(405, "use GET for /healthz, /readyz, /status and POST for /phases, /complete")
 
     do_DELETE = do_PUT

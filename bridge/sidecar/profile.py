@@ -1,7 +1,8 @@
 """`dcgm-bridge profile -- CMD …`: run any benchmark command with GPU telemetry around it, as a
 well-behaved wrapper.
 
-The command gets `DCGM_BRIDGE_CONTROL_URL` so it can post phase marks. When it exits, the phases come
+The command gets `DCGM_BRIDGE_CONTROL_URL` and `DCGM_BRIDGE_CONTROL_TOKEN` (a new random one per run, sent
+as `Authorization: Bearer`) so it can post phase marks; no other local user can. When it exits, the phases come
 from its marks, else (AIPerf) from the files AIPerf wrote, else from a `phase_manifest.json` below the
 artifact directory, else the whole run is reported. AIPerf is passed `--no-gpu-telemetry` (its own
 telemetry flags become the bridge's: sidecar/aiperf.py), and the report is merged into AIPerf's own
@@ -123,16 +124,19 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
         _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout)
         return run
 
-    from bridge.sidecar.control import LOOPBACK, ControlServer
+    from bridge.sidecar.control import LOOPBACK, TOKEN_ENV, ControlServer, new_token
 
     session.prepare_artifacts()  # a folder that cannot take the telemetry stops us before the benchmark runs
     if not session.config.phase_manifest:
         # A benchmark that writes phase_manifest.json below the artifact directory, when no marks came.
         session.config = replace(session.config, phase_manifest=str(Path(config.artifact_dir).resolve()))
     # On a workstation only the benchmark (a child) talks to it: loopback, never the LAN.
-    server = ControlServer(session, LOOPBACK, 0, config.control_allow, metrics_text=session.exposition)
+    # Loopback is not a user boundary: a per-run token, known to the benchmark only, guards the writes.
+    token = new_token()
+    server = ControlServer(session, LOOPBACK, 0, config.control_allow, metrics_text=session.exposition, token=token,
+                           protect_reads=config.control_protect_reads)
     server.start()
-    child_env.update({"DCGM_BRIDGE_CONTROL_URL": f"http://{LOOPBACK}:{server.port}",
+    child_env.update({"DCGM_BRIDGE_CONTROL_URL": f"http://{LOOPBACK}:{server.port}", TOKEN_ENV: token,
                       "DCGM_BRIDGE_RUN_ID": session.run_id})
     view: Any = None
     relay: Any = None

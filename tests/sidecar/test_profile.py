@@ -27,7 +27,8 @@ import json, os, sys, time, urllib.request
 url = os.environ["DCGM_BRIDGE_CONTROL_URL"]
 def post(kind, event, t):
     body = json.dumps({"name": kind, "kind": kind, "event": event, "time_ns": t}).encode()
-    urllib.request.urlopen(urllib.request.Request(url + "/phases", data=body)).read()
+    token = {"Authorization": "Bearer " + os.environ["DCGM_BRIDGE_CONTROL_TOKEN"]}
+    urllib.request.urlopen(urllib.request.Request(url + "/phases", data=body, headers=token)).read()
 post("warmup", "start", time.time_ns())
 status = json.loads(urllib.request.urlopen(url + "/status").read())
 while json.loads(urllib.request.urlopen(url + "/status").read())["records_written"] < status["records_written"] + 4:
