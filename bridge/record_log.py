@@ -91,26 +91,61 @@ def dict_to_record(obj: Mapping[str, Any]) -> GpuRecord:
 # are freed while still in cache (runs of 1 MiB of lines were slower than one call per line). The file is
 # read in pieces of the same size, for the same reason.
 _BATCH_BYTES = 64 * 1024
+# A record line is a few kB (64 MIG instances' worth is ~40 kB): a longer one is no record of ours or AIPerf's,
+# and holding it whole would let one unterminated line (a file of NUL bytes) take the reader's memory.
+MAX_LINE_BYTES = 1 << 20
 
 
-def line_batches(path: Path) -> Iterator[bytes]:
+def line_batches(path: Path, errors: list[str] | None = None) -> Iterator[bytes]:
     """Runs of complete lines, each ending with its newline, of about _BATCH_BYTES (a longer line is a run
-    of its own); a trailing partial line is skipped."""
+    of its own); a trailing partial line is skipped.
+
+    Linear in the bytes read, whatever they hold: each byte is copied a bounded number of times, and at most
+    one line of MAX_LINE_BYTES is held. A longer line is skipped — given as an empty line, so the lines
+    after it keep their numbers — and described in `errors` (and logged once per file)."""
     chunks = _gunzip_chunks(path) if path.suffix == ".gz" else _raw_chunks(path)
-    pending = b""
+    head: list[bytes] = []  # the current line's bytes so far (pieces without a newline)
+    held = 0  # their length
+    skipping = False  # the current line is past MAX_LINE_BYTES: dropped up to its newline
+    lines = 0  # complete lines before the current chunk
     for chunk in chunks:
-        data = pending + chunk if pending else chunk
-        end = data.rfind(b"\n") + 1
-        start = 0
-        while end - start > 2 * _BATCH_BYTES:
-            cut = data.rfind(b"\n", start, start + _BATCH_BYTES) + 1
-            if cut <= start:
-                cut = data.find(b"\n", start + _BATCH_BYTES) + 1
-            yield data[start:cut]
-            start = cut
-        if end > start:
-            yield data[start:end]
-        pending = data[end:]
+        end = chunk.rfind(b"\n") + 1
+        if end == 0:  # the current line goes on
+            held += len(chunk)
+            if not skipping and held > MAX_LINE_BYTES:
+                skipping, head = True, []
+            elif not skipping:
+                head.append(chunk)
+            continue
+        first = chunk.find(b"\n") + 1
+        if skipping or held + first > MAX_LINE_BYTES:
+            _note_long_line(path, lines + 1, held + first - 1, errors)
+            data = b"\n" + chunk[first:end]
+        else:
+            data = b"".join((*head, chunk[:end])) if head else chunk[:end]
+        lines += data.count(b"\n")
+        skipping, head, held = False, ([chunk[end:]] if end < len(chunk) else []), len(chunk) - end
+        yield from _runs(data)
+
+
+def _runs(data: bytes) -> Iterator[bytes]:
+    """`data` (whole lines) in runs of about _BATCH_BYTES, cut at newlines."""
+    start, end = 0, len(data)
+    while end - start > 2 * _BATCH_BYTES:
+        cut = data.rfind(b"\n", start, start + _BATCH_BYTES) + 1
+        if cut <= start:
+            cut = data.find(b"\n", start + _BATCH_BYTES) + 1
+        yield data[start:cut]
+        start = cut
+    if end > start:
+        yield data[start:end] if start else data
+
+
+def _note_long_line(path: Path, number: int, size: int, errors: list[str] | None) -> None:
+    message = f"{path}:{number}: a line of {size:,} bytes or more (over {MAX_LINE_BYTES:,}) is no record: skipped"
+    if errors is not None:
+        errors.append(message)
+    logger.warning("%s", message)
 
 
 def _raw_chunks(path: Path) -> Iterator[bytes]:
@@ -120,26 +155,38 @@ def _raw_chunks(path: Path) -> Iterator[bytes]:
 
 
 def _gunzip_chunks(path: Path) -> Iterator[bytes]:
-    """Decompress every gzip member (each writer session appends one); a stream cut short by a kill
-    yields everything that was sync-flushed before the cut."""
+    """Decompress every gzip member (each writer session appends one), in pieces of at most _BATCH_BYTES (a
+    small piece of a compressed run of zeros is megabytes); a stream cut short by a kill yields everything
+    that was sync-flushed before the cut."""
     decoder = zlib.decompressobj(wbits=31)
     for chunk in _raw_chunks(path):
         while chunk:
             try:
-                yield decoder.decompress(chunk)
+                piece = decoder.decompress(chunk, _BATCH_BYTES)
             except zlib.error:
                 logger.warning("%s: corrupt gzip data; reading stopped there", path)
                 return
+            if piece:
+                yield piece
+            if decoder.unconsumed_tail:
+                chunk = decoder.unconsumed_tail
+                continue
             if not decoder.eof:
                 break
             chunk = decoder.unused_data
             decoder = zlib.decompressobj(wbits=31)
+    try:
+        rest = decoder.flush()  # what the last call held back (a stream cut short: as far as it goes)
+    except zlib.error:
+        return
+    if rest:
+        yield rest
 
 
 def read_dict_batches(path: Path, errors: list[str] | None = None) -> Iterator[list[dict[str, Any]]]:
     """The JSON objects of a log's lines (as `read_dicts`), a list per run of lines (`dicts_of_lines`)."""
     number = 0  # lines before this run
-    for batch in line_batches(path):
+    for batch in line_batches(path, errors):
         yield dicts_of_lines(batch, number, path, errors)
         number += batch.count(b"\n")
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from bridge.errors import ConfigError
+from bridge.fields import default_table
 from bridge.sidecar.folder_lock import LOCK_FILE, FolderLock
 from bridge.simulator import SimulatedExporter, SimulatorConfig
-from tests.sidecar.helpers import scrape_synchronously, session_for
+from tests.sidecar.helpers import resumed_report, scrape_synchronously, session_for
 
 _HOLD = """
 import sys, time
@@ -188,7 +189,6 @@ def test_readyz_turns_503_the_moment_the_record_log_cannot_be_written(exporter: 
                                                                        tmp_path: Path) -> None:
     from bridge.config import Config
     from bridge.endpoints import TelemetryItems
-    from bridge.fields import default_table
     from bridge.sidecar.session import Session
 
     def refuse(path: Path):  # the disk refuses every write (EACCES), while the folder itself stays writable
@@ -294,7 +294,6 @@ def default_ports() -> Iterator[list[_Listener]]:
 def test_the_exporter_credentials_never_reach_the_builtin_localhost_defaults(
         default_ports: list[_Listener], tmp_path: Path, how: str) -> None:
     from bridge.config import resolve
-    from bridge.fields import default_table
     from bridge.sidecar.session import Session
 
     named = _Listener(0)
@@ -318,7 +317,6 @@ def test_the_exporter_credentials_never_reach_the_builtin_localhost_defaults(
 
 def test_defaults_the_user_named_get_the_credentials(default_ports: list[_Listener], tmp_path: Path) -> None:
     from bridge.config import resolve
-    from bridge.fields import default_table
     from bridge.sidecar.session import Session
 
     config = resolve({"run_id": "run-a", "artifact_dir": str(tmp_path)},
@@ -328,3 +326,78 @@ def test_defaults_the_user_named_get_the_credentials(default_ports: list[_Listen
     session.configure()
     session.complete()
     assert set(default_ports[0].seen) == {"Bearer s3cret"} and default_ports[1].seen == []
+
+
+# -- 9. the record-log reader is linear and holds at most one line ------------------------------------------
+_RECORD = (b'{"gpu_index":0,"gpu_uuid":"GPU-1","timestamp_ns":1700000000000000000,'
+           b'"telemetry_source_url":"http://h:9400/metrics","telemetry_data":{"gpu_power_usage":100.0}}\n')
+
+
+def _log_with_a_long_line(path: Path, junk: int) -> Path:
+    import gzip
+
+    body = _RECORD + b"\0" * junk + b"\n" + _RECORD.replace(b"1700000000000000000", b"1700000001000000000")
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(body, 1))
+    else:
+        path.write_bytes(body)
+    return path
+
+
+@pytest.mark.parametrize("name", ["gpu_telemetry_export.jsonl", "gpu_telemetry_export.jsonl.gz"])
+def test_an_endless_line_is_skipped_counted_and_never_held_whole(tmp_path: Path, name: str) -> None:
+    import tracemalloc
+
+    from bridge.record_log import read_records
+
+    path = _log_with_a_long_line(tmp_path / name, 24 << 20)
+    errors: list[str] = []
+    tracemalloc.start()
+    try:
+        records = list(read_records(path, errors))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [r.timestamp_ns for r in records] == [1700000000000000000, 1700000001000000000]
+    assert errors == [f"{path}:2: a line of 25,165,824 bytes or more (over 1,048,576) is no record: skipped"]
+    assert peak < 4 << 20, f"{peak:,} bytes held for a {24 << 20:,}-byte line"  # (it was the line, twice)
+
+
+def test_a_line_just_under_the_bound_is_still_read(tmp_path: Path) -> None:
+    from bridge.record_log import MAX_LINE_BYTES, read_dicts
+
+    padded = _RECORD[:-2] + b', "pad": "' + b"x" * (MAX_LINE_BYTES - len(_RECORD) - 20) + b'"}\n'
+    assert len(padded) <= MAX_LINE_BYTES
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(_RECORD + padded + _RECORD)
+    errors: list[str] = []
+    assert len(list(read_dicts(path, errors))) == 3 and errors == []
+
+
+def test_the_report_reader_and_a_restarted_sidecar_skip_an_endless_line(exporter: SimulatedExporter,
+                                                                        tmp_path: Path) -> None:
+    """The restart path: a sidecar restarted inside its run reads its record log (and events) back for the
+    report; a record log holding an endless line gives the report every other record."""
+
+    from bridge.report.series import SeriesAccumulator
+
+    first = session_for([exporter.url], tmp_path, run_id="run-a")
+    first.configure()
+    scrape_synchronously(first, 2)
+    first.records.close()
+    first.events.close()
+    first.folder_lock.release()  # killed
+    log = tmp_path / "gpu_telemetry_export.jsonl"
+    before = log.read_bytes().count(b"\n")
+    with log.open("ab") as f:
+        f.write(b"7" * (3 << 20) + b"\n")  # digits: what the kernel's scan would read as one number token
+    report = resumed_report(exporter.url, tmp_path, "run-a")
+    gpus = next(iter(report["telemetry_data"]["endpoints"].values()))["gpus"]
+    assert gpus["gpu_0"]["metrics"]["nvidia_power_usage"]["count"] >= before + 2
+    for kernel in (True, False):
+        accumulator = SeriesAccumulator()
+        accumulator.use_kernel = kernel
+        errors: list[str] = []
+        accumulator.add_path(log, errors)
+        assert errors == [f"{log}:{before + 1}: a line of 3,145,728 bytes or more (over 1,048,576) is no record: "
+                          "skipped"], kernel

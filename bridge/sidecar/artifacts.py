@@ -27,7 +27,7 @@ from typing import Literal
 import orjson
 
 from bridge.errors import ConfigError
-from bridge.record_log import EVENTS_FILE, EXPORT_FILE
+from bridge.record_log import EVENTS_FILE, EXPORT_FILE, MAX_LINE_BYTES
 from bridge.sidecar.folder_lock import FolderLock
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def output_problem(path: Path) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return f"cannot check {path} ({exc.strerror or exc})"
+        return f"{path}: {exc.strerror or exc}"
     if stat.S_ISLNK(mode):
         return (f"{path} is a symbolic link: remove it (dcgm-bridge never follows a link below the artifact "
                 "folder; someone else may have planted it)")
@@ -159,7 +159,10 @@ def prepare_artifact_dir(artifact_dir: Path, run_id: str, record_log: Path, repo
 def _first_run_id(events: Path) -> str | None:
     try:
         with events.open("rb") as stream:
-            for _, line in zip(range(50), stream, strict=False):
+            for _ in range(50):  # (readline's bound: a file of one endless line is not read whole)
+                line = stream.readline(MAX_LINE_BYTES)
+                if not line:
+                    break
                 try:
                     event = orjson.loads(line)
                 except orjson.JSONDecodeError:

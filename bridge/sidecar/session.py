@@ -487,15 +487,18 @@ class Session:
         be written now (a read-only or full volume loses everything). The exporters are not waited for."""
         if self.state not in ("configured", "collecting"):
             return f"the run is {self.state}"
-        refused = self.records.last_error or self.events.last_error  # the last write failed: not ready from then on
-        problem = refused or self.write_problem()
-        return problem if refused else f"cannot write {self.artifact_dir}: {problem}" if problem else None
+        refused = self.records.last_error or self.events.last_error  # the last write of a file failed
+        problem = self.write_problem(fresh=refused is not None)
+        if problem:
+            return f"cannot write {self.artifact_dir}: {problem}"
+        return refused  # a file refused while the folder takes new ones (another user's, a read-only bind)
 
-    def write_problem(self) -> str | None:
-        """Why the artifact folder cannot be written now (None: it can), tried at most once a second."""
+    def write_problem(self, fresh: bool = False) -> str | None:
+        """Why the artifact folder cannot be written now (None: it can), tried at most once a second (`fresh`:
+        now)."""
         with self._write_check:
             now = self._monotonic()
-            if self._write_checked is None or now - self._write_checked[0] >= _WRITE_CHECK_S:
+            if fresh or self._write_checked is None or now - self._write_checked[0] >= _WRITE_CHECK_S:
                 self._write_checked = (now, write_problem(self.artifact_dir))
             return self._write_checked[1]
 
