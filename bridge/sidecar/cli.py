@@ -254,9 +254,11 @@ def _live_view(session: Any, wanted: bool) -> Any:
               help="Also write the self-contained HTML report here.")
 @click.option("--stop-timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
               help="Seconds the benchmark gets to finish its files after a forwarded SIGINT/SIGTERM.")
+@click.option("--keep-children", is_flag=True,
+              help="Leave running what the benchmark started and left behind (stopped at the end by default).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_timeout: float,
-            **flags: Any) -> None:
+            keep_children: bool, **flags: Any) -> None:
     """Run a benchmark command with GPU telemetry: dcgm-bridge profile [OPTIONS] -- CMD [ARGS]…
 
     CMD gets DCGM_BRIDGE_CONTROL_URL and DCGM_BRIDGE_CONTROL_TOKEN to post phase marks. For `aiperf
@@ -284,7 +286,8 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
     from bridge.errors import BridgeError
 
     try:
-        run = run_profile(config, session, argv, live=live, stop_timeout=stop_timeout, env=env)
+        run = run_profile(config, session, argv, live=live, stop_timeout=stop_timeout, env=env,
+                          keep_children=keep_children)
     except BridgeError:
         raise  # its own message and exit code (bridge/cli.py)
     except (OSError, ValueError) as exc:
