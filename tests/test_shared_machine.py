@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -401,3 +402,123 @@ def test_the_report_reader_and_a_restarted_sidecar_skip_an_endless_line(exporter
         accumulator.add_path(log, errors)
         assert errors == [f"{log}:{before + 1}: a line of 3,145,728 bytes or more (over 1,048,576) is no record: "
                           "skipped"], kernel
+
+
+# -- 10. smaller holes ------------------------------------------------------------------------------------
+def test_a_stale_done_marker_neither_ends_a_new_run_nor_stays(exporter: SimulatedExporter, tmp_path: Path) -> None:
+    import httpx
+
+    from tests.sidecar.helpers import start_sidecar
+
+    done = tmp_path / "done"
+    done.write_text("run-old 0\n")  # an earlier run's, left on the volume
+    process, base = start_sidecar(tmp_path / "log", exporter.url, tmp_path / "out", "--run-id", "run-new",
+                                  DCGM_BRIDGE_DONE_FILE=str(done))
+    try:
+        assert not done.exists()  # removed at start
+        done.write_text("0\n")  # a marker without a run id appears meanwhile: ignored and removed too
+        deadline = time.monotonic() + 10
+        while done.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not done.exists()
+        assert process.poll() is None and httpx.get(base + "/readyz", timeout=5).json()["state"] == "collecting"
+        done.write_text("run-new 0\n")
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    log = (tmp_path / "log").read_text()
+    assert f"{done} is not run run-new's (it names 'run-old'): removed and ignored" in log
+    assert f"{done} is not run run-new's (it names '0'): removed and ignored" in log
+
+
+@pytest.mark.parametrize("phase,problem", [
+    ({"phase_name": "p" * 300, "start_ns": 1, "end_ns": 2}, "phase name 'pppp"),
+    ({"phase_name": "backwards", "start_ns": 2, "end_ns": 1}, "phase 'backwards' ends at"),
+])
+def test_a_bad_manifest_phase_is_refused_before_anything_is_written(
+        exporter: SimulatedExporter, tmp_path: Path, caplog: pytest.LogCaptureFixture, phase: dict, problem: str
+        ) -> None:
+    import json
+
+    session = session_for([exporter.url], tmp_path, run_id="run-a")
+    session.configure()
+    scrape_synchronously(session, 3)
+    now = time.time_ns()
+    phase = {**phase, "phase_kind": "profiling", "phase_index": 0,
+             "start_ns": now - 10**9 + phase["start_ns"], "end_ns": now - 10**9 + phase["end_ns"]}
+    (tmp_path / "phase_manifest.json").write_text(json.dumps({"schema_version": 1, "phases": [phase]}))
+    session.config = __import__("dataclasses").replace(session.config, phase_manifest=str(tmp_path))
+    with caplog.at_level(logging.WARNING, "bridge.sidecar.finish"):
+        outputs = session.complete()
+    assert outputs.error is None
+    assert "the benchmark's phases are not used (" + problem in caplog.text
+    assert "the report covers the whole run" in caplog.text
+    assert json.loads((tmp_path / "profile_export_aiperf.json").read_text())["telemetry_data"]["endpoints"]
+    assert not (tmp_path / "phases").exists()
+
+
+class _BlockingSender:
+    """A receiver that never answers while the run ends (the OTLP seam, as a hung collector behaves)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def send(self, parts: list[bytes]):
+        from bridge.otlp import SendResult
+
+        self.entered.set()
+        self.release.wait(30)
+        return SendResult(True, status="200")
+
+    def close(self) -> None:
+        self.release.set()
+
+
+def test_otlp_points_still_in_flight_at_exit_count_as_dropped() -> None:
+    from bridge.otlp import OtlpConfig, OtlpForwarder
+    from tests.otlp.test_export import submit_pages
+
+    sender = _BlockingSender()
+    forwarder = OtlpForwarder(OtlpConfig(endpoint="http://127.0.0.1:1/v1/metrics", export_interval_s=0.01),
+                              base_resource={}, sender=sender)
+    points = submit_pages(forwarder, 2)
+    assert sender.entered.wait(10)
+    stats = forwarder.close(0.2)
+    assert (stats.dropped_points, stats.sent_points) == (points, 0)
+    sender.release.set()
+    time.sleep(0.2)  # the late answer changes nothing
+    assert (forwarder.stats().dropped_points, forwarder.stats().sent_points) == (points, 0)
+
+
+@pytest.mark.parametrize("content_type,body,rejected,warned", [
+    ("text/html; charset=utf-8", b"<html>please log in</html>", 0, True),
+    ("application/json", b'{"partialSuccess": {"rejectedDataPoints": "3", "errorMessage": "too old"}}', 3, False),
+    ("application/json", b'{"partialSuccess": {"rejectedDataPoints": 4}}', 4, False),
+    ("application/x-protobuf", b"", 0, False),
+    ("text/plain", b"", 0, False),  # an empty 200 body is a valid answer, whatever its type
+])
+def test_an_otlp_200_is_read_by_its_content_type(caplog: pytest.LogCaptureFixture, content_type: str, body: bytes,
+                                                 rejected: int, warned: bool) -> None:
+    from bridge.otlp import HttpSender, OtlpConfig
+    from tests.loopback import LoopbackServer, send
+
+    def answer(handler) -> None:
+        handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+        send(handler, body, content_type=content_type)
+
+    with LoopbackServer(answer) as receiver, caplog.at_level(logging.WARNING, "bridge.otlp.transport"):
+        sender = HttpSender(OtlpConfig(endpoint=f"http://u:pw@127.0.0.1:{receiver.port}/v1/metrics"))
+        results = [sender.send([b""]) for _ in range(2)]
+        sender.close()
+    assert [(r.ok, r.rejected_points) for r in results] == [(True, rejected)] * 2
+    warnings = [r.getMessage() for r in caplog.records]
+    if warned:
+        (line,) = warnings  # once, however many answers
+        assert f"127.0.0.1:{receiver.port}" in line and "text/html" in line and "pw" not in line
+    else:
+        assert warnings == []

@@ -315,7 +315,8 @@ def control_plane_script(spec: ProfileSpec) -> str:
         )
     lines += ['"$@"', "rc=$?", 'echo "benchmark exited with status $rc"']
     if telemetry.enabled and telemetry.legacy_sidecar:
-        lines.append(f'echo "$rc" > {DONE_FILE}')
+        # The run id first: the sidecar ignores (and removes) a marker an earlier run left on the volume.
+        lines.append(f'printf "%s %s\\n" "$DCGM_BRIDGE_RUN_ID" "$rc" > {DONE_FILE}')
     if spec.results_hold_seconds > 0:
         lines += [
             f'echo "artifacts in {ARTIFACTS} for up to {spec.results_hold_seconds}s: '

@@ -12,6 +12,7 @@ that cannot take its telemetry.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -120,6 +121,28 @@ def new_spool_dir(artifact_dir: Path, run_id: str) -> Path:
     folder, so no link planted under a name we would use is ever written through."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:64]
     return Path(tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{safe}-", dir=artifact_dir))
+
+
+def done_marker_is_ours(path: Path, run_id: str) -> bool:
+    """Whether the benchmark-done marker (`<run id> <exit code>`, kube profile's legacy sidecar) is this run's.
+    Any other one (an earlier run's, or one without a run id) is removed with one line and ignored: a stale
+    marker must not end a new run."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        words: list[bytes] = []
+    else:
+        with os.fdopen(fd, "rb") as f:
+            words = f.read(512).split()
+    if words and words[0].decode(errors="replace") == run_id:
+        return True
+    logger.warning("%s is not run %s's (it names %s): removed and ignored", path, run_id,
+                   repr(words[0].decode(errors="replace")[:64]) if words else "no run")
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return False
 
 
 def earlier_run(events: Path, record_log: Path) -> EarlierRun | None:

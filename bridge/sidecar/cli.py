@@ -209,6 +209,10 @@ def sidecar(live: bool, **flags: Any) -> None:
     session.start()
     view = _live_view(session, live or config.telemetry.dashboard)
     done_file = Path(config.done_file) if config.done_file else None
+    if done_file is not None:
+        from bridge.sidecar.artifacts import done_marker_is_ours
+
+        done_marker_is_ours(done_file, session.run_id)  # an earlier run's marker is removed now
     watch = OtlpLossWatch()
     finished_by_file = False
     # A look at the done file once a second when there is one, and at the OTLP counters when the forwarder says
@@ -222,7 +226,7 @@ def sidecar(live: bool, **flags: Any) -> None:
         look.clear()
         if done.is_set():
             break
-        if done_file is not None and done_file.exists():
+        if done_file is not None and done_marker_is_ours(done_file, session.run_id):
             finished_by_file = True
             break
         if session.forwarder is not None:

@@ -17,6 +17,7 @@ from bridge.fields import FieldTable
 from bridge.record_log import LineWriter
 from bridge.report.spool import LiveSeries
 from bridge.samples import PhaseMark
+from bridge.sidecar.marks import phase_problems
 
 if TYPE_CHECKING:
     from bridge.report.build import Records, Report
@@ -109,6 +110,11 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
     target = session.report_target
     phases = target.phases if target is not None and target.phases and not session.marks else None
     phases = phases or manifest_phases(session)
+    problems = phase_problems(phases or [])
+    if problems:
+        logger.warning("the benchmark's phases are not used (%s): the report covers the whole run",
+                       "; ".join(problems))
+        phases = None
     if phases:
         kwargs["phases"] = phases
     live = session.live_series
