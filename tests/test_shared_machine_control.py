@@ -23,7 +23,8 @@ from bridge.config import Config
 from bridge.endpoints import TelemetryItems
 from bridge.errors import ConfigError
 from bridge.fields import default_table
-from bridge.sidecar.control import ControlServer, sidecar_token, token_from_file
+from bridge.sidecar.control import ControlServer
+from bridge.sidecar.control_token import sidecar_token, token_from_file
 from bridge.sidecar.session import Session
 from bridge.simulator import SimulatedExporter, SimulatorConfig
 from tests.sidecar.helpers import start_sidecar

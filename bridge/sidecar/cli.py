@@ -174,7 +174,8 @@ def build_session(config: Any, otlp: dict[str, Any]) -> Any:
 @click.option("--health-port", type=int, help="Control API port (default 8086).")
 def sidecar(live: bool, **flags: Any) -> None:
     """The container entry point: configure, serve the control API, collect until complete or a signal."""
-    from bridge.sidecar.control import ControlServer, sidecar_token
+    from bridge.sidecar.control import ControlServer
+    from bridge.sidecar.control_token import sidecar_token
 
     flags, otlp = split_flags(flags)
     config = resolve_config(flags)

@@ -1,101 +1,43 @@
 """The control API on the health port (default 8086).
 
-Who may do what (README "Security"): GET /healthz and /readyz answer anyone (the kubelet probes the pod IP);
-/status and /metrics too unless `protect_reads` (Prometheus scrapes /metrics); POST /phases and /complete
-need `Authorization: Bearer <token>` when the server has a token (`profile` makes one per run and hands it to
-the benchmark; the `sidecar` command reads or makes DCGM_BRIDGE_CONTROL_TOKEN_FILE), and always come from a
-client in `control_allow` (loopback by default: the benchmark shares the pod). Without a token, loopback is
-the only rule, and every local user (every container of the pod) can end the run.
+Who may do what (README "Security on a shared machine"): GET /healthz and /readyz answer anyone (the
+kubelet probes the pod IP); /status and /metrics too unless `protect_reads` (Prometheus scrapes /metrics);
+POST /phases and /complete need `Authorization: Bearer <token>` when the server has a token (control_token.py:
+`profile` makes one per run and hands it to the benchmark; the `sidecar` command reads or makes
+DCGM_BRIDGE_CONTROL_TOKEN_FILE), and always come from a client in `control_allow` (loopback by default: the
+benchmark shares the pod). Without a token, loopback is the only rule, and every local user (every container
+of the pod) can end the run. Connections are bounded (control_server.py: a whole-request deadline, a cap).
 
-Connections are bounded: a request's headers and body must arrive within `request_deadline_s` of its start
-(the accept, or the end of the previous answer on a kept-alive connection), however slowly they trickle; at
-most `max_connections` are open, and a new one closes the oldest still waiting for its request, so /healthz
-and /readyz are answered even then; when accept fails for want of descriptors (EMFILE) the loop backs off
-instead of spinning. Bad requests get a 4xx with a JSON body that says what is wrong (400 a bad value, 401 no
-or a wrong token, 409 a phase mark out of sequence; sidecar/marks.py checks every value before anything is
-applied); nothing a client sends crashes it.
+Bad requests get a 4xx with a JSON body that says what is wrong (400 a bad value, 401 no or a wrong token, 409
+a phase mark out of sequence; sidecar/marks.py checks every value before anything is applied); nothing a
+client sends crashes it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hmac
 import ipaddress
 import json
 import logging
-import os
-import secrets
-import selectors
-import socket
-import stat
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from bridge.errors import ConfigError, SequenceError
+from bridge.sidecar.control_server import BACKLOG as BACKLOG
+from bridge.sidecar.control_server import MAX_CONNECTIONS, REQUEST_DEADLINE_S, BoundedServer
+from bridge.sidecar.control_token import TOKEN_ENV
 from bridge.sidecar.session import LifecycleError, Session
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024
 LOOPBACK = "127.0.0.1"  # `profile` on a workstation; the `sidecar` command's default is all addresses (config.py)
-BACKLOG = 64  # connections waiting to be accepted (socketserver's default is 5)
-REQUEST_DEADLINE_S = 5.0  # a request's headers and body, whole, within this (not per recv: a byte every 4 s)
-MAX_CONNECTIONS = 256  # open at once; past it the oldest one still waiting for its request is closed
-_ACCEPT_BACKOFF_S = (0.01, 1.0)  # accept failing for want of descriptors: wait this long, doubling, at most
 _GET = ("/healthz", "/readyz", "/status", "/metrics")
 _OPEN_GET = ("/healthz", "/readyz")  # the kubelet's probes: never behind the token
 _POST = ("/phases", "/complete")
-TOKEN_ENV = "DCGM_BRIDGE_CONTROL_TOKEN"
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(32)
-
-
-def token_from_file(path: Path) -> str:
-    """The control token in `path`; when it has none yet, a new one written there (mode 0600, never through a
-    link): the sidecar makes it at start, and the benchmark container, which mounts the same memory emptyDir,
-    reads it. A ConfigError names a file that cannot be read or made."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        mode = None
-    except OSError as exc:
-        raise ConfigError(f"DCGM_BRIDGE_CONTROL_TOKEN_FILE {path}: {exc.strerror or exc}") from None
-    try:
-        if mode is not None:
-            if not stat.S_ISREG(mode):
-                raise ConfigError(f"DCGM_BRIDGE_CONTROL_TOKEN_FILE {path} is not a regular file (a link?): remove it")
-            token = path.read_text(encoding="utf-8").strip()
-            if token:
-                return token
-            path.unlink()
-        token = new_token()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(token + "\n")
-        return token
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise ConfigError(f"DCGM_BRIDGE_CONTROL_TOKEN_FILE {path}: cannot read or write it ({reason}); "
-                          "mount a writable folder there (kube profile: a memory emptyDir)") from None
-
-
-def sidecar_token(config: Any) -> str | None:
-    """The `sidecar` command's token: DCGM_BRIDGE_CONTROL_TOKEN_FILE's (made when absent), or None with one
-    warning line (loopback stays the only rule)."""
-    if config.control_token_file:
-        return token_from_file(Path(config.control_token_file))
-    logger.warning("control API: no DCGM_BRIDGE_CONTROL_TOKEN_FILE, so POST /phases and /complete need no token: "
-                   "any process that reaches %s (every container of a pod) can mark phases and end the run; "
-                   "set it to require one (README \"Security\")", ", ".join(config.control_allow))
-    return None
 
 
 class ControlServer:
@@ -116,7 +58,7 @@ class ControlServer:
         # The socket timeout of each read is the deadline too: a backstop should the reaper be late.
         handler = type("Handler", (_Handler,), {"control": self, "timeout": request_deadline_s})
         try:
-            self.httpd = _Server((host, port), handler, request_deadline_s, max_connections, monotonic)
+            self.httpd = BoundedServer((host, port), handler, request_deadline_s, max_connections, monotonic)
         except OSError as exc:
             raise ConfigError(f"--health-port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
                               "stop what uses it or choose another port (DCGM_BRIDGE_HEALTH_PORT)") from None
@@ -147,146 +89,6 @@ class ControlServer:
         scheme, _, given = (authorization or "").strip().partition(" ")
         assert self.token is not None
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
-
-
-@dataclass
-class _Connection:
-    since: float  # when its current request began: the accept, or the end of the previous answer
-    reading: bool = True  # waiting for the request's bytes (False: being answered, however long that takes)
-    closed: bool = False
-
-
-class _Server(ThreadingHTTPServer):
-    """socketserver's serve_forever wakes every half second to look for a shutdown request; an idle sidecar
-    pays those wake-ups all run long. This loop sleeps until a client connects, a request's deadline passes,
-    or `stop` writes to its pipe; it also owns the connection bounds (see the module docstring)."""
-
-    request_queue_size = BACKLOG  # socketserver passes it to listen()
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], deadline_s: float,
-                 max_connections: int, monotonic: Callable[[], float]) -> None:
-        self.deadline_s = deadline_s
-        self.max_connections = max_connections
-        self.monotonic = monotonic
-        self.connections: dict[socket.socket, _Connection] = {}
-        self._connections_lock = threading.Lock()
-        self._paused_until = 0.0  # accept backs off until then (EMFILE)
-        self._backoff = 0.0
-        self.accept_failures = 0
-        super().__init__(address, handler)
-
-    def server_activate(self) -> None:
-        super().server_activate()
-        self._stopping = False
-        self._wake_read, self._wake_write = os.pipe()
-
-    def serve_until_stopped(self) -> None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._wake_read, selectors.EVENT_READ)
-            listening = False
-            while not self._stopping:
-                now = self.monotonic()
-                accept = now >= self._paused_until
-                if accept and not listening:
-                    selector.register(self, selectors.EVENT_READ)
-                elif listening and not accept:
-                    selector.unregister(self)
-                listening = accept
-                waits = [w for w in (self.reap(now), None if accept else self._paused_until - now) if w is not None]
-                for key, _ in selector.select(min(waits) if waits else None):
-                    if key.fileobj is self and not self._stopping:
-                        self._handle_request_noblock()  # type: ignore[attr-defined]  # (serve_forever's own step)
-                    elif key.fileobj == self._wake_read:
-                        os.read(self._wake_read, 512)
-
-    def wake(self) -> None:
-        """Run the loop once now (a test that moved its clock; `stop`)."""
-        os.write(self._wake_write, b"!")
-
-    def stop(self) -> None:
-        self._stopping = True
-        self.wake()
-
-    def close_wake(self) -> None:
-        os.close(self._wake_read)
-        os.close(self._wake_write)
-
-    # -- the bounds ----------------------------------------------------------------------------------
-    def get_request(self) -> tuple[socket.socket, Any]:
-        try:
-            request = super().get_request()
-        except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                self.accept_failures += 1
-                low, high = _ACCEPT_BACKOFF_S
-                self._backoff = min(high, max(low, 2 * self._backoff))
-                self._paused_until = self.monotonic() + self._backoff
-                if self.accept_failures == 1 or self._backoff == high:
-                    logger.warning("control API: cannot accept a connection (%s): waiting %.2f s; %d open",
-                                   exc.strerror, self._backoff, len(self.connections))
-                with self._connections_lock:
-                    self._close_oldest_waiting_locked()  # frees a descriptor for the next accept
-            raise  # socketserver drops this attempt
-        self._backoff = 0.0
-        return request
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._connections_lock:
-            if len(self.connections) >= self.max_connections:
-                self._close_oldest_waiting_locked()
-            self.connections[request] = _Connection(self.monotonic())
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._connections_lock:
-            self.connections.pop(request, None)
-        super().shutdown_request(request)
-
-    def reading(self, request: Any, reading: bool) -> None:
-        """The connection waits for a request (its deadline starts now), or is being answered."""
-        with self._connections_lock:
-            connection = self.connections.get(request)
-            if connection is not None:
-                connection.reading = reading
-                connection.since = self.monotonic()
-
-    def reap(self, now: float) -> float | None:
-        """Close every connection whose request is past its deadline; seconds until the next one's."""
-        nearest: float | None = None
-        with self._connections_lock:
-            for request, connection in self.connections.items():
-                if not connection.reading or connection.closed:
-                    continue
-                left = connection.since + self.deadline_s - now
-                if left <= 0:
-                    logger.debug("control API: a request not whole within %.1f s: closed", self.deadline_s)
-                    _close(request, connection)
-                else:
-                    nearest = left if nearest is None else min(nearest, left)
-        return nearest
-
-    def _close_oldest_waiting_locked(self) -> None:
-        waiting = [(c.since, id(r), r) for r, c in self.connections.items() if c.reading and not c.closed]
-        if waiting:
-            _, _, request = min(waiting)
-            _close(request, self.connections[request])
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that goes away mid-answer (a scraper that timed out, curl | head) is not an error."""
-        import sys
-
-        error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError | TimeoutError | OSError):
-            logger.debug("control client %s went away: %s", client_address[0], error)
-            return
-        logger.exception("control API: request from %s failed", client_address[0])
-
-
-def _close(request: socket.socket, connection: _Connection) -> None:
-    """End a connection from outside its thread: the thread's read returns and it closes the socket."""
-    connection.closed = True
-    with contextlib.suppress(OSError):  # already gone
-        request.shutdown(socket.SHUT_RDWR)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -128,7 +128,8 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
         _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout, keep_children=keep_children)
         return run
 
-    from bridge.sidecar.control import LOOPBACK, TOKEN_ENV, ControlServer, new_token
+    from bridge.sidecar.control import LOOPBACK, ControlServer
+    from bridge.sidecar.control_token import TOKEN_ENV, new_token
 
     session.prepare_artifacts()  # a folder that cannot take the telemetry stops us before the benchmark runs
     if not session.config.phase_manifest:
