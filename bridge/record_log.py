@@ -102,12 +102,12 @@ def line_batches(path: Path, errors: list[str] | None = None) -> Iterator[bytes]
 
     Linear in the bytes read, whatever they hold: each byte is copied a bounded number of times, and at most
     one line of MAX_LINE_BYTES is held. A longer line is skipped — given as an empty line, so the lines
-    after it keep their numbers — and described in `errors` (and logged once per file)."""
+    after it keep their numbers — and described in `errors` by its byte offset (and logged)."""
     chunks = _gunzip_chunks(path) if path.suffix == ".gz" else _raw_chunks(path)
     head: list[bytes] = []  # the current line's bytes so far (pieces without a newline)
     held = 0  # their length
     skipping = False  # the current line is past MAX_LINE_BYTES: dropped up to its newline
-    lines = 0  # complete lines before the current chunk
+    offset = 0  # where the current chunk starts in the (decompressed) log
     for chunk in chunks:
         end = chunk.rfind(b"\n") + 1
         if end == 0:  # the current line goes on
@@ -116,16 +116,18 @@ def line_batches(path: Path, errors: list[str] | None = None) -> Iterator[bytes]
                 skipping, head = True, []
             elif not skipping:
                 head.append(chunk)
-            continue
-        first = chunk.find(b"\n") + 1
-        if skipping or held + first > MAX_LINE_BYTES:
-            _note_long_line(path, lines + 1, held + first - 1, errors)
-            data = b"\n" + chunk[first:end]
         else:
-            data = b"".join((*head, chunk[:end])) if head else chunk[:end]
-        lines += data.count(b"\n")
-        skipping, head, held = False, ([chunk[end:]] if end < len(chunk) else []), len(chunk) - end
-        yield from _runs(data)
+            first = chunk.find(b"\n") + 1
+            if skipping or held + first > MAX_LINE_BYTES:
+                _note_long_line(path, offset - held, held + first - 1, errors)
+                data = b"\n" + chunk[first:end]
+            elif head:
+                data = b"".join((*head, memoryview(chunk)[:end]))
+            else:
+                data = chunk if end == len(chunk) else chunk[:end]
+            skipping, head, held = False, ([chunk[end:]] if end < len(chunk) else []), len(chunk) - end
+            yield from _runs(data)
+        offset += len(chunk)
 
 
 def _runs(data: bytes) -> Iterator[bytes]:
@@ -141,8 +143,9 @@ def _runs(data: bytes) -> Iterator[bytes]:
         yield data[start:end] if start else data
 
 
-def _note_long_line(path: Path, number: int, size: int, errors: list[str] | None) -> None:
-    message = f"{path}:{number}: a line of {size:,} bytes or more (over {MAX_LINE_BYTES:,}) is no record: skipped"
+def _note_long_line(path: Path, start: int, size: int, errors: list[str] | None) -> None:
+    message = (f"{path}: the line at byte {start:,} has {size:,} bytes (over {MAX_LINE_BYTES:,}): no record; "
+               "skipped")
     if errors is not None:
         errors.append(message)
     logger.warning("%s", message)

@@ -360,7 +360,8 @@ def test_an_endless_line_is_skipped_counted_and_never_held_whole(tmp_path: Path,
     finally:
         tracemalloc.stop()
     assert [r.timestamp_ns for r in records] == [1700000000000000000, 1700000001000000000]
-    assert errors == [f"{path}:2: a line of 25,165,824 bytes or more (over 1,048,576) is no record: skipped"]
+    assert errors == [f"{path}: the line at byte {len(_RECORD)} has 25,165,824 bytes (over 1,048,576): no record; "
+                      "skipped"]
     assert peak < 4 << 20, f"{peak:,} bytes held for a {24 << 20:,}-byte line"  # (it was the line, twice)
 
 
@@ -389,7 +390,7 @@ def test_the_report_reader_and_a_restarted_sidecar_skip_an_endless_line(exporter
     first.events.close()
     first.folder_lock.release()  # killed
     log = tmp_path / "gpu_telemetry_export.jsonl"
-    before = log.read_bytes().count(b"\n")
+    before, start = log.read_bytes().count(b"\n"), log.stat().st_size
     with log.open("ab") as f:
         f.write(b"7" * (3 << 20) + b"\n")  # digits: what the kernel's scan would read as one number token
     report = resumed_report(exporter.url, tmp_path, "run-a")
@@ -400,7 +401,7 @@ def test_the_report_reader_and_a_restarted_sidecar_skip_an_endless_line(exporter
         accumulator.use_kernel = kernel
         errors: list[str] = []
         accumulator.add_path(log, errors)
-        assert errors == [f"{log}:{before + 1}: a line of 3,145,728 bytes or more (over 1,048,576) is no record: "
+        assert errors == [f"{log}: the line at byte {start:,} has 3,145,728 bytes (over 1,048,576): no record; "
                           "skipped"], kernel
 
 
