@@ -231,8 +231,13 @@ def _run_child(argv: list[str], env: dict[str, str], run: ProfileRun, terminal: 
     marker = secrets.token_hex(8)
     env = {**env, MARKER_ENV: marker}
     set_subreaper(True)  # a process that leaves the group with setsid comes to us, not to init
-    process = subprocess.Popen(with_parent_death(argv), env=env, process_group=0,
-                               stdout=subprocess.PIPE if view else None, stderr=subprocess.STDOUT if view else None)
+    try:
+        process = subprocess.Popen(with_parent_death(argv), env=env, process_group=0,
+                                   stdout=subprocess.PIPE if view else None,
+                                   stderr=subprocess.STDOUT if view else None)
+    except BaseException:
+        set_subreaper(False)
+        raise
     relay = view.relay(process.stdout) if view is not None and process.stdout is not None else None
     pgid = process.pid
     _give_terminal(terminal, pgid)
