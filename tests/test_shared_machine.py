@@ -142,6 +142,9 @@ def test_a_link_planted_under_an_output_name_stops_the_run_naming_it(
     with pytest.raises(ConfigError, match=f"{folder / name} is a symbolic link: remove it"):
         session.configure()
     assert list(outside.iterdir()) == []
+    other = FolderLock(folder, "run-b")
+    other.acquire()  # the refused run let go of the folder
+    other.release()
 
 
 def test_a_planted_spool_link_is_never_written_through(exporter: SimulatedExporter, tmp_path: Path) -> None:

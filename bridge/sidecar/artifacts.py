@@ -155,12 +155,27 @@ def earlier_run(events: Path, record_log: Path) -> EarlierRun | None:
 
 
 def prepare_artifact_dir(artifact_dir: Path, run_id: str, record_log: Path, report_names: tuple[str, ...] = (),
-                         lock: FolderLock | None = None) -> Disposition:
+                         lock: FolderLock | None = None, outputs: Iterable[Path] = ()) -> Disposition:
     """Make the directory ready for run `run_id`; see the module docstring for the three cases. With `lock`,
-    the folder is locked first (folder_lock.py): nothing is moved while another live run holds it."""
+    the folder is locked first (folder_lock.py): nothing is moved while another live run holds it. Then every
+    promised output in `outputs` is checked (`check_outputs`) unless the run already finished. A ConfigError
+    leaves the folder unlocked."""
     check_writable(artifact_dir)
     if lock is not None:
         lock.acquire()
+    try:
+        disposition = _dispose_of_earlier_run(artifact_dir, run_id, record_log, report_names)
+        if disposition != "finished":
+            check_outputs(artifact_dir, outputs)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return disposition
+
+
+def _dispose_of_earlier_run(artifact_dir: Path, run_id: str, record_log: Path, report_names: tuple[str, ...],
+                            ) -> Disposition:
     events = artifact_dir / EVENTS_FILE
     earlier = earlier_run(events, record_log)
     if earlier is None:

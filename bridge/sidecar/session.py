@@ -31,14 +31,7 @@ from bridge.relabel import RelabelConfig
 from bridge.report.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.samples import GpuRecord, PhaseMark, SessionState
 from bridge.scrape import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, ScrapeGroup, ScrapeLoop
-from bridge.sidecar.artifacts import (
-    Disposition,
-    check_outputs,
-    new_spool_dir,
-    prepare_artifact_dir,
-    report_paths,
-    write_problem,
-)
+from bridge.sidecar.artifacts import Disposition, new_spool_dir, prepare_artifact_dir, report_paths, write_problem
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
 from bridge.sidecar.folder_lock import FolderLock
@@ -157,18 +150,16 @@ class Session:
                 return
             from bridge.report.write import output_names
 
-            self.disposition = prepare_artifact_dir(self.artifact_dir, self.run_id, self.records.path,
-                                                    output_names(self.config.profile_export_prefix), self.folder_lock)
+            names = output_names(self.config.profile_export_prefix)
+            promised = [self.records.path, self.events.path, *report_paths(self.artifact_dir, names)]
+            self.disposition = prepare_artifact_dir(self.artifact_dir, self.run_id, self.records.path, names,
+                                                    self.folder_lock, promised)
             remove_stale_spools(self.artifact_dir)  # before this run spools anything: every one there is dead
             # Restarted inside the run: the spool (a dead process's, just removed) lacks what came before, so the
             # report reads the log; with no log yet, nothing came before and a new spool has it all.
             if self.disposition == "finished" or (self.disposition == "resume" and self.records.path.exists()):
                 self.live_series = None
                 self.pipeline.sinks.remove(self._live_sink)  # nothing spools a series the report will not read
-            if self.disposition != "finished":  # every promised output, before anything runs (artifacts.py)
-                names = output_names(self.config.profile_export_prefix)
-                check_outputs(self.artifact_dir, [self.records.path, self.events.path,
-                                                  *report_paths(self.artifact_dir, names)])
             if self.live_series is not None:
                 self.live_series.spool_dir = new_spool_dir(self.artifact_dir, self.run_id)
             if self.disposition == "resume":
