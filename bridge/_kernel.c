@@ -60,7 +60,9 @@
  * the target's column order (native float64) and its timestamp (int64) to the target's two bytearrays,
  * and stops at the first line no target takes (returned: its position, and the count of lines taken). A
  * token it cannot read exactly as orjson and the Python reader would (an integer of more than 19 digits,
- * a value beyond float64, a timestamp that is not an int64) stops it there too.
+ * a value beyond float64, a timestamp that is not an int64) stops it there too, and so does a line longer
+ * than SCAN_MAX_LINE bytes (record_log.py's MAX_LINE_BYTES: no record is that long; the Python reader
+ * skips it), so no line costs the scan more than that.
  *
  * blank_at(values, positions, blanks, not_finite) -> tuple[int, ...]
  *
@@ -924,6 +926,8 @@ static int take_line(PyObject *target, const char *line, Py_ssize_t size, Py_ssi
     return 1;
 }
 
+#define SCAN_MAX_LINE ((Py_ssize_t)1 << 20)
+
 static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 3 || !PyBytes_Check(args[0]) || !PyDict_Check(args[2])) {
@@ -950,6 +954,9 @@ static PyObject *scan_lines(PyObject *module, PyObject *const *args, Py_ssize_t 
         const char *line = batch + position;
         const char *newline = memchr(line, '\n', size - position);
         Py_ssize_t length = newline ? newline - line : size - position;
+        if (length > SCAN_MAX_LINE) {
+            break;
+        }
         PyObject *key = PyLong_FromUnsignedLongLong(shape_key(line, length));
         if (key == NULL) {
             failed = 1;

@@ -21,6 +21,7 @@ from bridge.endpoints import (
     DEFAULT_ENDPOINTS,
     TelemetryItemError,
     TelemetryItems,
+    normalize_url,
     parse_default_endpoints,
     parse_items,
 )
@@ -142,6 +143,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("health_port", ("DCGM_BRIDGE_HEALTH_PORT",), int, 8086, 0, 65535),
     Setting("control_allow", ("DCGM_BRIDGE_CONTROL_ALLOW",), _list, ["127.0.0.1/8", "::1/128"],
             help="client networks allowed to POST /phases and /complete"),
+    Setting("control_token_file", ("DCGM_BRIDGE_CONTROL_TOKEN_FILE",), str, None,
+            help="the control token (POST needs Authorization: Bearer <it>); made and written there when absent"),
+    Setting("control_protect_reads", ("DCGM_BRIDGE_CONTROL_PROTECT_READS",), _bool, False,
+            help="/status and /metrics also need the control token (/healthz and /readyz never do)"),
     Setting("phase_manifest", ("DCGM_BRIDGE_PHASE_MANIFEST",), str, None,
             help="AIPerf phase_manifest.json (or a folder to search) to take the phases from"),
     Setting("done_file", ("DCGM_BRIDGE_DONE_FILE",), str, None,
@@ -183,13 +188,26 @@ class Config:
     health_host: str = "0.0.0.0"  # the `sidecar` command in a pod: all addresses (see its Setting above)
     health_port: int = 8086
     control_allow: list[str] = field(default_factory=lambda: ["127.0.0.1/8", "::1/128"])
+    control_token_file: str | None = None
+    control_protect_reads: bool = False
     phase_manifest: str | None = None
     done_file: str | None = None
     exit_on_complete: bool = True
     gpu_pods: tuple[str, ...] = ()  # --gpu-pods NAMESPACE/GLOB: the report counts only these pods' GPUs
+    default_endpoints_named: bool = False  # AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS (or the file's key) was given
 
     def effective_run_id(self) -> str:
         return self.run_id or _generated_run_id()
+
+    def uncredentialed_urls(self) -> frozenset[str]:
+        """The built-in localhost defaults nobody named: the exporter token and basic-auth pair are never sent
+        there (any local process, or any container in the pod, may listen on localhost:9400). Credentials go
+        to what the user named: --gpu-telemetry, --config, AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS, k8s:// and
+        discovered endpoints."""
+        named = set(self.telemetry.urls)
+        if self.default_endpoints_named:
+            named.update(normalize_url(url) for url in self.default_endpoints)
+        return frozenset(normalize_url(url) for url in DEFAULT_ENDPOINTS) - named
 
 
 _RUN_ID: list[str] = []
@@ -249,7 +267,8 @@ def resolve(flags: Mapping[str, Any] | None = None, env: Mapping[str, str] | Non
     errors.extend(_unreadable_secret_files(values))
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(sorted(errors)))
-    return Config(enabled=enabled, telemetry=telemetry, **values)
+    return Config(enabled=enabled, telemetry=telemetry, default_endpoints_named="default_endpoints" in values,
+                  **values)
 
 
 _OUTSIDE = "\0outside"  # load_yaml's note of the top-level keys beside gpu_telemetry:
@@ -259,7 +278,7 @@ _MODES = ("summary", "realtime_dashboard")  # AIPerf's gpu_telemetry.mode
 
 def _file_key_problems(file_values: Mapping[str, Any], config_file: Path | None) -> list[str]:
     """Every unknown key, inside or beside gpu_telemetry:, and an invalid mode, all at once."""
-    known = {f.name for f in fields(Config)} | _FILE_ONLY_KEYS
+    known = {f.name for f in fields(Config)} - {"default_endpoints_named"} | _FILE_ONLY_KEYS
     problems = [f"--config {config_file}: unknown key {key!r} beside gpu_telemetry: (settings go inside the block)"
                 for key in file_values.get(_OUTSIDE, [])]
     problems += [f"--config {config_file}: unknown key gpu_telemetry.{key}"

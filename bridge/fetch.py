@@ -47,6 +47,7 @@ class FetchSettings:
     insecure_skip_verify: bool = False
     bearer_token: str | None = None
     basic_auth: tuple[str, str] | None = None
+    no_credentials: frozenset[str] = frozenset()  # URLs the token and basic-auth pair are never sent to
 
 
 def auth_headers(url: str, settings: FetchSettings) -> tuple[str, dict[str, str]]:
@@ -54,6 +55,8 @@ def auth_headers(url: str, settings: FetchSettings) -> tuple[str, dict[str, str]
     parts = urlsplit(url)
     headers: dict[str, str] = {}
     user, password = parts.username, parts.password
+    if url in settings.no_credentials:  # a built-in default the user did not name (config.py)
+        settings = FetchSettings()
     if user is None and settings.basic_auth:
         user, password = settings.basic_auth
     if user is not None:

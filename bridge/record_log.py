@@ -138,26 +138,64 @@ def dict_to_record(obj: Mapping[str, Any]) -> GpuRecord:
 # are freed while still in cache (runs of 1 MiB of lines were slower than one call per line). The file is
 # read in pieces of the same size, for the same reason.
 _BATCH_BYTES = 64 * 1024
+# A record line is a few kB (64 MIG instances' worth is ~40 kB): a longer one is no record of ours or AIPerf's,
+# and holding it whole would let one unterminated line (a file of NUL bytes) take the reader's memory.
+MAX_LINE_BYTES = 1 << 20
 
 
-def line_batches(path: Path) -> Iterator[bytes]:
+def line_batches(path: Path, errors: list[str] | None = None) -> Iterator[bytes]:
     """Runs of complete lines, each ending with its newline, of about _BATCH_BYTES (a longer line is a run
-    of its own); a trailing partial line is skipped."""
+    of its own); a trailing partial line is skipped.
+
+    Linear in the bytes read, whatever they hold: each byte is copied a bounded number of times, and at most
+    one line of MAX_LINE_BYTES is held. A longer line is skipped — given as an empty line, so the lines
+    after it keep their numbers — and described in `errors` by its byte offset (and logged)."""
     chunks = _gunzip_chunks(path) if path.suffix == ".gz" else _raw_chunks(path)
-    pending = b""
+    head: list[bytes] = []  # the current line's bytes so far (pieces without a newline)
+    held = 0  # their length
+    skipping = False  # the current line is past MAX_LINE_BYTES: dropped up to its newline
+    offset = 0  # where the current chunk starts in the (decompressed) log
     for chunk in chunks:
-        data = pending + chunk if pending else chunk
-        end = data.rfind(b"\n") + 1
-        start = 0
-        while end - start > 2 * _BATCH_BYTES:
-            cut = data.rfind(b"\n", start, start + _BATCH_BYTES) + 1
-            if cut <= start:
-                cut = data.find(b"\n", start + _BATCH_BYTES) + 1
-            yield data[start:cut]
-            start = cut
-        if end > start:
-            yield data[start:end]
-        pending = data[end:]
+        end = chunk.rfind(b"\n") + 1
+        if end == 0:  # the current line goes on
+            held += len(chunk)
+            if not skipping and held > MAX_LINE_BYTES:
+                skipping, head = True, []
+            elif not skipping:
+                head.append(chunk)
+        else:
+            first = chunk.find(b"\n") + 1
+            if skipping or held + first > MAX_LINE_BYTES:
+                _note_long_line(path, offset - held, held + first - 1, errors)
+                data = b"\n" + chunk[first:end]
+            elif head:
+                data = b"".join((*head, memoryview(chunk)[:end]))
+            else:
+                data = chunk if end == len(chunk) else chunk[:end]
+            skipping, head, held = False, ([chunk[end:]] if end < len(chunk) else []), len(chunk) - end
+            yield from _runs(data)
+        offset += len(chunk)
+
+
+def _runs(data: bytes) -> Iterator[bytes]:
+    """`data` (whole lines) in runs of about _BATCH_BYTES, cut at newlines."""
+    start, end = 0, len(data)
+    while end - start > 2 * _BATCH_BYTES:
+        cut = data.rfind(b"\n", start, start + _BATCH_BYTES) + 1
+        if cut <= start:
+            cut = data.find(b"\n", start + _BATCH_BYTES) + 1
+        yield data[start:cut]
+        start = cut
+    if end > start:
+        yield data[start:end] if start else data
+
+
+def _note_long_line(path: Path, start: int, size: int, errors: list[str] | None) -> None:
+    message = (f"{path}: the line at byte {start:,} has {size:,} bytes (over {MAX_LINE_BYTES:,}): no record; "
+               "skipped")
+    if errors is not None:
+        errors.append(message)
+    logger.warning("%s", message)
 
 
 def _raw_chunks(path: Path) -> Iterator[bytes]:
@@ -167,26 +205,38 @@ def _raw_chunks(path: Path) -> Iterator[bytes]:
 
 
 def _gunzip_chunks(path: Path) -> Iterator[bytes]:
-    """Decompress every gzip member (each writer session appends one); a stream cut short by a kill
-    yields everything that was sync-flushed before the cut."""
+    """Decompress every gzip member (each writer session appends one), in pieces of at most _BATCH_BYTES (a
+    small piece of a compressed run of zeros is megabytes); a stream cut short by a kill yields everything
+    that was sync-flushed before the cut."""
     decoder = zlib.decompressobj(wbits=31)
     for chunk in _raw_chunks(path):
         while chunk:
             try:
-                yield decoder.decompress(chunk)
+                piece = decoder.decompress(chunk, _BATCH_BYTES)
             except zlib.error:
                 logger.warning("%s: corrupt gzip data; reading stopped there", path)
                 return
+            if piece:
+                yield piece
+            if decoder.unconsumed_tail:
+                chunk = decoder.unconsumed_tail
+                continue
             if not decoder.eof:
                 break
             chunk = decoder.unused_data
             decoder = zlib.decompressobj(wbits=31)
+    try:
+        rest = decoder.flush()  # what the last call held back (a stream cut short: as far as it goes)
+    except zlib.error:
+        return
+    if rest:
+        yield rest
 
 
 def read_dict_batches(path: Path, errors: list[str] | None = None) -> Iterator[list[dict[str, Any]]]:
     """The JSON objects of a log's lines (as `read_dicts`), a list per run of lines (`dicts_of_lines`)."""
     number = 0  # lines before this run
-    for batch in line_batches(path):
+    for batch in line_batches(path, errors):
         yield dicts_of_lines(batch, number, path, errors)
         number += batch.count(b"\n")
 
@@ -460,7 +510,7 @@ class _SyncGzip:
     flush began and the compressor restored from its copy, so the stream stays valid (see LineWriter)."""
 
     def __init__(self, path: Path) -> None:
-        self._raw = open(path, "ab", buffering=0)  # noqa: SIM115 - owned by this object
+        self._raw = open(path, "ab", buffering=0, opener=_no_follow)  # noqa: SIM115 - owned by this object
         # Level 1: ~4x less CPU than gzip's default 9 for a log that compresses ~6x either way.
         self._zip = zlib.compressobj(1, zlib.DEFLATED, 31)
         self._saved = self._zip.copy()
@@ -497,4 +547,9 @@ class _SyncGzip:
 def _open_append(path: Path) -> IO[bytes]:
     if path.suffix == ".gz":
         return cast(IO[bytes], _SyncGzip(path))
-    return open(path, "ab", buffering=0)  # noqa: SIM115 - owned by LineWriter
+    return open(path, "ab", buffering=0, opener=_no_follow)  # noqa: SIM115 - owned by LineWriter
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """A link planted under a log's name is refused (ELOOP), never written through (issue 28)."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o644)

@@ -310,6 +310,7 @@ def test_a_sidecar_restarted_inside_its_run_takes_the_end_of_the_phase_its_prede
     first.configure()
     first.mark_phase("p", "profiling", "start", now)
     first.events.close()  # then killed: no completion
+    first.folder_lock.release()  # (the kernel drops a dead process's flock)
     second = session_for([], tmp_path)
     second.configure()
     assert second.disposition == "resume" and second.phase == "p"
@@ -415,15 +416,15 @@ def test_profile_listens_on_loopback_only(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
 
 
-def test_a_connection_that_sends_nothing_is_closed_after_the_client_timeout(tmp_path):
-    from bridge.sidecar.control import CLIENT_TIMEOUT_S, ControlServer
+def test_a_connection_that_sends_nothing_is_closed_after_the_request_deadline(tmp_path):
+    from bridge.sidecar.control import REQUEST_DEADLINE_S, ControlServer
 
     session = Session(Config(telemetry=TelemetryItems(urls=[]), default_endpoints=[], artifact_dir=str(tmp_path),
                              run_id="t"), TABLE)
     default = ControlServer(session, "127.0.0.1", 0, [])
     default.httpd.server_close()
-    assert default.httpd.RequestHandlerClass.timeout == CLIENT_TIMEOUT_S == 10
-    server = ControlServer(session, "127.0.0.1", 0, ["127.0.0.1/8"], client_timeout_s=0.5)
+    assert default.httpd.deadline_s == REQUEST_DEADLINE_S == 5
+    server = ControlServer(session, "127.0.0.1", 0, ["127.0.0.1/8"], request_deadline_s=0.5)
     server.start()
     idle = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(3)]
     try:

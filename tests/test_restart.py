@@ -32,9 +32,8 @@ def test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_whole_run(tmp
         start = time.time_ns()
         _post(base, "/phases", {"name": "profiling", "kind": "profiling", "event": "start", "time_ns": start})
         time.sleep(4)
-        spooled = out / ".dcgm-bridge-spool-job-1"
         deadline = time.monotonic() + 20  # (rows reach the spool a few seconds' worth at a time)
-        while not any(spooled.glob("*.rows")) and time.monotonic() < deadline:
+        while not any(out.glob(".dcgm-bridge-spool-job-1-*/*.rows")) and time.monotonic() < deadline:
             time.sleep(0.1)
         first.send_signal(signal.SIGKILL)
         first.wait()

@@ -39,6 +39,13 @@ HEALTH_PORT = 8086
 ARTIFACTS = "/artifacts"
 DONE_FILE = f"{ARTIFACTS}/.dcgm-bridge-benchmark-done"
 FETCHED_FILE = f"{ARTIFACTS}/.dcgm-bridge-results-fetched"
+# The control API's token: the sidecar makes it at start into a memory emptyDir that only it and the benchmark
+# container mount (no Secret to create, nothing on a disk); POST /phases and /complete need it.
+CONTROL_TOKEN_DIR = "/run/dcgm-bridge"
+CONTROL_TOKEN_FILE = f"{CONTROL_TOKEN_DIR}/control-token"
+_TOKEN_VOLUME = {"name": "control-token", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+_TOKEN_MOUNT = {"name": "control-token", "mountPath": CONTROL_TOKEN_DIR}
+_TOKEN_ENV = {"name": "DCGM_BRIDGE_CONTROL_TOKEN_FILE", "value": CONTROL_TOKEN_FILE}
 METRICS_CSV_PATH = "/tmp/dcgm-bridge-metrics.csv"
 DEFAULT_IMAGE = "nvcr.io/nvidia/aiperf:latest"
 DEFAULT_SIDECAR_IMAGE = f"dcgm-bridge:{__version__}"
@@ -266,7 +273,7 @@ def _pod_spec(spec: ProfileSpec) -> dict[str, Any]:
     volumes = [_artifacts_volume(spec), {"name": "control-plane-tmp", "emptyDir": {}}]
     if telemetry.enabled:
         sidecar = _sidecar(spec)
-        volumes.append({"name": "telemetry-tmp", "emptyDir": {"sizeLimit": "64Mi"}})
+        volumes += [{"name": "telemetry-tmp", "emptyDir": {"sizeLimit": "64Mi"}}, _TOKEN_VOLUME]
         if telemetry.legacy_sidecar:
             containers.append(sidecar)
         else:
@@ -335,7 +342,8 @@ def control_plane_script(spec: ProfileSpec) -> str:
         )
     lines += ['"$@"', "rc=$?", 'echo "benchmark exited with status $rc"']
     if telemetry.enabled and telemetry.legacy_sidecar:
-        lines.append(f'echo "$rc" > {DONE_FILE}')
+        # The run id first: the sidecar ignores (and removes) a marker an earlier run left on the volume.
+        lines.append(f'printf "%s %s\\n" "$DCGM_BRIDGE_RUN_ID" "$rc" > {DONE_FILE}')
     if spec.results_hold_seconds > 0:
         lines += [
             f'echo "artifacts in {ARTIFACTS} for up to {spec.results_hold_seconds}s: '
@@ -356,7 +364,8 @@ def _control_plane(spec: ProfileSpec) -> dict[str, Any]:
     ]
     if spec.telemetry.enabled:
         # A benchmark other than AIPerf can post phase marks here (POST /phases, /complete).
-        env.append({"name": "DCGM_BRIDGE_CONTROL_URL", "value": f"http://127.0.0.1:{HEALTH_PORT}"})
+        env += [{"name": "DCGM_BRIDGE_CONTROL_URL", "value": f"http://127.0.0.1:{HEALTH_PORT}"}, _TOKEN_ENV]
+    mounts = [_artifacts_mount(spec), {"name": "control-plane-tmp", "mountPath": "/tmp"}]
     return {
         "name": CONTROL_PLANE,
         "image": spec.image,
@@ -366,7 +375,7 @@ def _control_plane(spec: ProfileSpec) -> dict[str, Any]:
         "env": env,
         "resources": {"requests": {"cpu": bench.cpu, "memory": bench.memory}, "limits": {"memory": bench.memory}},
         "securityContext": _security_context(),
-        "volumeMounts": [_artifacts_mount(spec), {"name": "control-plane-tmp", "mountPath": "/tmp"}],
+        "volumeMounts": mounts + [_TOKEN_MOUNT] if spec.telemetry.enabled else mounts,
     }
 
 
@@ -409,7 +418,7 @@ def _sidecar(spec: ProfileSpec) -> dict[str, Any]:
         "livenessProbe": _probe("/healthz", 10, probe_timeout, 6),
         "readinessProbe": _probe("/readyz", PROBE_PERIOD_SECONDS, probe_timeout, 3),
         "securityContext": _security_context(),
-        "volumeMounts": [_artifacts_mount(spec), {"name": "telemetry-tmp", "mountPath": "/tmp"},
+        "volumeMounts": [_artifacts_mount(spec), {"name": "telemetry-tmp", "mountPath": "/tmp"}, _TOKEN_MOUNT,
                          *([rbac.token_mount()] if telemetry.discovers_pods else [])],
     }
 
@@ -426,6 +435,7 @@ def _sidecar_env(spec: ProfileSpec) -> list[dict[str, Any]]:
         {"name": "DCGM_BRIDGE_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "DCGM_BRIDGE_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "DCGM_BRIDGE_RUN_ID", "value": spec.job_id},
+        _TOKEN_ENV,
         # AIPerf may write below the folder it is given; the sidecar searches a folder for the manifest.
         {"name": "DCGM_BRIDGE_PHASE_MANIFEST", "value": ARTIFACTS},
         {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},

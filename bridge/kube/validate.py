@@ -16,16 +16,16 @@ from urllib.parse import urlsplit
 
 from bridge.errors import KubeError
 
-DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
+ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
 # apimachinery's resource.Quantity grammar: a signed decimal and one suffix (binary SI, decimal SI or
 # a decimal exponent). "0.5", "250m", "192Mi", "1e3" are quantities; "lots", "1.5.2", "10MB" are not.
-QUANTITY = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?$")
+QUANTITY = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?\d+)?\Z")
 _SUFFIX = {
     "": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal("1e3"),
     "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18"),
@@ -50,7 +50,7 @@ class ValidationError(KubeError, ValueError):
 def quantity_value(text: str) -> Decimal:
     """`250m` → 0.25, `192Mi` → 201326592. Raises ValueError for what the API server would reject."""
     text = text.strip() if isinstance(text, str) else ""
-    match = QUANTITY.match(text)
+    match = QUANTITY.fullmatch(text)
     if not match:
         raise ValueError(f"{text!r} is not a Kubernetes quantity (examples: 25m, 0.5, 192Mi, 1Gi)")
     number, suffix = Decimal(match.group(1)), match.group(2) or ""
@@ -82,7 +82,7 @@ def check_job_id(job_id: str, *, flag: str = "--job-id", replicated_job: str = "
                  replicas: int = 1) -> list[str]:
     """The webhook's name rules for a JobSet named `job_id` holding one Indexed replicated job."""
     problems: list[str] = []
-    if not DNS1035_LABEL.match(job_id):
+    if not DNS1035_LABEL.fullmatch(job_id):
         problems.append(
             f"{flag} {job_id!r}: must be a DNS-1035 label (lower-case letters, digits and '-', starting with a "
             "letter and ending with a letter or digit), because it names the JobSet, its Jobs, pods and Service"
@@ -100,26 +100,26 @@ def check_job_id(job_id: str, *, flag: str = "--job-id", replicated_job: str = "
 
 
 def check_dns_label(source: str, value: str) -> list[str]:
-    if len(value) > MAX_NAME or not DNS1123_LABEL.match(value):
+    if len(value) > MAX_NAME or not DNS1123_LABEL.fullmatch(value):
         return [f"{source} {value!r}: must be a DNS-1123 label (lower-case letters, digits and '-', at most 63)"]
     return []
 
 
 def check_dns_subdomain(source: str, value: str) -> list[str]:
-    if len(value) > 253 or not DNS1123_SUBDOMAIN.match(value):
+    if len(value) > 253 or not DNS1123_SUBDOMAIN.fullmatch(value):
         return [f"{source} {value!r}: must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.')"]
     return []
 
 
 def check_label_value(source: str, value: str) -> list[str]:
-    if len(value) > MAX_NAME or not LABEL_VALUE.match(value):
+    if len(value) > MAX_NAME or not LABEL_VALUE.fullmatch(value):
         return [f"{source} {value!r}: must be a label value (at most 63 of A-Z a-z 0-9 - _ ., alphanumeric ends)"]
     return []
 
 
 def check_label_key(source: str, key: str) -> list[str]:
     prefix, _, name = key.rpartition("/")
-    if (prefix and check_dns_subdomain(source, prefix)) or len(name) > MAX_NAME or not QUALIFIED_NAME.match(name):
+    if (prefix and check_dns_subdomain(source, prefix)) or len(name) > MAX_NAME or not QUALIFIED_NAME.fullmatch(name):
         return [f"{source} {key!r}: not a valid label key ([prefix/]name, name at most 63 characters)"]
     return []
 
@@ -146,7 +146,7 @@ def check_secret_ref(source: str, ref: str) -> list[str]:
     """`NAME` or `NAME:KEY` naming a Secret key (never a value)."""
     name, _, key = ref.partition(":")
     problems = check_dns_subdomain(f"{source} secret name", name)
-    if key and not SECRET_KEY.match(key):
+    if key and not SECRET_KEY.fullmatch(key):
         problems.append(f"{source} {ref!r}: the key {key!r} may hold only letters, digits, '-', '_' and '.'")
     return problems
 
@@ -173,18 +173,18 @@ def webhook_problems(jobset: Mapping[str, Any]) -> list[str]:
     names = [str(r.get("name", "")) for r in rjobs]
     for rjob in rjobs:
         rname = str(rjob.get("name", ""))
-        if not DNS1035_LABEL.match(rname):
+        if not DNS1035_LABEL.fullmatch(rname):
             problems.append(f"replicatedJobs[{rname}].name: must be a DNS-1035 label")
         problems += check_job_id(name, flag="metadata.name", replicated_job=rname,
                                  replicas=int(rjob.get("replicas", 1)))
         group = rjob.get("groupName")
-        if group is not None and not DNS1035_LABEL.match(str(group)):
+        if group is not None and not DNS1035_LABEL.fullmatch(str(group)):
             problems.append(f"replicatedJobs[{rname}].groupName {group!r}: must be a DNS-1035 label")
         pod = rjob.get("template", {}).get("spec", {}).get("template", {}).get("spec", {})
         problems += _pod_problems(f"replicatedJobs[{rname}]", pod)
     subdomain = spec.get("network", {}).get("subdomain")
     if subdomain is not None and (check_dns_subdomain("network.subdomain", subdomain)
-                                  or not DNS1035_LABEL.match(subdomain)):
+                                  or not DNS1035_LABEL.fullmatch(subdomain)):
         problems.append(f"network.subdomain {subdomain!r}: must be a DNS-1123 subdomain and a DNS-1035 label")
     for target in spec.get("successPolicy", {}).get("targetReplicatedJobs", []):
         if target not in names:
@@ -203,7 +203,7 @@ def _pod_problems(where: str, pod: Mapping[str, Any]) -> list[str]:
     for kind in ("initContainers", "containers"):
         for c in pod.get(kind, []):
             cname = str(c.get("name", ""))
-            if not DNS1123_LABEL.match(cname) or len(cname) > MAX_NAME:
+            if not DNS1123_LABEL.fullmatch(cname) or len(cname) > MAX_NAME:
                 problems.append(f"{where} {kind}[{cname}]: container name must be a DNS-1123 label")
             if cname in seen:
                 problems.append(f"{where} {kind}[{cname}]: duplicate container name")
@@ -219,10 +219,10 @@ def _pod_problems(where: str, pod: Mapping[str, Any]) -> list[str]:
                 if not isinstance(number, int) or not 1 <= number <= 65535:
                     problems.append(f"{where} {kind}[{cname}] containerPort {number!r}: must be 1-65535")
                 pname = port.get("name")
-                if pname is not None and (len(pname) > 15 or not DNS1123_LABEL.match(pname)):
+                if pname is not None and (len(pname) > 15 or not DNS1123_LABEL.fullmatch(pname)):
                     problems.append(f"{where} {kind}[{cname}] port name {pname!r}: at most 15 of a-z 0-9 -")
             for env in c.get("env", []):
-                if not ENV_NAME.match(str(env.get("name", ""))):
+                if not ENV_NAME.fullmatch(str(env.get("name", ""))):
                     problems.append(f"{where} {kind}[{cname}] env {env.get('name')!r}: not a valid variable name")
             for key in ("requests", "limits"):
                 for res, text in c.get("resources", {}).get(key, {}).items():

@@ -124,6 +124,7 @@ class OtlpForwarder:
         self._inflight_points = 0
         self._inflight_pages = 0
         self._drop_inflight = False
+        self._counted_at_close = False  # close gave up on the batch in flight and counted it as dropped
         self._closing = False
         self._give_up_at = float("inf")  # time.monotonic() after which close() stops retrying
         self._flush_requested = False
@@ -207,6 +208,12 @@ class OtlpForwarder:
         with self._lock:
             carried, self._carry = self._carry, []
             left = self._queued_points  # (carried pages are counted there too)
+            if self._thread is not None and self._thread.is_alive() and self._inflight_points:
+                # Still being sent when we stop waiting: lost as far as this run knows (a late answer is ignored).
+                self._counts["dropped_points"] += self._inflight_points
+                self._counts["dropped_pages"] += self._inflight_pages
+                self._inflight_points = self._inflight_pages = 0
+                self._counted_at_close = True
             if left:
                 self._counts["dropped_points"] += left
                 self._counts["dropped_pages"] += len(self._queue) + len(carried)
@@ -387,6 +394,8 @@ class OtlpForwarder:
         message: str = "", status: str = "",
     ) -> None:
         with self._lock:
+            if self._counted_at_close:  # the batch's points were counted as dropped when close gave up on it
+                return
             self._inflight_points = 0
             self._inflight_pages = 0
             self._drop_inflight = False

@@ -9,6 +9,7 @@ not used: they take SDK `MetricsData`, whose encoding is the 50 µs/point path t
 
 from __future__ import annotations
 
+import logging
 import ssl
 import time
 import zlib
@@ -16,11 +17,15 @@ from collections.abc import Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple, Protocol
 
+import orjson
+
 from bridge.otlp.config import OtlpConfig, OtlpConfigError
 from bridge.otlp.http1 import ConnectFailed, Http1Connection, TimedOut
 from bridge.otlp.points import Chunk
 from bridge.otlp.wire import request_bytes
-from bridge.redact import scrub, secret_list, url_secrets
+from bridge.redact import redact_url, scrub, secret_list, url_secrets
+
+logger = logging.getLogger(__name__)
 
 USER_AGENT = "dcgm-bridge-otlp/0.1"
 RETRYABLE_HTTP = frozenset([429, 502, 503, 504])
@@ -86,6 +91,7 @@ class HttpSender:
                 tls.load_cert_chain(config.client_certificate, config.client_key)
         self._connection = Http1Connection(self.url, timeout_s=config.timeout_s, ssl_context=tls)
         self._secrets = secrets_of(config)
+        self._warned_content_type = False
 
     def send(self, parts: Sequence[Chunk]) -> SendResult:
         return _scrubbed(self._send(parts), self._secrets)
@@ -104,11 +110,28 @@ class HttpSender:
             return SendResult(False, True, "connect", str(exc)[:300])
         status, data = response.status, response.body
         if 200 <= status < 300:
-            rejected, message = _partial_success(data) if data else (0, "")
+            content_type = response.headers.get("content-type", "").lower()
+            if not data:  # an empty body is a full success (the OTLP/HTTP spec)
+                return SendResult(True, status=str(status))
+            if "json" in content_type:
+                rejected, message = _partial_success_json(data)
+            elif "protobuf" in content_type or not content_type:
+                rejected, message = _partial_success(data)
+            else:  # an HTML login page, a proxy's answer: likely not the receiver at all
+                rejected, message = 0, ""
+                self._warn_content_type(status, content_type)
             return SendResult(True, status=str(status), message=message, rejected_points=rejected)
         message = _http_error_message(data, response.headers.get("content-type", ""))
         retry_after = _retry_after(response.headers.get("retry-after"))
         return SendResult(False, status in RETRYABLE_HTTP, str(status), message, retry_after)
+
+    def _warn_content_type(self, status: int, content_type: str) -> None:
+        if self._warned_content_type:
+            return
+        self._warned_content_type = True
+        logger.warning("OTLP endpoint %s answered %d with Content-Type %s, not protobuf or JSON: is it an OTLP "
+                       "receiver (and not a proxy's or a login page)? The points are counted as sent",
+                       redact_url(self.url), status, content_type[:100])
 
     def close(self) -> None:
         self._connection.close()
@@ -143,6 +166,7 @@ class GrpcSender:
         self.timeout = config.timeout_s
         self.compression = grpc.Compression.Gzip if config.compression == "gzip" else None
         self._secrets = secrets_of(config)
+        self._warned_content_type = False
 
     def send(self, parts: Sequence[Chunk]) -> SendResult:
         return _scrubbed(self._send(parts), self._secrets)
@@ -214,6 +238,17 @@ def _partial_success(data: bytes) -> tuple[int, str]:
                 message.decode("utf-8", "replace") if isinstance(message, bytes) else "")
     except (ValueError, IndexError):
         return 0, ""  # not protobuf (some receivers answer "{}" or text): nothing to report
+
+
+def _partial_success_json(data: bytes) -> tuple[int, str]:
+    """The same in OTLP/JSON: {"partialSuccess": {"rejectedDataPoints": "3" (an int64: a string or a number),
+    "errorMessage": "…"}}."""
+    try:
+        partial = orjson.loads(data).get("partialSuccess") or {}
+        rejected = int(partial.get("rejectedDataPoints") or 0)
+        return max(0, rejected), str(partial.get("errorMessage") or "")
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return 0, ""
 
 
 def _http_error_message(data: bytes, content_type: str) -> str:

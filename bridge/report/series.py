@@ -418,7 +418,7 @@ class SeriesAccumulator:
         targets: list[tuple[LineTarget, SeriesRows, tuple[str, ...]]] = []
         tries: dict[int, int] = {}  # id(series rows) -> lines given (or refused) a shape
         lines = records = 0  # before this batch
-        for batch in line_batches(path):
+        for batch in line_batches(path, errors):
             position, taken = kernel.scan_lines(batch, 0, shapes)
             records += taken
             lines += taken  # (a taken line is one line)

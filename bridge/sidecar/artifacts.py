@@ -12,11 +12,15 @@ that cannot take its telemetry.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
+import stat
+import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -24,7 +28,8 @@ from typing import Literal
 import orjson
 
 from bridge.errors import ConfigError
-from bridge.record_log import EVENTS_FILE, EXPORT_FILE
+from bridge.record_log import EVENTS_FILE, EXPORT_FILE, MAX_LINE_BYTES
+from bridge.sidecar.folder_lock import FolderLock
 
 logger = logging.getLogger(__name__)
 
@@ -52,17 +57,92 @@ def check_writable(artifact_dir: Path) -> None:
 def write_problem(artifact_dir: Path) -> str | None:
     """Why nothing can be written into the directory now (its strerror), or None: create it, write a byte into
     a new file and remove it. Only trying tells — root ignores file modes; a read-only mount, a full disk (an
-    empty file needs no data block, hence the byte), a path through a file — and it costs ~50 µs."""
-    probe = artifact_dir / f".dcgm-bridge-write-test-{os.getpid()}"
+    empty file needs no data block, hence the byte), a path through a file — and it costs ~50 µs. The probe
+    file is made with O_EXCL under a random name (mkstemp): a link planted under a guessable name is never
+    written through."""
     try:
         artifact_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".dcgm-bridge-write-test-", dir=artifact_dir)
         try:
-            probe.write_bytes(b"\n")
+            os.write(fd, b"\n")
         finally:
-            probe.unlink(missing_ok=True)
+            os.close(fd)
+            os.unlink(probe)
     except OSError as exc:
         return str(exc.strerror or exc)
     return None
+
+
+def check_outputs(artifact_dir: Path, paths: Iterable[Path]) -> None:
+    """Every promised output, the files themselves: inside the folder, not a link (a planted link would have
+    root write or merge outside it), and writable when it exists already (another user's file, a read-only
+    one). Nothing is created. A ConfigError names the first file that fails."""
+    folder = artifact_dir.resolve()
+    for path in paths:
+        if os.path.realpath(path.parent) != str(folder):
+            raise ConfigError(f"{path} is not inside the artifact folder {artifact_dir}: give a file name, not a "
+                              "path, for the outputs")
+        problem = output_problem(path)
+        if problem is not None:
+            raise ConfigError(problem)
+
+
+def output_problem(path: Path) -> str | None:
+    """Why an output path cannot be used as it is (None: it can): a link, something not a regular file or
+    folder, or a file this process cannot write."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    if stat.S_ISLNK(mode):
+        return (f"{path} is a symbolic link: remove it (dcgm-bridge never follows a link below the artifact "
+                "folder; someone else may have planted it)")
+    if stat.S_ISDIR(mode):
+        return None if path.name == "phases" else f"{path} is a folder, not a file: remove or rename it"
+    if not stat.S_ISREG(mode):
+        return f"{path} is not a regular file: remove it"
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC))
+    except OSError as exc:
+        return (f"cannot write {path} ({exc.strerror or exc}): it was made by another user or is read-only; "
+                "remove it or give another --artifact-dir")
+    return None
+
+
+def report_paths(directory: Path, names: Iterable[str]) -> list[Path]:
+    """The report's files in `directory` (its JSON and CSV, `names`) and its phases/ folder."""
+    return [directory / name for name in (*names, "phases")]
+
+
+def new_spool_dir(artifact_dir: Path, run_id: str) -> Path:
+    """This process's report spool: a new folder (mkdtemp: a random name, O_EXCL, mode 0700) inside the artifact
+    folder, so no link planted under a name we would use is ever written through."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:64]
+    return Path(tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{safe}-", dir=artifact_dir))
+
+
+def done_marker_is_ours(path: Path, run_id: str) -> bool:
+    """Whether the benchmark-done marker (`<run id> <exit code>`, kube profile's legacy sidecar) is this run's.
+    Any other one (an earlier run's, or one without a run id) is removed with one line and ignored: a stale
+    marker must not end a new run."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        words: list[bytes] = []
+    else:
+        with os.fdopen(fd, "rb") as f:
+            words = f.read(512).split()
+    if words and words[0].decode(errors="replace") == run_id:
+        return True
+    logger.warning("%s is not run %s's (it names %s): removed and ignored", path, run_id,
+                   repr(words[0].decode(errors="replace")[:64]) if words else "no run")
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return False
 
 
 def earlier_run(events: Path, record_log: Path) -> EarlierRun | None:
@@ -75,9 +155,27 @@ def earlier_run(events: Path, record_log: Path) -> EarlierRun | None:
 
 
 def prepare_artifact_dir(artifact_dir: Path, run_id: str, record_log: Path, report_names: tuple[str, ...] = (),
-                         ) -> Disposition:
-    """Make the directory ready for run `run_id`; see the module docstring for the three cases."""
+                         lock: FolderLock | None = None, outputs: Iterable[Path] = ()) -> Disposition:
+    """Make the directory ready for run `run_id`; see the module docstring for the three cases. With `lock`,
+    the folder is locked first (folder_lock.py): nothing is moved while another live run holds it. Then every
+    promised output in `outputs` is checked (`check_outputs`) unless the run already finished. A ConfigError
+    leaves the folder unlocked."""
     check_writable(artifact_dir)
+    if lock is not None:
+        lock.acquire()
+    try:
+        disposition = _dispose_of_earlier_run(artifact_dir, run_id, record_log, report_names)
+        if disposition != "finished":
+            check_outputs(artifact_dir, outputs)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return disposition
+
+
+def _dispose_of_earlier_run(artifact_dir: Path, run_id: str, record_log: Path, report_names: tuple[str, ...],
+                            ) -> Disposition:
     events = artifact_dir / EVENTS_FILE
     earlier = earlier_run(events, record_log)
     if earlier is None:
@@ -100,7 +198,10 @@ def prepare_artifact_dir(artifact_dir: Path, run_id: str, record_log: Path, repo
 def _first_run_id(events: Path) -> str | None:
     try:
         with events.open("rb") as stream:
-            for _, line in zip(range(50), stream, strict=False):
+            for _ in range(50):  # (readline's bound: a file of one endless line is not read whole)
+                line = stream.readline(MAX_LINE_BYTES)
+                if not line:
+                    break
                 try:
                     event = orjson.loads(line)
                 except orjson.JSONDecodeError:

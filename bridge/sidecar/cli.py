@@ -221,6 +221,7 @@ def build_session(config: Any, otlp: dict[str, Any]) -> Any:
 def sidecar(live: bool, **flags: Any) -> None:
     """The container entry point: configure, serve the control API, collect until complete or a signal."""
     from bridge.sidecar.control import ControlServer
+    from bridge.sidecar.control_token import sidecar_token
 
     flags, otlp = split_flags(flags)
     config = resolve_config(flags)
@@ -242,9 +243,11 @@ def sidecar(live: bool, **flags: Any) -> None:
     try:
         server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
                                on_complete=finish if config.exit_on_complete else None,
-                               metrics_text=session.exposition)
+                               metrics_text=session.exposition, token=sidecar_token(config),
+                               protect_reads=config.control_protect_reads)
         server.start()
     except ConfigError:  # the port is taken: nothing ran, so no empty artifact folder is left behind
+        session.abandon()
         remove_if_empty(made)
         raise
     click.echo(f"dcgm-bridge sidecar: run {session.run_id}, control API on port {server.port} "
@@ -259,6 +262,10 @@ def sidecar(live: bool, **flags: Any) -> None:
     session.start()
     view = _live_view(session, live or config.telemetry.dashboard)
     done_file = Path(config.done_file) if config.done_file else None
+    if done_file is not None:
+        from bridge.sidecar.artifacts import done_marker_is_ours
+
+        done_marker_is_ours(done_file, session.run_id)  # an earlier run's marker is removed now
     watch = OtlpLossWatch()
     finished_by_file = False
     # A look at the done file once a second when there is one, and at the OTLP counters when the forwarder says
@@ -272,7 +279,7 @@ def sidecar(live: bool, **flags: Any) -> None:
         look.clear()
         if done.is_set():
             break
-        if done_file is not None and done_file.exists():
+        if done_file is not None and done_marker_is_ours(done_file, session.run_id):
             finished_by_file = True
             break
         if session.forwarder is not None:
@@ -324,14 +331,17 @@ def _live_view(session: Any, wanted: bool) -> Any:
               help="Seconds the benchmark gets to finish its files after a forwarded SIGINT/SIGTERM.")
 @click.option("--require-valid", is_flag=True,
               help="Exit 1 when the benchmark succeeded but the measurement verdict is NOT valid.")
+@click.option("--keep-children", is_flag=True,
+              help="Leave running what the benchmark started and left behind (stopped at the end by default).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_timeout: float,
-            require_valid: bool = False, **flags: Any) -> None:
+            require_valid: bool = False, keep_children: bool = False, **flags: Any) -> None:
     """Run a benchmark command with GPU telemetry: dcgm-bridge profile [OPTIONS] -- CMD [ARGS]…
 
-    CMD gets DCGM_BRIDGE_CONTROL_URL to post phase marks. For `aiperf profile …` the report is merged
-    into AIPerf's own profile_export_aiperf.json/.csv and its --gpu-telemetry items are collected by
-    the bridge. Exit code: CMD's when non-zero, 128+N after signal N, 1 when the report failed.
+    CMD gets DCGM_BRIDGE_CONTROL_URL and DCGM_BRIDGE_CONTROL_TOKEN to post phase marks. For `aiperf
+    profile …` the report is merged into AIPerf's own profile_export_aiperf.json/.csv and its
+    --gpu-telemetry items are collected by the bridge. Exit code: CMD's when non-zero, 128+N after
+    signal N, 1 when the report failed.
     """
     from bridge.sidecar.profile import run_profile
 
@@ -355,7 +365,8 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
     from bridge.errors import BridgeError
 
     try:
-        run = run_profile(config, session, argv, live=live, stop_timeout=stop_timeout, env=env)
+        run = run_profile(config, session, argv, live=live, stop_timeout=stop_timeout, env=env,
+                          keep_children=keep_children)
     except BridgeError:
         raise  # its own message and exit code (bridge/cli.py)
     except (OSError, ValueError) as exc:

@@ -1,35 +1,42 @@
 """The control API on the health port (default 8086).
 
-GET /healthz, /readyz, /status answer anyone (the kubelet probes the pod IP); POST /phases and
-/complete accept only clients in `control_allow` (loopback by default: the benchmark shares the pod).
-The `sidecar` command listens on all addresses (in a pod), `profile` on loopback (a workstation); a
-connection that sends nothing for `CLIENT_TIMEOUT_S` is closed, and up to `BACKLOG` wait to be accepted.
-Bad requests get a 4xx with a JSON body that says what is wrong (400 a bad value, 409 a phase mark out of
-sequence; sidecar/marks.py checks every value before anything is applied); nothing a client sends crashes it.
+Who may do what (README "Security on a shared machine"): GET /healthz and /readyz answer anyone (the
+kubelet probes the pod IP); /status and /metrics too unless `protect_reads` (Prometheus scrapes /metrics);
+POST /phases and /complete need `Authorization: Bearer <token>` when the server has a token (control_token.py:
+`profile` makes one per run and hands it to the benchmark; the `sidecar` command reads or makes
+DCGM_BRIDGE_CONTROL_TOKEN_FILE), and always come from a client in `control_allow` (loopback by default: the
+benchmark shares the pod). Without a token, loopback is the only rule, and every local user (every container
+of the pod) can end the run. Connections are bounded (control_server.py: a whole-request deadline, a cap).
+
+Bad requests get a 4xx with a JSON body that says what is wrong (400 a bad value, 401 no or a wrong token, 409
+a phase mark out of sequence; sidecar/marks.py checks every value before anything is applied); nothing a
+client sends crashes it.
 """
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import json
 import logging
-import os
-import selectors
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from bridge.errors import ConfigError, SequenceError
+from bridge.sidecar.control_server import BACKLOG as BACKLOG
+from bridge.sidecar.control_server import MAX_CONNECTIONS, REQUEST_DEADLINE_S, BoundedServer
+from bridge.sidecar.control_token import TOKEN_ENV
 from bridge.sidecar.session import LifecycleError, Session
 
 logger = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024
 LOOPBACK = "127.0.0.1"  # `profile` on a workstation; the `sidecar` command's default is all addresses (config.py)
-BACKLOG = 64  # connections waiting to be accepted (socketserver's default is 5)
-CLIENT_TIMEOUT_S = 10.0  # a client that connects and sends nothing (or half a request) is dropped after this
 _GET = ("/healthz", "/readyz", "/status", "/metrics")
+_OPEN_GET = ("/healthz", "/readyz")  # the kubelet's probes: never behind the token
 _POST = ("/phases", "/complete")
 
 
@@ -38,17 +45,20 @@ class ControlServer:
 
     def __init__(self, session: Session, host: str, port: int, allow: list[str],
                  on_complete: Callable[[], None] | None = None,
-                 metrics_text: Callable[[], bytes | str] | None = None,
-                 client_timeout_s: float = CLIENT_TIMEOUT_S) -> None:
+                 metrics_text: Callable[[], bytes | str] | None = None, *,
+                 token: str | None = None, protect_reads: bool = False,
+                 request_deadline_s: float = REQUEST_DEADLINE_S, max_connections: int = MAX_CONNECTIONS,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.session = session
         self.allow = [ipaddress.ip_network(net, strict=False) for net in allow]
         self.on_complete = on_complete
         self.metrics_text = metrics_text
-        # StreamRequestHandler.timeout is the socket timeout of each connection: every read (request line,
-        # headers, body) that waits longer ends the connection and frees its thread.
-        handler = type("Handler", (_Handler,), {"control": self, "timeout": client_timeout_s})
+        self.token = token
+        self.protect_reads = protect_reads and token is not None
+        # The socket timeout of each read is the deadline too: a backstop should the reaper be late.
+        handler = type("Handler", (_Handler,), {"control": self, "timeout": request_deadline_s})
         try:
-            self.httpd = _Server((host, port), handler)
+            self.httpd = BoundedServer((host, port), handler, request_deadline_s, max_connections, monotonic)
         except OSError as exc:
             raise ConfigError(f"--health-port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}); "
                               "stop what uses it or choose another port (DCGM_BRIDGE_HEALTH_PORT)") from None
@@ -75,50 +85,38 @@ class ControlServer:
             address = address.ipv4_mapped
         return any(address in net for net in self.allow)
 
-
-class _Server(ThreadingHTTPServer):
-    """socketserver's serve_forever wakes every half second to look for a shutdown request; an idle sidecar
-    pays those wake-ups all run long. This loop sleeps until a client connects or `stop` writes to its pipe."""
-
-    request_queue_size = BACKLOG  # socketserver passes it to listen()
-
-    def server_activate(self) -> None:
-        super().server_activate()
-        self._stopping = False
-        self._wake_read, self._wake_write = os.pipe()
-
-    def serve_until_stopped(self) -> None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self, selectors.EVENT_READ)
-            selector.register(self._wake_read, selectors.EVENT_READ)
-            while not self._stopping:
-                for key, _ in selector.select():
-                    if key.fileobj is self and not self._stopping:
-                        self._handle_request_noblock()  # type: ignore[attr-defined]  # (serve_forever's own step)
-
-    def stop(self) -> None:
-        self._stopping = True
-        os.write(self._wake_write, b"!")
-
-    def close_wake(self) -> None:
-        os.close(self._wake_read)
-        os.close(self._wake_write)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that goes away mid-answer (a scraper that timed out, curl | head) is not an error."""
-        import sys
-
-        error = sys.exc_info()[1]
-        if isinstance(error, ConnectionError | TimeoutError):
-            logger.debug("control client %s went away: %s", client_address[0], error)
-            return
-        logger.exception("control API: request from %s failed", client_address[0])
+    def token_matches(self, authorization: str | None) -> bool:
+        scheme, _, given = (authorization or "").strip().partition(" ")
+        assert self.token is not None
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
 
 
 class _Handler(BaseHTTPRequestHandler):
     control: ControlServer
     server_version = "dcgm-bridge"
     protocol_version = "HTTP/1.1"
+
+    def handle_one_request(self) -> None:
+        self.control.httpd.reading(self.connection, True)  # this request's deadline starts now
+        super().handle_one_request()
+
+    def _answering(self) -> None:
+        self.control.httpd.reading(self.connection, False)
+
+    def _token_refused(self, path: str) -> bool:
+        """A 401 (and True) when this request needs the token and does not carry it."""
+        if self.control.token is None or self.control.token_matches(self.headers.get("Authorization")):
+            return False
+        self.close_connection = True
+        body = json.dumps({"error": f"{path} needs Authorization: Bearer <token> (the run's control token: "
+                           f"${TOKEN_ENV}, or the file DCGM_BRIDGE_CONTROL_TOKEN_FILE names)"}).encode()
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Bearer realm="dcgm-bridge"')
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        return True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         logger.debug("control %s %s", self.client_address[0], format % args)
@@ -146,6 +144,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         path = self.path.split("?", 1)[0]
         session = self.control.session
+        self._answering()
+        if self.control.protect_reads and path not in _OPEN_GET and self._token_refused(path):
+            return
         if path == "/healthz":
             self._send(200, {"status": "alive"})
         elif path == "/readyz":
@@ -165,17 +166,24 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = self.path.split("?", 1)[0]
-        if path in _GET:
-            self._error(405, f"{path} takes GET")
-            return
-        if path not in _POST:
-            self._error(404, f"no such endpoint {path}")
+        if path in _GET or path not in _POST:
+            self._answering()
+            self.close_connection = True  # its body is not read: the rest of the stream is not a request
+            if path in _GET:
+                self._error(405, f"{path} takes GET")
+            else:
+                self._error(404, f"no such endpoint {path}")
             return
         if not self.control.allowed(self.client_address[0]):
+            self._answering()
+            self.close_connection = True
             self._error(403, f"{path} accepts only clients in DCGM_BRIDGE_CONTROL_ALLOW "
                         f"({', '.join(map(str, self.control.allow))})")
             return
+        if self._token_refused(path):
+            return
         body = self._json_body()
+        self._answering()
         if body is None:
             return
         try:
@@ -232,6 +240,8 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def do_PUT(self) -> None:  # noqa: N802
+        self._answering()
+        self.close_connection = True
         self._error(405, "use GET for /healthz, /readyz, /status and POST for /phases, /complete")
 
     do_DELETE = do_PUT

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.config import Config
+from bridge.errors import ConfigError
 from bridge.fields import FieldTable
 from bridge.record_log import LineWriter
 from bridge.samples import PhaseMark
+from bridge.sidecar.marks import phase_problems
 from bridge.sidecar.spool import LiveSeries
 
 if TYPE_CHECKING:
@@ -102,11 +104,17 @@ def manifest_phases(session: FinishedRun) -> list[Phase] | None:
 
 def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
     from bridge.report import build_report_from_events, write_report
+    from bridge.report.write import output_names
 
     kwargs: dict[str, Any] = {}
     target = session.report_target
     phases = target.phases if target is not None and target.phases and not session.marks else None
     phases = phases or manifest_phases(session)
+    problems = phase_problems(phases or [])
+    if problems:
+        logger.warning("the benchmark's phases are not used (%s): the report covers the whole run",
+                       "; ".join(problems))
+        phases = None
     if phases:
         kwargs["phases"] = phases
     live = session.live_series
@@ -119,8 +127,10 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
         report = _pods_only(report, session, events, kwargs)
     outputs.report = report
     if target is not None:
+        _refuse_foreign(target.directory, output_names(target.prefix))
         outputs.files.extend(write_report(report, target.directory, prefix=target.prefix))
     else:
+        _refuse_foreign(session.artifact_dir, output_names(session.config.profile_export_prefix))
         outputs.files.extend(write_report(report, session.artifact_dir, prefix=session.config.profile_export_prefix))
 
 
@@ -138,6 +148,17 @@ def _pods_only(report: Report, session: FinishedRun, events: Path | RunEvents, k
         logger.warning("%s", selection.warning)
     logger.info("pods: %s", selection.summary_line())
     return report
+
+
+def _refuse_foreign(directory: Path, names: tuple[str, str]) -> None:
+    """A report is merged only into the benchmark's own regular files in its own folder: a link planted there
+    during the run (to another user's JSON) is an error naming it, never read or written through."""
+    from bridge.sidecar.artifacts import output_problem, report_paths
+
+    for path in report_paths(directory, names):
+        problem = output_problem(path)
+        if problem is not None:
+            raise ConfigError(problem)
 
 
 def _events(session: FinishedRun) -> Path | RunEvents:

@@ -103,6 +103,21 @@ def checked_requests_end(value: Any, now_ns: int, marks: Sequence[PhaseMark]) ->
     return end
 
 
+def phase_problems(phases: Iterable[Any]) -> list[str]:
+    """What makes a benchmark's phases (report.window.Phase: a manifest's, AIPerf's files') unusable, by the
+    rules of a posted mark: a name that is no path component, an end before the start. Checked before the
+    report is built, so a bad phase never fails half-way through writing it."""
+    problems = []
+    for phase in phases:
+        name = str(phase.name)
+        if not is_path_component(name, MAX_NAME):
+            problems.append(f"phase name {name[:MAX_NAME]!r}{'…' if len(name) > MAX_NAME else ''} is not usable "
+                            f"(1-{MAX_NAME} letters, digits, '.', '_' or '-')")
+        elif phase.start_ns is not None and phase.end_ns is not None and phase.end_ns < phase.start_ns:
+            problems.append(f"phase {name!r} ends at {phase.end_ns}, before its start at {phase.start_ns}")
+    return problems
+
+
 def open_phases(marks: Iterable[PhaseMark]) -> dict[str, PhaseMark]:
     """Name → start mark of the phases started and not yet ended, in start order."""
     opened: dict[str, PhaseMark] = {}

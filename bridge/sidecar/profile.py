@@ -1,7 +1,8 @@
 """`dcgm-bridge profile -- CMD …`: run any benchmark command with GPU telemetry around it, as a
 well-behaved wrapper.
 
-The command gets `DCGM_BRIDGE_CONTROL_URL` so it can post phase marks. When it exits, the phases come
+The command gets `DCGM_BRIDGE_CONTROL_URL` and `DCGM_BRIDGE_CONTROL_TOKEN` (a new random one per run, sent
+as `Authorization: Bearer`) so it can post phase marks; no other local user can. When it exits, the phases come
 from its marks, else (AIPerf) from the files AIPerf wrote, else from a `phase_manifest.json` below the
 artifact directory, else the whole run is reported. AIPerf is passed `--no-gpu-telemetry` (its own
 telemetry flags become the bridge's: sidecar/aiperf.py), and the report is merged into AIPerf's own
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.config import Config
 from bridge.sidecar.aiperf import AiperfCommand, AiperfOutputs, find_outputs, is_aiperf, read_result
+from bridge.sidecar.children import MARKER_ENV, end_leftovers, set_subreaper, with_parent_death
 from bridge.sidecar.finish import ReportTarget, SessionOutputs
 from bridge.sidecar.otlp_watch import OtlpLossWatch
 
@@ -48,6 +51,7 @@ __all__ = ["ProfileRun", "is_aiperf", "run_profile", "exit_code"]
 
 logger = logging.getLogger(__name__)
 DEFAULT_STOP_TIMEOUT = 60.0
+_CHILDREN_GRACE_S = 2.0  # what the benchmark left running gets SIGTERM, then SIGKILL after this
 
 
 @dataclass
@@ -102,8 +106,9 @@ def full_screen_conflict(command: Sequence[str]) -> str | None:
 
 def run_profile(config: Config, session: Session | None, command: Sequence[str] | AiperfCommand, *,
                 live: bool = False, stop_timeout: float = DEFAULT_STOP_TIMEOUT,
-                env: dict[str, str] | None = None) -> ProfileRun:
-    """Collect while the command runs (`session` None: telemetry disabled) and write the report."""
+                env: dict[str, str] | None = None, keep_children: bool = False) -> ProfileRun:
+    """Collect while the command runs (`session` None: telemetry disabled) and write the report. What the
+    command leaves running is stopped at the end (sidecar/children.py) unless `keep_children`."""
     aiperf = command if isinstance(command, AiperfCommand) else None
     argv = list(command.argv) if isinstance(command, AiperfCommand) else list(command)
     if not argv:
@@ -120,19 +125,23 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
     child_env = dict(os.environ if env is None else env)
     started_ns = time.time_ns()
     if session is None or not config.enabled:
-        _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout)
+        _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout, keep_children=keep_children)
         return run
 
     from bridge.sidecar.control import LOOPBACK, ControlServer
+    from bridge.sidecar.control_token import TOKEN_ENV, new_token
 
     session.prepare_artifacts()  # a folder that cannot take the telemetry stops us before the benchmark runs
     if not session.config.phase_manifest:
         # A benchmark that writes phase_manifest.json below the artifact directory, when no marks came.
         session.config = replace(session.config, phase_manifest=str(Path(config.artifact_dir).resolve()))
     # On a workstation only the benchmark (a child) talks to it: loopback, never the LAN.
-    server = ControlServer(session, LOOPBACK, 0, config.control_allow, metrics_text=session.exposition)
+    # Loopback is not a user boundary: a per-run token, known to the benchmark only, guards the writes.
+    token = new_token()
+    server = ControlServer(session, LOOPBACK, 0, config.control_allow, metrics_text=session.exposition, token=token,
+                           protect_reads=config.control_protect_reads)
     server.start()
-    child_env.update({"DCGM_BRIDGE_CONTROL_URL": f"http://{LOOPBACK}:{server.port}",
+    child_env.update({"DCGM_BRIDGE_CONTROL_URL": f"http://{LOOPBACK}:{server.port}", TOKEN_ENV: token,
                       "DCGM_BRIDGE_RUN_ID": session.run_id})
     view: Any = None
     relay: Any = None
@@ -152,7 +161,8 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
         watch = OtlpLossWatch()  # an OTLP receiver losing data is said during the run, at most once a minute
         forwarder = session.forwarder
         relay = _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout, view=view,
-                           every_second=(lambda: watch.check(forwarder.stats())) if forwarder else None)
+                           every_second=(lambda: watch.check(forwarder.stats())) if forwarder else None,
+                           keep_children=keep_children)
     finally:
         if view is not None:
             if relay is not None:
@@ -212,13 +222,22 @@ def _give_terminal(fd: int | None, pgrp: int) -> None:
 
 
 def _run_child(argv: list[str], env: dict[str, str], run: ProfileRun, terminal: int | None, aiperf: bool,
-               stop_timeout: float, view: Any = None,
-               every_second: Callable[[], object] | None = None) -> threading.Thread | None:
+               stop_timeout: float, view: Any = None, every_second: Callable[[], object] | None = None,
+               keep_children: bool = False) -> threading.Thread | None:
     """Start the command in its own process group, forward signals once each, wait (bounded once asked
-    to stop), and record its return code in `run`. With a live view, the command's output is relayed
-    through it; the relay thread is returned (to be joined before the view's last frame)."""
-    process = subprocess.Popen(argv, env=env, process_group=0, stdout=subprocess.PIPE if view else None,
-                               stderr=subprocess.STDOUT if view else None)
+    to stop), record its return code in `run`, and stop what it left running (unless `keep_children`).
+    With a live view, the command's output is relayed through it; the relay thread is returned (to be
+    joined before the view's last frame)."""
+    marker = secrets.token_hex(8)
+    env = {**env, MARKER_ENV: marker}
+    set_subreaper(True)  # a process that leaves the group with setsid comes to us, not to init
+    try:
+        process = subprocess.Popen(with_parent_death(argv), env=env, process_group=0,
+                                   stdout=subprocess.PIPE if view else None,
+                                   stderr=subprocess.STDOUT if view else None)
+    except BaseException:
+        set_subreaper(False)
+        raise
     relay = view.relay(process.stdout) if view is not None and process.stdout is not None else None
     pgid = process.pid
     _give_terminal(terminal, pgid)
@@ -266,11 +285,12 @@ def _run_child(argv: list[str], env: dict[str, str], run: ProfileRun, terminal: 
         _give_terminal(terminal, os.getpgrp())
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if not run.killed:  # the benchmark's own children (AIPerf's services) left behind by a force quit
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, 0)
-                if run.received is not None:
-                    os.killpg(pgid, signal.SIGKILL)
+        if not keep_children:  # the benchmark's own children (AIPerf's services), a daemon it started, …
+            left = end_leftovers(pgid, marker, 0.0 if run.received is not None else _CHILDREN_GRACE_S)
+            if left:
+                logger.warning("the benchmark left %d process(es) running: stopped them (--keep-children keeps them)",
+                               left)
+        set_subreaper(False)
     return relay
 
 

@@ -32,9 +32,10 @@ from bridge.relabel import RelabelConfig
 from bridge.samples import GpuRecord, PhaseMark, SessionState
 from bridge.scrape import ScrapeGroup, ScrapeLoop
 from bridge.select import preference_order
-from bridge.sidecar.artifacts import Disposition, prepare_artifact_dir, write_problem
+from bridge.sidecar.artifacts import Disposition, new_spool_dir, prepare_artifact_dir, report_paths, write_problem
 from bridge.sidecar.finish import ReportTarget, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
+from bridge.sidecar.folder_lock import FolderLock
 from bridge.sidecar.marks import check_sequence, checked_mark, checked_requests_end, phase_after
 from bridge.sidecar.pipeline import (
     Forwarder,
@@ -160,6 +161,7 @@ class Session:
         self._write_check = threading.Lock()  # not self._lock: a probe must answer while completion runs
         self._pages = threading.Lock()  # the pipeline takes one page at a time (several scrape threads)
         self._write_checked: tuple[float, str | None] | None = None  # (when, the problem)
+        self.folder_lock = FolderLock(self.artifact_dir, self.run_id)  # held from prepare_artifacts to complete
 
     @property
     def records_written(self) -> int:
@@ -174,19 +176,38 @@ class Session:
                 return
             from bridge.report.write import output_names
 
-            self.disposition = prepare_artifact_dir(self.artifact_dir, self.run_id, self.records.path,
-                                                    output_names(self.config.profile_export_prefix))
+            names = output_names(self.config.profile_export_prefix)
+            promised = [self.records.path, self.events.path, *report_paths(self.artifact_dir, names)]
+            self.disposition = prepare_artifact_dir(self.artifact_dir, self.run_id, self.records.path, names,
+                                                    self.folder_lock, promised)
             remove_stale_spools(self.artifact_dir)  # before this run spools anything: every one there is dead
             # Restarted inside the run: the spool (a dead process's, just removed) lacks what came before, so the
             # report reads the log; with no log yet, nothing came before and a new spool has it all.
             if self.disposition == "finished" or (self.disposition == "resume" and self.records.path.exists()):
                 self.live_series = None
                 self.pipeline.sinks.remove(self._live_sink)  # nothing spools a series the report will not read
+            if self.live_series is not None:
+                self.live_series.spool_dir = new_spool_dir(self.artifact_dir, self.run_id)
             if self.disposition == "resume":
                 self._resume_marks()
             if self.disposition == "finished":
+                self.folder_lock.release()  # writes nothing more
                 self.state = "completed"
                 self.outputs = SessionOutputs(self.artifact_dir, [self.records.path, self.events.path])
+
+    def abandon(self) -> None:
+        """A start that failed before anything was collected (the control port taken): the folder is let go and
+        this run's empty spool removed, so nothing of the attempt stays behind."""
+        with self._lock:
+            if self.state != "created":
+                return
+            spool = self.live_series.spool_dir if self.live_series is not None else None
+            if spool is not None:
+                try:
+                    spool.rmdir()  # only while empty: nothing was spooled yet
+                except OSError:
+                    pass
+            self.folder_lock.release()
 
     def _resume_marks(self) -> None:
         """Restarted inside the run: the marks in the events file are this run's, so the next mark follows
@@ -371,6 +392,7 @@ class Session:
             self._write_report(self.outputs)
             if self.live_series is not None:
                 self.live_series.remove()
+            self.folder_lock.release()
             for writer in (self.records, self.events):
                 lost = writer.lines_dropped + len(writer.pending())
                 if lost or writer.last_error:  # still refused, or dropped from a full buffer before there was room
@@ -555,14 +577,18 @@ class Session:
         be written now (a read-only or full volume loses everything). The exporters are not waited for."""
         if self.state not in ("configured", "collecting"):
             return f"the run is {self.state}"
-        problem = self.write_problem()
-        return f"cannot write {self.artifact_dir}: {problem}" if problem else None
+        refused = self.records.last_error or self.events.last_error  # the last write of a file failed
+        problem = self.write_problem(fresh=refused is not None)
+        if problem:
+            return f"cannot write {self.artifact_dir}: {problem}"
+        return refused  # a file refused while the folder takes new ones (another user's, a read-only bind)
 
-    def write_problem(self) -> str | None:
-        """Why the artifact folder cannot be written now (None: it can), tried at most once a second."""
+    def write_problem(self, fresh: bool = False) -> str | None:
+        """Why the artifact folder cannot be written now (None: it can), tried at most once a second (`fresh`:
+        now)."""
         with self._write_check:
             now = self._monotonic()
-            if self._write_checked is None or now - self._write_checked[0] >= _WRITE_CHECK_S:
+            if fresh or self._write_checked is None or now - self._write_checked[0] >= _WRITE_CHECK_S:
                 self._write_checked = (now, write_problem(self.artifact_dir))
             return self._write_checked[1]
 
@@ -591,4 +617,5 @@ def fetch_settings(config: Config) -> FetchSettings:
         basic = (config.basic_auth_user, Path(config.basic_auth_password_file).read_text(encoding="utf-8").strip())
     return FetchSettings(connect_timeout=config.connect_timeout, read_timeout=config.scrape_timeout,
                          max_body_bytes=config.max_body_bytes, ca_file=config.ca_file,
-                         insecure_skip_verify=config.insecure_skip_verify, bearer_token=token, basic_auth=basic)
+                         insecure_skip_verify=config.insecure_skip_verify, bearer_token=token, basic_auth=basic,
+                         no_credentials=config.uncredentialed_urls())

@@ -122,3 +122,37 @@ def test_webhook_rules_catch_what_the_crd_schema_lets_through(case: str) -> None
 def test_a_validation_error_lists_every_problem_sorted() -> None:
     error = validate.ValidationError(["b: two", "a: one"])
     assert str(error) == "a: one\nb: two"
+
+
+# Issue 28 item 7: `^…$` lets a trailing newline through (`$` matches before a final "\n"); every kube name flag
+# matches the whole string.
+_HOSTILE_FLAGS = [
+    ("job_id", "bench-x", "--job-id"), ("namespace", "bench", "--namespace"),
+    ("service_account", "runner", "--service-account"), ("queue", "team-a", "--queue"),
+    ("image_pull_secret", ("regcred",), "--image-pull-secret"), ("artifacts_pvc", "bench-artifacts", "--artifacts-pvc"),
+    ("node_selector", ("gpu=h100",), "--node-selector"), ("node_selector", ("nvidia.com/gpu=h100",), "--node-selector"),
+    ("otlp_headers_secret", "otlp-auth", "--otlp-headers-secret"),
+    ("exporter_token_secret", "exporter-token:token", "--exporter-token-secret"),
+]
+
+
+@pytest.mark.parametrize("field,good,flag", _HOSTILE_FLAGS)
+@pytest.mark.parametrize("tail", ["\n", "\r\n", "\nkind: Secret", "\x00"])
+def test_a_kube_name_with_a_hostile_tail_is_refused_naming_its_flag(field: str, good: Any, flag: str,
+                                                                      tail: str) -> None:
+    from bridge.kube.profile import ProfileOptions, resolve
+    from tests.kube.test_profile_options import OPTS, problems_of
+
+    resolve(ProfileOptions(**{**OPTS.__dict__, field: good}), {})  # the name itself is fine
+    hostile = tuple(v + tail for v in good) if isinstance(good, tuple) else good + tail
+    problems = problems_of(ProfileOptions(**{**OPTS.__dict__, field: hostile}))
+    assert any(p.startswith(flag) for p in problems), problems
+
+
+@pytest.mark.parametrize("pattern", [validate.DNS1035_LABEL, validate.DNS1123_LABEL, validate.DNS1123_SUBDOMAIN,
+                                     validate.LABEL_VALUE, validate.QUALIFIED_NAME, validate.SECRET_KEY,
+                                     validate.ENV_NAME, validate.QUANTITY])
+def test_no_name_pattern_accepts_a_trailing_newline(pattern: Any) -> None:
+    assert pattern.fullmatch("a1") or pattern.fullmatch("1")
+    assert not pattern.fullmatch("a1\n") and not pattern.fullmatch("1\n")
+    assert not pattern.match("a1\n") and not pattern.match("1\n")

@@ -257,7 +257,8 @@ import json, os, time, urllib.request
 url = os.environ["DCGM_BRIDGE_CONTROL_URL"]
 def post(event, t):
     body = json.dumps({"name": "profiling", "kind": "profiling", "event": event, "time_ns": t}).encode()
-    urllib.request.urlopen(urllib.request.Request(url + "/phases", data=body)).read()
+    token = {"Authorization": "Bearer " + os.environ["DCGM_BRIDGE_CONTROL_TOKEN"]}  # profile's per-run token
+    urllib.request.urlopen(urllib.request.Request(url + "/phases", data=body, headers=token)).read()
 def written():
     return json.loads(urllib.request.urlopen(url + "/status").read())["records_written"]
 first = written()

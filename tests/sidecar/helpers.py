@@ -35,6 +35,19 @@ def scrape_synchronously(session: Session, times: int) -> None:
             loop.scrape_now()
 
 
+def resumed_report(url: str, folder: Path, run_id: str) -> dict:
+    """A sidecar of run `run_id` restarted in `folder` (its predecessor killed): two scrapes of `url`, complete;
+    the report it wrote."""
+    import json
+
+    session = session_for([url], folder, run_id=run_id)
+    session.configure()
+    scrape_synchronously(session, 2)
+    outputs = session.complete()
+    assert session.disposition == "resume" and outputs.error is None
+    return dict(json.loads((folder / "profile_export_aiperf.json").read_text()))
+
+
 
 def start_sidecar(log: Path, url: str, artifact_dir: Path, *extra: str, preexec_fn: Callable[[], None] | None = None,
                   **env_extra: str) -> tuple[subprocess.Popen[bytes], str]:

@@ -19,7 +19,7 @@ from bridge.errors import ConfigError
 from bridge.sidecar.finish import manifest_phases
 from bridge.simulator import SimulatedExporter, SimulatorConfig
 from tests.conftest import tmpfs
-from tests.sidecar.helpers import scrape_synchronously, session_for
+from tests.sidecar.helpers import resumed_report, scrape_synchronously, session_for
 
 QUIET = {"AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "AIPERF_GPU_SHUTDOWN_DELAY": "1"}
 
@@ -69,6 +69,7 @@ def test_the_same_run_restarted_before_it_completed_carries_on(exporter: Simulat
     scrape_synchronously(first, 2)
     first.records.close()
     first.events.close()  # killed: no complete event
+    first.folder_lock.release()  # (the kernel drops a dead process's flock)
     _run(exporter.url, tmp_path, "run-a")
     assert not (tmp_path / "run-a").exists()
     events = (tmp_path / "gpu_telemetry_events.jsonl").read_text()
@@ -140,11 +141,7 @@ def test_the_same_run_restarted_before_it_recorded_anything_reports_what_the_new
     first = session_for(["http://127.0.0.1:9/metrics"], tmp_path, run_id="run-a")  # nothing answers there
     first.configure()
     first.events.close()  # killed: no complete event, no record log
+    first.folder_lock.release()
     assert not (tmp_path / "gpu_telemetry_export.jsonl").exists()
-    second = session_for([exporter.url], tmp_path, run_id="run-a")
-    second.configure()
-    scrape_synchronously(second, 2)
-    outputs = second.complete()
-    assert second.disposition == "resume" and outputs.error is None
-    report = json.loads((tmp_path / "profile_export_aiperf.json").read_text())
+    report = resumed_report(exporter.url, tmp_path, "run-a")
     assert len(next(iter(report["telemetry_data"]["endpoints"].values()))["gpus"]) == 2

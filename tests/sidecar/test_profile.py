@@ -27,7 +27,8 @@ import json, os, sys, time, urllib.request
 url = os.environ["DCGM_BRIDGE_CONTROL_URL"]
 def post(kind, event, t):
     body = json.dumps({"name": kind, "kind": kind, "event": event, "time_ns": t}).encode()
-    urllib.request.urlopen(urllib.request.Request(url + "/phases", data=body)).read()
+    token = {"Authorization": "Bearer " + os.environ["DCGM_BRIDGE_CONTROL_TOKEN"]}
+    urllib.request.urlopen(urllib.request.Request(url + "/phases", data=body, headers=token)).read()
 post("warmup", "start", time.time_ns())
 status = json.loads(urllib.request.urlopen(url + "/status").read())
 while json.loads(urllib.request.urlopen(url + "/status").read())["records_written"] < status["records_written"] + 4:
@@ -138,7 +139,7 @@ def _start_sidecar(tmp_path: Path, exporter: SimulatedExporter, *extra: str,
 @pytest.mark.parametrize("how", ["sigterm", "post-complete", "done-file"])
 def test_the_sidecar_process_completes_and_writes_its_report(tmp_path, how):
     done_file = tmp_path / "done"
-    extra = ["--config", str(tmp_path / "c.yaml")]
+    extra = ["--config", str(tmp_path / "c.yaml"), "--run-id", "run-d"]
     (tmp_path / "c.yaml").write_text(f"gpu_telemetry:\n  done_file: {done_file}\n  shutdown_delay: 5\n")
     with SimulatedExporter(SimulatorConfig(gpus=2)) as exporter:
         process, base = _start_sidecar(tmp_path, exporter, *extra)
@@ -149,7 +150,7 @@ def test_the_sidecar_process_completes_and_writes_its_report(tmp_path, how):
             elif how == "post-complete":
                 assert httpx.post(base + "/complete", json={}, timeout=30).json()["completed"]
             else:
-                done_file.write_text("done")
+                done_file.write_text("run-d 0\n")  # the run id first (kube profile's control plane writes it)
             assert process.wait(60) == 0
         finally:
             if process.poll() is None:
