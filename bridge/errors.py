@@ -15,7 +15,7 @@
     ├── LifecycleError         a control request with a bad value (a 400)         sidecar/marks.py
     │   └── SequenceError          one that does not fit the run's state (a 409)  sidecar/marks.py
     └── KubeError              the Kubernetes API refused or failed               kube/submit.py
-        ├── DiscoveryError         a k8s:// item that cannot be expanded          kube/discovery.py
+        ├── DiscoveryError         a k8s:// item that cannot be expanded          discovery.py
         └── ValidationError        inputs that would make an invalid JobSet       kube/validate.py
 
 Each error keeps the built-in base its callers already catch (ValueError for bad input, OSError for

@@ -165,7 +165,7 @@ def _rbac_objects(spec: Any) -> list[dict[str, Any]]:
 
 def _expanded(resolved: Any, clients: Any) -> Any:
     """The spec with its k8s:// items expanded to one URL per ready endpoint (a discovery failure exits 1)."""
-    from bridge.kube.discovery import DiscoveryError, expand
+    from bridge.discovery import DiscoveryError, expand
 
     try:
         urls = expand(resolved.discovery, clients.discovery)

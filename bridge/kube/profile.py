@@ -12,10 +12,10 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
+from bridge.discovery import DEFAULT_EXPORTER_SERVICE, DiscoveryError, ServiceRef, pod_selector_problems
 from bridge.endpoints import TelemetryItemError, parse_default_endpoints, parse_items
 from bridge.errors import ConfigError
 from bridge.kube import validate
-from bridge.kube.discovery import DEFAULT_EXPORTER_SERVICE, DiscoveryError, ServiceRef, pod_selector_problems
 from bridge.kube.estimate import Estimate, benchmark_memory_request, estimate_controller
 from bridge.kube.jobset import (
     DEFAULT_CPU,

@@ -19,7 +19,7 @@ from typing import Any
 
 RBAC_API = "rbac.authorization.k8s.io/v1"
 EXPORTER_NAMESPACE_ANNOTATION = "dcgm-bridge.nvidia.com/exporter-namespace"
-# The API calls bridge/kube/discovery.py makes, as RBAC rules (tests/kube/test_pod_discovery.py checks both agree).
+# The API calls bridge/discovery.py makes, as RBAC rules (tests/kube/test_pod_discovery.py checks both agree).
 POD_RULES: tuple[dict[str, list[str]], ...] = (
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
 )

@@ -217,17 +217,25 @@ def build_session(config: Any, otlp: dict[str, Any]) -> Any:
 
 @click.command(cls=TelemetryCommand)
 @telemetry_options
+@click.option("--gpu-pod-selector", "gpu_pod_selectors", multiple=True, metavar="NAMESPACE/SELECTOR",
+              help="In a cluster: the pods a label selector picks, the exporters on their nodes, and only those "
+                   "pods' GPUs in the report (resolved once at start; `kube profile` grants the API access).")
 @click.option("--health-port", type=int, help="Control API port (default 8086).")
 def sidecar(live: bool, **flags: Any) -> None:
     """The container entry point: configure, serve the control API, collect until complete or a signal."""
     from bridge.sidecar.control import ControlServer
     from bridge.sidecar.control_token import sidecar_token
 
+    selectors = flags.pop("gpu_pod_selectors", ())
     flags, otlp = split_flags(flags)
     config = resolve_config(flags)
     if not config.enabled:
         click.echo("GPU telemetry is disabled (--no-gpu-telemetry); nothing to do.")
         return
+    if selectors:
+        from bridge.sidecar.pod_discovery import in_cluster_apis, with_selected_pods
+
+        config = with_selected_pods(config, selectors, *in_cluster_apis())
     session = build_session(config, otlp)
     made = missing_folders(Path(session.artifact_dir))
     session.prepare_artifacts()  # an unwritable folder stops start-up (exit 2) before anything is served

@@ -8,6 +8,7 @@ gpu_telemetry_events.jsonl, from which the report is built.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -203,10 +204,8 @@ class Session:
                 return
             spool = self.live_series.spool_dir if self.live_series is not None else None
             if spool is not None:
-                try:
-                    spool.rmdir()  # only while empty: nothing was spooled yet
-                except OSError:
-                    pass
+                with contextlib.suppress(OSError):  # only while empty: nothing was spooled yet
+                    spool.rmdir()
             self.folder_lock.release()
 
     def _resume_marks(self) -> None:

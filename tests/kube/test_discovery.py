@@ -16,7 +16,7 @@ from kubernetes.client import (
 from kubernetes.client import V1Endpoint as Endpoint
 from kubernetes.client.exceptions import ApiException
 
-from bridge.kube.discovery import DiscoveryError, ServiceRef, expand
+from bridge.discovery import DiscoveryError, ServiceRef, expand
 
 
 def endpoint(address: str, node: str, ready: bool | None = True) -> Endpoint:

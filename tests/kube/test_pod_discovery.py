@@ -12,7 +12,7 @@ import pytest
 from kubernetes.client import V1EndpointSliceList, V1PodList
 from kubernetes.client.exceptions import ApiException
 
-from bridge.kube.discovery import DiscoveryError, parse_pod_selector, pod_endpoints, pod_selector_problems
+from bridge.discovery import DiscoveryError, parse_pod_selector, pod_endpoints, pod_selector_problems
 from bridge.kube.rbac import ENDPOINTSLICE_RULES, POD_RULES, rbac_objects
 
 DATA = Path(__file__).parent / "data"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from bridge.kube.discovery import DiscoveryError, parse_pod_selector, pod_endpoints
+from bridge.discovery import DiscoveryError, parse_pod_selector, pod_endpoints
 from tests.kube.conftest import KubeAPI, install_crd
 from tests.kube.test_pod_discovery import DATA, RecordingApi
 
