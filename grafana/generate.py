@@ -264,9 +264,9 @@ def gpu_panels(s: Scope) -> Iterator[tuple[dict[str, Any], int, int]]:
         [target(s.per_gpu("pcie_tx_bytes_per_second"), "A", GPU_LEGEND + " tx"),
          target(s.per_gpu("pcie_rx_bytes_per_second"), "B", GPU_LEGEND + " rx")], "Bps", min_=0), 12, 8
     yield timeseries(
-        "NVLink traffic", "Rate of dcgm_bridge:gpu_nvlink_bandwidth_total, all links. DCGM does not document "
-        "the counter's unit (DCGM#221): compare runs with it, do not read it as bytes.",
-        [target(s.rate_per_gpu("nvlink_bandwidth_total"), legend=GPU_LEGEND)], "short", min_=0), 12, 8
+        "NVLink traffic", "Rate of dcgm_bridge:gpu_nvlink_bandwidth_bytes_total, all links: bytes, as DCGM 4.7's "
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL states (the legacy field in MB, per dcgm-exporter 4.9's notes).",
+        [target(s.rate_per_gpu("nvlink_bandwidth_bytes_total"), legend=GPU_LEGEND)], "Bps", min_=0), 12, 8
     yield timeseries(
         "Throttling", "Share of time each GPU was held back, by reason: rate of the "
         "dcgm_bridge:gpu_*_violation_seconds_total counters. These fields are optional rows of "

@@ -37,6 +37,7 @@ PREFIX = "dcgm_bridge:gpu_"
 UNITS: dict[str, tuple[str, float]] = {
     "W": ("watts", 1.0), "MJ": ("joules", 1e6), "%": ("ratio", 0.01), "GB": ("bytes", 1e9),
     "°C": ("celsius", 1.0), "MHz": ("hertz", 1e6), "us": ("seconds", 1e-6), "MB/s": ("bytes_per_second", 1e6),
+    "MB": ("bytes", 1e6),
     "count": ("", 1.0), "code": ("code", 1.0),
 }
 # Report key (minus `nvidia_`) -> the quantity's name in the recorded series, where the key reads badly.

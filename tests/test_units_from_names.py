@@ -66,7 +66,7 @@ def test_the_sidecar_says_a_ratio_anomaly_once_in_the_log_the_events_and_the_rep
     units = [e for e in read_dicts(events.path) if e.get("kind") == "unit"]
     assert len(units) == 1 and units[0]["time_ns"] == 1 * S and units[0]["endpoint"] == url
     assert len([r for r in caplog.records if "TENSOR_UTIL_RATIO" in r.getMessage()]) == 1
-    records = [r for call in recorder.calls for p in call for r in p.records]
+    records = [r for p in recorder.pages for r in p.records]
     assert {r.telemetry_data["nvidia_pipe_tensor_active"] for r in records} == {6300.0}
     report = build_report_from_events(records, events.path)
     (error,) = report.telemetry_data["error_summary"]

@@ -301,7 +301,8 @@ def test_a_slow_exporter_refresh_reaches_aiperfs_files_with_the_bound(aiperf, to
     (body,) = doc["telemetry_data"]["endpoints"].values()
     assert body["refresh"]["fresh"] is False and body["refresh"]["period_s"] == pytest.approx(1.0, rel=0.05)
     energy = doc["nvidia_total_gpu_energy"]
-    assert set(energy) == {"unit", "avg", "bound"} and energy["unit"] == "J"
+    assert set(energy) == {"unit", "avg", "uncertainty", "bound"} and energy["unit"] == "J"
+    assert 0 < energy["uncertainty"] <= energy["bound"]
     assert abs(energy["avg"] - truth) <= energy["bound"]
     assert energy["avg"] == pytest.approx(truth, rel=0.02)
     gpu = next(iter(body["gpus"].values()))["metrics"]
