@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from bridge.cli import main
@@ -42,6 +43,7 @@ def _piped_profile(tmp_path: Path, columns: str | None) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_piped_profile_prints_the_80_column_layout_unless_columns_says_otherwise(tmp_path: Path) -> None:
     piped = _piped_profile(tmp_path, None)
     tables = piped.split("Files:", 1)[0]  # (the file paths after it are never cut)

@@ -54,12 +54,14 @@ def distribution_of(module: str) -> str:
     return canonical(dists[0])
 
 
+@pytest.mark.slow
 def test_every_runtime_dependency_is_imported_by_bridge() -> None:
     runtime, _ = declared()
     imported = {distribution_of(m) for m in imported_modules()}
     assert runtime - imported == set(), "declared but never imported by bridge/"
 
 
+@pytest.mark.slow
 def test_everything_bridge_imports_is_a_runtime_dependency_or_its_extra() -> None:
     runtime, extras = declared()
     missing = []

@@ -209,6 +209,7 @@ def test_a_proxy_in_the_environment_is_not_used(monkeypatch: pytest.MonkeyPatch)
         fetcher.close()
 
 
+@pytest.mark.slow
 def test_endpoints_are_fetched_from_several_threads_at_once() -> None:
     with LoopbackServer(ok) as first, LoopbackServer(ok) as second:
         fetcher = make_fetcher(FetchSettings())

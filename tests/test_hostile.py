@@ -126,6 +126,7 @@ def _normalised(page: ParsedPage, normalizer: Normalizer) -> list[Any]:
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(range(len(CORPUS))), st.lists(ops_strategy, min_size=1, max_size=5), st.data())
+@pytest.mark.slow
 def test_pages_that_repeat_the_last_structure_read_exactly_as_the_line_loop_reads_them(index, variants, data):
     """The parser's template, the normaliser's plans and the encoder's page plans are pure speed: a sequence
     of scrapes (the page, its mutations, the page again) gives what a fresh line-by-line pass gives."""

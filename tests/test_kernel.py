@@ -230,6 +230,7 @@ def test_a_mutated_real_page_gives_the_same_record_lines(index: int, ops: list[t
 @given(st.sampled_from(range(len(CORPUS))),
        st.lists(st.tuples(st.integers(0, 10**6), st.one_of(st.sampled_from(SENTINELS + ODD_VALUES), st.floats())),
                 max_size=12))
+@pytest.mark.slow
 def test_any_values_on_a_real_template_give_the_same_record_lines(index: int,
                                                                   changes: list[tuple[int, float]]) -> None:
     """Sentinels, NaN/inf (absent: another plan), subnormals, huge and tiny values in any place."""

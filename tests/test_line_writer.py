@@ -8,6 +8,8 @@ import io
 import time
 from pathlib import Path
 
+import pytest
+
 from bridge.record_log import LineWriter
 
 
@@ -94,6 +96,7 @@ def test_a_block_of_lines_is_counted_as_its_lines_when_written_dropped_or_pendin
     assert writer.flush() and writer.lines_written == 15 and bytes(disk.data) == b"".join(blocks[5:])
 
 
+@pytest.mark.slow
 def test_no_line_waits_longer_than_the_interval_for_the_flusher(tmp_path: Path) -> None:
     """The record log's promise: a kill loses at most `flush_interval` of lines. The flusher once slept until the
     last flush was 1.5 intervals old, and a sidecar killed 1.1 intervals after its last record had none on disk."""

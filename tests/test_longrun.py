@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 import orjson
+import pytest
 
 from bridge.config import Config
 from bridge.endpoints import TelemetryItems
@@ -22,6 +23,7 @@ NS = 1_000_000_000
 MINUTE = 60 * NS
 
 
+@pytest.mark.slow
 def test_an_hour_on_a_fast_clock_reports_exactly_what_the_record_log_rebuilds(tmp_path):
     clock = ManualClock()
     start = clock()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from tests.conftest import free_port
 from tests.loopback import LoopbackServer, send
@@ -45,6 +46,7 @@ def _sidecar_on(body: bytes | Callable[[Any], None], out: Path, seconds: float,
     return memory, events
 
 
+@pytest.mark.slow
 def test_a_page_of_huge_label_values_is_dropped_and_its_memory_given_back(tmp_path: Path) -> None:
     big = "x" * 40_000
     lines = [f'DCGM_FI_DEV_GPU_TEMP{{gpu="{i}",UUID="GPU-{i}",pod="{big}{i}"}} 40' for i in range(320)]
@@ -60,6 +62,7 @@ def test_a_page_of_huge_label_values_is_dropped_and_its_memory_given_back(tmp_pa
     assert records and all(orjson.loads(r)["telemetry_data"]["nvidia_power_usage"] == 300.5 for r in records)
 
 
+@pytest.mark.slow
 def test_samples_past_the_series_limit_are_dropped_and_counted(tmp_path: Path) -> None:
     lines = [f'DCGM_FI_DEV_GPU_TEMP{{gpu="{i}",UUID="GPU-{i}"}} 40' for i in range(3000)]
     body = ("\n".join(lines) + "\n").encode()
@@ -76,6 +79,7 @@ def _config(tmp_path: Path, **settings: object) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_an_exporter_whose_uuids_change_at_every_scrape_is_held_to_the_gpu_limit(tmp_path: Path) -> None:
     """Cardinality churn: every scrape brings 16 new GPU identities; past `max_gpus` their records are dropped
     from every sink, counted and said, so nothing per GPU grows without bound (and the log, the live report and
@@ -99,6 +103,7 @@ def test_an_exporter_whose_uuids_change_at_every_scrape_is_held_to_the_gpu_limit
     assert any("past the limit of 64 GPU identities per endpoint (DCGM_BRIDGE_MAX_GPUS)" in m for m in messages)
 
 
+@pytest.mark.slow
 def test_ten_thousand_series_stay_well_inside_the_pods_limit(tmp_path: Path) -> None:
     """1,000 GPUs × 10 fields on one page (the issue measured 320 MB): the collection's resident memory."""
     fields = ("POWER_USAGE", "GPU_TEMP", "SM_CLOCK", "MEM_CLOCK", "GPU_UTIL", "FB_USED", "FB_FREE", "MEMORY_TEMP",

@@ -217,6 +217,7 @@ def pages(draw: st.DrawFn) -> str:
 
 @settings(max_examples=200, deadline=None)
 @given(pages())
+@pytest.mark.slow
 def test_generated_pages_give_prometheus_clients_samples(text):
     families = list(text_string_to_metric_families(text))
     theirs = []
@@ -235,6 +236,7 @@ def test_generated_pages_give_prometheus_clients_samples(text):
 
 @settings(max_examples=200, deadline=None)
 @given(pages(), st.lists(st.text(max_size=30), max_size=5), st.randoms(use_true_random=False))
+@pytest.mark.slow
 def test_garbage_mixed_into_a_page_never_costs_a_well_formed_line(text, garbage, rnd):
     lines = text.splitlines()
     for junk in garbage:

@@ -140,6 +140,7 @@ def _wait_ready(port: int) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_every_command_line_in_the_readme_runs(exporters: Exporters, tmp_path: Path) -> None:
     failures = []
     lines = [line for page in PAGES for line in readme_commands(page.read_text("utf-8"))]
@@ -160,6 +161,7 @@ def test_every_command_line_in_the_readme_runs(exporters: Exporters, tmp_path: P
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+@pytest.mark.slow
 def test_make_demo_prints_the_report_and_the_file_list(tmp_path: Path) -> None:
     """`make demo` as the README's first command, short: the target's command, without its install step
     (the venv running this test is the one it would install into)."""

@@ -21,6 +21,7 @@ def _post(base: str, path: str, body: dict) -> dict:
     return dict(httpx.post(base + path, json=body, timeout=60).json())
 
 
+@pytest.mark.slow
 def test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_whole_run(tmp_path: Path) -> None:
     out, logs = tmp_path / "out", (tmp_path / "first.log", tmp_path / "second.log")
     out.mkdir()
@@ -67,6 +68,7 @@ def _status(base: str) -> dict:
     return dict(httpx.get(base + "/status", timeout=5).json())
 
 
+@pytest.mark.slow
 def test_records_reach_the_log_within_the_flush_interval_while_every_endpoint_is_down(tmp_path: Path) -> None:
     """Issue 16 item 6: no new record comes while every endpoint is down, yet what was buffered reaches the file
     within `flush_interval` (here 4 s), so a kill -9 then loses nothing (it waited for the next record)."""
@@ -93,6 +95,7 @@ def test_records_reach_the_log_within_the_flush_interval_while_every_endpoint_is
     assert written > 0 and len(lines) == written
 
 
+@pytest.mark.slow
 def test_a_sigterm_as_a_completed_sidecar_exits_leaves_it_exiting_0(tmp_path: Path) -> None:
     """The kubelet sends SIGTERM as the pod ends, which may be while a sidecar that completed on POST /complete
     is exiting: once the interpreter has dropped its Python handler, the default action ended a finished run

@@ -409,6 +409,7 @@ def test_the_report_reader_and_a_restarted_sidecar_skip_an_endless_line(exporter
 
 
 # -- 10. smaller holes ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_stale_done_marker_neither_ends_a_new_run_nor_stays(exporter: SimulatedExporter, tmp_path: Path) -> None:
     import httpx
 
@@ -483,6 +484,7 @@ class _BlockingSender:
         self.release.set()
 
 
+@pytest.mark.slow
 def test_otlp_points_still_in_flight_at_exit_count_as_dropped() -> None:
     from bridge.otlp import OtlpConfig, OtlpForwarder
     from tests.otlp.test_export import submit_pages

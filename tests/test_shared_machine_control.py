@@ -260,6 +260,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.slow
 def test_out_of_descriptors_the_accept_loop_backs_off_instead_of_spinning(tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-c", _EMFILE_SERVER, str(tmp_path)], stdout=subprocess.PIPE,
                                text=True)

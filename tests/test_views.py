@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -9,6 +10,7 @@ from bridge.views import advance
 
 
 @given(st.lists(st.binary(max_size=40), max_size=8), st.data())
+@pytest.mark.slow
 def test_the_views_left_are_the_bytes_after_the_written_ones(parts: list[bytes], data: st.DataObject) -> None:
     joined = b"".join(parts)
     views = [memoryview(part) for part in parts]

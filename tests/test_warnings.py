@@ -104,6 +104,7 @@ def test_a_loss_held_back_by_the_minute_says_when_it_is_due(capsys: pytest.Captu
     assert capsys.readouterr().err.count("warning: OTLP receiver is losing data") == 2
 
 
+@pytest.mark.slow
 def test_profile_says_during_the_run_that_the_otlp_receiver_is_losing_data(tmp_path: Path) -> None:
     import os
     import subprocess
@@ -127,6 +128,7 @@ def test_profile_says_during_the_run_that_the_otlp_receiver_is_losing_data(tmp_p
     assert "OTLP: " in result.stderr and " points dropped and 0 rejected" in result.stderr  # and the total at the end
 
 
+@pytest.mark.slow
 def test_the_sidecar_says_during_the_run_that_the_otlp_receiver_is_losing_data(tmp_path: Path) -> None:
     """The sidecar's main thread sleeps until the forwarder says it lost points (no look every second), and then
     says so at once; SIGTERM still ends the run."""
@@ -189,6 +191,7 @@ def _profile(tmp_path: Path, *args: str, code: int = 0) -> Any:
                               capture_output=True, text=True, timeout=60, env=env)
 
 
+@pytest.mark.slow
 def test_a_plain_profile_run_warns_about_nothing_and_a_failed_benchmark_is_named(tmp_path: Path) -> None:
     result = _profile(tmp_path, code=3)
     assert result.returncode == 3
@@ -196,6 +199,7 @@ def test_a_plain_profile_run_warns_about_nothing_and_a_failed_benchmark_is_named
     assert "dcgm-bridge: exit 3, the benchmark's (it exited 3)" in result.stderr
 
 
+@pytest.mark.slow
 def test_v_adds_a_line_per_endpoint_scrape_and_vv_the_pages_details(tmp_path: Path) -> None:
     quiet, verbose, debug = (_profile(tmp_path / str(n), *flags) for n, flags in enumerate([(), ("-v",), ("-vv",)]))
     assert "scrape 127.0.0.1:" not in quiet.stderr

@@ -467,6 +467,7 @@ label_values = st.text(min_size=1, max_size=40).filter(lambda v: not is_blank_la
     value=st.floats(allow_nan=False).filter(lambda v: not is_blank_value(v)),
     ts=st.integers(min_value=1, max_value=2**63 - 1),
 )
+@pytest.mark.slow
 def test_any_labels_and_values_decode_back_to_what_was_given(series, value, ts):
     samples = [Sample(name, labels, value) for name, labels in series]
     encoded = EndpointEncoder(RESOURCE).encode(ParsedPage(samples, {}, {}, []), ctx(), ts)

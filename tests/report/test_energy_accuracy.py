@@ -348,6 +348,7 @@ def _held_out() -> list[Window27]:
     return _acceptance_windows(ACCEPTANCE_SEEDS, ("model", "steps"))
 
 
+@pytest.mark.slow
 def test_the_uncertainty_covers_the_error_on_the_development_set() -> None:
     valid = _assert_the_uncertainty_is_honest(_acceptance_windows(DEVELOPMENT_SEEDS[:3], ("model", "analytic")))
     assert _median_ratio(valid) <= 10

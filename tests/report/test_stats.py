@@ -310,6 +310,7 @@ def series_columns(draw: st.DrawFn) -> tuple[np.ndarray, list[np.ndarray], int, 
 
 @settings(max_examples=400, deadline=None)
 @given(series_columns(), st.booleans())
+@pytest.mark.slow
 def test_gauge_stats_of_several_columns_are_gauge_stats_column_by_column(case, nan_slots: bool) -> None:
     from bridge.report.stats import gauge_stats_columns
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bridge.simulator import ManualClock, SimulatedExporter, SimulatorConfig
 from tests.sidecar.helpers import NS, scrape_synchronously, session_for
 
@@ -78,6 +80,7 @@ def test_aiperfs_full_screen_dashboard_is_named_instead_of_fought_over():
     assert full_screen_conflict(["vllm", "bench", "--ui-type", "dashboard"]) is None
 
 
+@pytest.mark.slow
 def test_a_stale_stretch_shows_as_the_age_of_the_values_not_a_flat_line(tmp_path):
     """A 400 ms refresh scraped every 50 ms: the view says how old the values are and how often they change."""
     import time

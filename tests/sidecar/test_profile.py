@@ -137,6 +137,7 @@ def _start_sidecar(tmp_path: Path, exporter: SimulatedExporter, *extra: str,
 
 
 @pytest.mark.parametrize("how", ["sigterm", "post-complete", "done-file"])
+@pytest.mark.slow
 def test_the_sidecar_process_completes_and_writes_its_report(tmp_path, how):
     done_file = tmp_path / "done"
     extra = ["--config", str(tmp_path / "c.yaml"), "--run-id", "run-d"]

@@ -37,6 +37,7 @@ def _run(tmp_path, *, await_refresh: bool, seconds: float = 2.6):
     return exporter, session, outputs, status, metrics, start, end
 
 
+@pytest.mark.slow
 def test_the_sidecar_tells_the_exporters_refresh_and_waits_for_the_one_after_the_window(tmp_path):
     exporter, session, outputs, status, metrics, start, end = _run(tmp_path, await_refresh=True)
     endpoint = status["endpoints"][0]
@@ -66,6 +67,7 @@ def test_the_sidecar_tells_the_exporters_refresh_and_waits_for_the_one_after_the
     assert gpu["nvidia_power_usage"]["refreshes"] >= 5  # what the gauge statistics rest on
 
 
+@pytest.mark.slow
 def test_a_window_shorter_than_two_refreshes_is_flagged_in_the_json_the_console_and_the_html(tmp_path):
     exporter, session, outputs, *_ = _run(tmp_path, await_refresh=False, seconds=1.5)
     records = list(read_records(session.records.path))
@@ -90,6 +92,7 @@ def test_sigterm_style_completion_does_not_wait(tmp_path):
     assert time.monotonic() - began < 0.5 + 3.0
 
 
+@pytest.mark.slow
 def test_the_refresh_period_is_an_event_and_a_warning(tmp_path, caplog):
     from bridge.report.events import load_events
 
@@ -101,6 +104,7 @@ def test_the_refresh_period_is_an_event_and_a_warning(tmp_path, caplog):
     assert any("rests on too few refreshes" in r.getMessage() and "-c 100" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_the_html_draws_a_slow_refresh_as_held_steps(tmp_path):
     """A chart line of a 400 ms refresh scraped every 50 ms: one step per refresh (a value and its hold), not a
     point per scrape."""

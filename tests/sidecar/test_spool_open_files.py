@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 import orjson
+import pytest
 
 from bridge.fields import default_table
 from bridge.report import build_report_from_events
@@ -25,6 +26,7 @@ def _lower_open_files() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES))
 
 
+@pytest.mark.slow
 def test_a_sidecar_with_512_series_under_ulimit_256_writes_the_report_the_log_rebuilds(tmp_path: Path) -> None:
     out = tmp_path / "out"
     log = tmp_path / "sidecar.log"
@@ -50,6 +52,7 @@ def test_a_sidecar_with_512_series_under_ulimit_256_writes_the_report_the_log_re
     assert orjson.loads((again / "profile_export_aiperf.json").read_bytes())["telemetry_data"] == written
 
 
+@pytest.mark.slow
 def test_series_filling_at_one_pace_spool_in_different_scrapes(tmp_path: Path, monkeypatch) -> None:
     """512 series fed one record each per scrape reach the spool threshold together; their thresholds are
     staggered, so no scrape writes more than an eighth of them (one scrape would otherwise write 1,024 files

@@ -7,9 +7,12 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[2]
 
 
+@pytest.mark.slow
 def test_the_fake_rehearsal_measures_the_counter_and_agrees_with_nvml_per_phase(tmp_path: Path) -> None:
     env = {**os.environ, "DCGM_BRIDGE_FAKE_NVML_ENERGY_PERIOD_S": "0.05"}
     result = subprocess.run(["bash", str(ROOT / "scripts" / "check-gpu.sh"), "--fake", "--phase-s", "4", "--out",

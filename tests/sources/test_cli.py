@@ -39,6 +39,7 @@ def test_a_missing_library_is_one_line_naming_the_extra_and_exit_2(tmp_path: Pat
     assert re.search(extra, line)
 
 
+@pytest.mark.slow
 def test_profile_reads_the_local_gpus_with_the_fake_library(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = subprocess.run(
