@@ -15,7 +15,7 @@ Sentinel values are not sent; a series that vanishes gets one NoRecordedValue po
 
 Why bytes by hand: a data point is `attributes + start + time + value`; the attribute bytes of a
 series never change between scrapes, so each series caches `tag + length + attributes` and a point
-costs one `struct.pack` of its times and value (≈1 µs; the SDK path costs ≈50 µs, bench/bench_otlp.py).
+costs one `struct.pack` of its times and value (bench/bench_otlp.py compares it with the SDK's path).
 An ExportMetricsServiceRequest is a repeated field 1, so encoded ResourceMetrics chunks of several
 pages concatenate into one request. tests/otlp decode everything with opentelemetry-proto.
 

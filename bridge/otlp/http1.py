@@ -1,8 +1,8 @@
 """The OTLP/HTTP sender's client: one kept-alive HTTP/1.1 connection that POSTs a body given in parts.
 
-Why not urllib3 (issue 18, bench/NOTES.md): at 8 endpoints × 8 GPUs × 3 Hz the sidecar sends ~2.4 MB of
-OTLP a second, and urllib3 spent ~1.5 ms of CPU on each such request where one `sendmsg` of the header and
-the parts, and a small reader for the answer, spend ~0.6. The request is all an OTLP exporter needs: POST,
+Why not urllib3 (issue 18; the figures are in bench/NOTES.md): the sidecar sends megabytes of OTLP a second,
+and urllib3 spent more than twice the CPU on each such request that one `sendmsg` of the header and the
+parts, and a small reader for the answer, spend. The request is all an OTLP exporter needs: POST,
 a known Content-Length, no redirects, no proxies (urllib3's PoolManager used none either), no Expect.
 
 The answer is read as RFC 9112 frames it: status line, header fields, then the body by

@@ -120,9 +120,8 @@ class SeriesRows:
     `finish`/`series` turn the rows into columns without copying them.
 
     The rows are written (`struct.pack_into`) into an anonymous memory map that doubles in place when full,
-    so each page is touched once, when written: a fresh page costs ~5 µs on the VMs measured here, and a
-    bytearray grown by `+=` touches ~8x its final size as it is reallocated (~3 µs a record, as much as
-    packing the row).
+    so each page is touched once, when written, where a bytearray grown by `+=` touches several times its
+    final size as it is reallocated (as costly as packing the row: bench/NOTES.md).
     """
 
     __slots__ = ("url", "first", "filled", "missing", "ts", "buf", "used", "taken", "blocks", "keys", "width",

@@ -67,7 +67,7 @@ def _linear_percentiles(ordered: NDArray[np.float64]) -> NDArray[np.float64]:
     """np.percentile(values, PERCENTILES) ("linear") along the last axis of already sorted values, in one
     vectorised step (a row of nine per row of values).
 
-    np.percentile costs ~0.25 ms per call in overhead, paid once per metric per GPU at shutdown; this
+    np.percentile's per-call overhead would be paid once per metric per GPU at shutdown; this
     repeats its arithmetic exactly (numpy's _compute_virtual_index and _lerp) on the sorted values.
     """
     import numpy as np
@@ -110,8 +110,8 @@ def gauge_stats(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, 
 
 class Scratch:
     """Work arrays reused from one series to the next. A fresh array of a few MB costs a page fault per 4 KiB
-    when first written (glibc hands large blocks back to the kernel when freed), which on the VMs measured
-    here cost more than the arithmetic done in it."""
+    when first written (glibc hands large blocks back to the kernel when freed), which costs more than the
+    arithmetic done in it (bench/NOTES.md)."""
 
     def __init__(self) -> None:
         self._arrays: dict[str, Any] = {}

@@ -189,11 +189,10 @@ def bound_malloc() -> None:
     """Give freed memory back, but not at every batch: glibc raises its mmap threshold after freeing a large
     block, so later large blocks (a hostile 12 MB page, its text and its lines) come from the heap and stay in
     RSS after they are freed; a fixed 1 MiB threshold keeps them mapped and returned, and two arenas keep the
-    scrape, OTLP and HTTP threads from each holding their own (measured: a 12.8 MB page of 40 kB labels left the
-    sidecar at 142 MB RSS, 82 MB with these). A fixed mmap threshold also pins the trim threshold at its 128 KiB
-    default, so every OTLP batch (~2.5 MB a second at 8 x 8 GPUs) was given back and faulted in again: ~550 page
-    faults a second, ~2 millicores on this VM; a 4 MiB trim threshold and 1 MiB top pad keep that much per arena
-    (5 faults a second). A no-op off glibc."""
+    scrape, OTLP and HTTP threads from each holding their own (tests/test_memory.py holds the RSS of a hostile page
+    to it). A fixed mmap threshold also pins the trim threshold at its 128 KiB default, so every OTLP batch (megabytes
+    a second) was given back and faulted in again; a 4 MiB trim threshold and 1 MiB top pad keep that much per arena
+    (the page-fault counts are in bench/NOTES.md). A no-op off glibc."""
     import ctypes
 
     try:
