@@ -4,7 +4,8 @@ Both send the encoder's bytes as they are and translate every outcome into a Sen
 exception): retryable or not, the receiver's message, its Retry-After / RetryInfo hint, and the
 points a partial success rejected. HTTP on a connection of its own (http1.py: one sendmsg per request,
 cheaper than urllib3, bench/NOTES.md); grpcio for gRPC, imported only when gRPC is configured. The SDK exporters are
-not used: they take SDK `MetricsData`, whose encoding is the per-point object path this package avoids (bench/bench_otlp.py).
+not used: they take SDK `MetricsData`, whose encoding is the per-point object path this package avoids
+(bench/bench_otlp.py).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def check_writable(artifact_dir: Path) -> None:
 def write_problem(artifact_dir: Path) -> str | None:
     """Why nothing can be written into the directory now (its strerror), or None: create it, write a byte into
     a new file and remove it. Only trying tells — root ignores file modes; a read-only mount, a full disk (an
-    empty file needs no data block, hence the byte), a path through a file — and it is cheap (at most once a second). The probe
+    empty file needs no data block, hence the byte), a path through a file — at most once a second. The probe
     file is made with O_EXCL under a random name (mkstemp): a link planted under a guessable name is never
     written through."""
     try:
