@@ -4,8 +4,8 @@ The sidecar's report is built from these series and the events file — the same
 report` reads afterwards — so the two agree (tests/test_longrun.py compares them). The records do not
 come back from the JSONL log, though: re-reading a long run's log costs several times the shutdown budget
 under a 25m limit (0.75 CPU-s: 30 s × 25m; bench/bench_report.py). `LiveSeries` takes each record as it is
-written, appends its values as one row to its series' spool file (raw float64/int64, nothing kept in memory beyond 16 KB per series, so RSS stays flat over hours), and at the end
-hands `build_report` the series as memory-mapped arrays. When the spool cannot be written (disk
+written, appends its values as one row to its series' spool file (raw float64/int64, nothing kept in
+memory beyond 16 KB per series, so RSS stays flat over hours), and at the end hands `build_report` the series as memory-mapped arrays. When the spool cannot be written (disk
 full) and its in-memory fallback outgrows its bound, the report falls back to the record log.
 
 Open files stay bounded whatever the series count: a flush opens one spool file and closes it, and the
@@ -249,7 +249,8 @@ class LiveSeries:
         return out
 
     def _column(self, spooled: _Spooled, kind: str, dtype: Any, pending: Any, spooled_n: int) -> Any:
-        """The spooled values, mapped read-only (a plain ndarray over the map: np.memmap slices at Python level), followed by those still in memory."""
+        """The spooled values, mapped read-only (a plain ndarray over the map: np.memmap slices at Python level),
+        followed by those still in memory."""
         import numpy as np
 
         tail = np.frombuffer(pending, dtype=dtype).copy()
