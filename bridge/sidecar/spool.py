@@ -6,7 +6,8 @@ come back from the JSONL log, though: re-reading a long run's log costs several 
 under a 25m limit (0.75 CPU-s: 30 s × 25m; bench/bench_report.py). `LiveSeries` takes each record as it is
 written, appends its values as one row to its series' spool file (raw float64/int64, nothing kept in
 memory beyond 16 KB per series, so RSS stays flat over hours), and at the end hands `build_report` the
-series as memory-mapped arrays. When the spool cannot be written (disk full) and its in-memory fallback outgrows its bound, the report falls back to the record log.
+series as memory-mapped arrays. When the spool cannot be written (disk full) and its in-memory fallback
+outgrows its bound, the report falls back to the record log.
 
 Open files stay bounded whatever the series count: a flush opens one spool file and closes it, and the
 maps `finish` hands out hold no file descriptor (`_map_file`), so a 64-GPU × 7-MIG run (512 series, 1024
