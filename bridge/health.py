@@ -58,7 +58,7 @@ class RefreshWatch:
         self._ordered: list[float] = []  # the same gaps in order (kept so, not sorted at every scrape)
         self.refreshes = 0
         self.last_new_ns: int | None = None  # start of the scrape that first saw the latest refresh
-        self.period_s: float | None = None  # median spacing of the recent refreshes; None before three
+        self.period_s: float | None = None  # median spacing of the recent refreshes; None before two brackets
 
     def slower_than(self, interval_s: float) -> bool:
         """The exporter's values change less often than every second scrape at `interval_s`: not fresh."""
@@ -87,8 +87,9 @@ class RefreshWatch:
             del ordered[bisect_left(ordered, gaps[0])]  # the oldest leaves both
         gaps.append(gap)
         insort(ordered, gap)
-        if len(ordered) >= 2:
-            self.period_s = ordered[len(ordered) // 2] / 1e9
+        # From the first spacing on (a 5 s refresh is told after ~10 s, not ~15: issue 33); the median of the
+        # recent ones once there are more.
+        self.period_s = ordered[len(ordered) // 2] / 1e9
 
 
 @dataclass

@@ -68,3 +68,18 @@ def test_the_refresh_watch_sees_a_new_refresh_only_when_the_body_changes() -> No
         stats.answered(body, t * NS, readable=True)
     assert stats.refresh.refreshes == 4 and stats.refresh.last_new_ns == 6 * NS
     assert stats.refresh.period_s == 2.0  # a new body every second scrape, one second apart
+
+
+def test_a_five_second_refresh_is_told_from_its_second_spacing_on_not_after_fifteen_seconds():
+    """Issue 33: /status `refresh_period_s` stayed null for ~14 s on a 5 s refresh."""
+    from bridge.health import RefreshWatch
+
+    watch = RefreshWatch()
+    told_at = None
+    for scrape in range(0, 60):  # 3 Hz for 20 s; DCGM refreshes at 0, 5, 10, 15 s
+        t_s = scrape / 3
+        watch.observe(f"refresh {int(t_s // 5)}".encode(), int(t_s * 1e9))
+        if told_at is None and watch.period_s is not None:
+            told_at = t_s
+    assert told_at is not None and told_at <= 10.5
+    assert abs((watch.period_s or 0) - 5.0) < 0.4

@@ -113,7 +113,8 @@ class OtlpForwarder:
         self._secrets = secrets_of(config)
         self._clock = clock
         self._abort = threading.Event()  # close() ran out of time: stop retrying
-        self._sleep = sleep if sleep is not None else self._abort.wait
+        self._hurry = threading.Event()  # set at abort, or at close with an unreachable receiver: no more backoff
+        self._sleep = sleep if sleep is not None else self._hurry.wait
         self._jitter = jitter
         self._encoders: dict[str, EndpointEncoder] = {}
         self._queue: deque[_Item] = deque()
@@ -132,6 +133,7 @@ class OtlpForwarder:
             ["sent_points", "sent_requests", "retried_requests", "dropped_points", "dropped_pages",
              "rejected_points", "failed_requests", "stale_markers"], 0)
         self._last_error: str | None = None
+        self._unreachable = False  # the last attempt could not reach the receiver, and none has since
         self._log_interval = log_interval_s
         self._last_log = -float("inf")
         self._suppressed = 0
@@ -194,12 +196,18 @@ class OtlpForwarder:
         """Send what is queued (within `timeout_s`), then stop. Safe to call twice."""
         with self._lock:
             self._closing = True
-            self._give_up_at = time.monotonic() + timeout_s
+            # A receiver that could not be reached at its last attempt (none has succeeded since) is not waited for
+            # through backoffs at the end: one attempt now, and a batch that fails it is given up, counted.
+            unreachable = self._unreachable
+            self._give_up_at = time.monotonic() + (0.0 if unreachable else timeout_s)
             self._wake.notify()
+        if unreachable:
+            self._hurry.set()  # ends a backoff sleep
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 self._abort.set()
+                self._hurry.set()
                 self._thread.join(2.0)
         else:
             deadline = time.monotonic() + timeout_s
@@ -289,6 +297,7 @@ class OtlpForwarder:
             with self._lock:
                 abandon = self._drop_inflight or self._abort.is_set() or time.monotonic() > self._give_up_at
                 self._last_error = failure_text(result.status, result.message)
+                self._unreachable = result.status in ("connect", "timeout")
             if not result.retryable:
                 self._finish(rejected=points, message=result.message, status=result.status)
                 return
@@ -410,6 +419,8 @@ class OtlpForwarder:
                 counts["failed_requests"] += 1
             if rejected or dropped:
                 self._signal_loss()
+            if sent:
+                self._unreachable = False
             if sent and not rejected:
                 self._last_error = None
         if rejected:

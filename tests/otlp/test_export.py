@@ -486,3 +486,22 @@ def test_pages_carried_to_a_next_batch_give_their_buffers_back_when_close_drops_
     sender.answers = [SendResult(False, True, "503")] * 100
     stats = fwd.close(timeout_s=0)
     assert (stats.dropped_pages, stats.dropped_points, fwd.buffers_lent()) == (2, 40, 0)
+
+
+def test_close_does_not_wait_for_a_receiver_that_cannot_be_reached_and_counts_the_queue_as_dropped():
+    """Issue 33: an unreachable receiver stalled the end of a run for the whole close timeout. Its last attempt
+    could not connect, so close gives the queue up at once, counted; a receiver that answers is still waited for."""
+    from tests.conftest import free_port
+
+    config = replace(CONFIG, endpoint=f"http://127.0.0.1:{free_port()}/v1/metrics", export_interval_s=0.05,
+                     timeout_s=2)
+    fwd = OtlpForwarder(config, base_resource={}, sleep=lambda _s: None)
+    points = submit_pages(fwd, 2)
+    deadline = time.monotonic() + 20
+    while fwd.stats().retried_requests == 0 and time.monotonic() < deadline:  # an attempt could not connect
+        time.sleep(0.01)
+    assert fwd.stats().retried_requests > 0
+    started = time.monotonic()
+    stats = fwd.close(timeout_s=60)
+    assert time.monotonic() - started < 10  # not the 60 s timeout
+    assert stats.sent_points == 0 and stats.dropped_points == points and stats.queue_depth_points == 0
