@@ -67,6 +67,15 @@ def energy_unit(joules: float) -> tuple[str, float]:
     return next((unit, scale) for unit, scale in _ENERGY_UNITS if magnitude >= scale or unit == "J")
 
 
+def plus_minus(joules: float, unit: str, scale: float) -> str:
+    """An uncertainty in the total's unit (`0.37 kJ`), or, where that would print as 0.00, in the unit that shows
+    its two significant digits (`4.1 J`, `0.52 J`): never a ± that reads as zero."""
+    if round(joules / scale, 2) != 0 or joules == 0:
+        return f"{format_number(joules / scale)} {unit}"
+    small, small_scale = energy_unit(joules)
+    return f"{joules / small_scale:.2g} {small}"
+
+
 def readable_energy(joules: float) -> tuple[float, str]:
     """(value, unit) in J, kJ or MJ so that the value reads as 1-999 where possible."""
     unit, scale = energy_unit(joules)
@@ -249,8 +258,8 @@ def _print_energy(report: Report, console: Console) -> None:
     value, unit = readable_energy(energy.total_energy_j)
     scale = energy.total_energy_j / value if value else 1.0
     parts = [f"total GPU energy {format_number(value)} {unit}"]
-    if energy.uncertainty_j is not None:  # the expected error (bridge/report/uncertainty.py), in the total's unit
-        parts[0] += f" ± {format_number(energy.uncertainty_j / scale)} {unit}"
+    if energy.uncertainty_j is not None:  # the expected error (bridge/report/uncertainty.py)
+        parts[0] += f" ± {plus_minus(energy.uncertainty_j, unit, scale)}"
     if energy.average_power_w is not None:  # a sum over the GPUs: say so, or it reads as per GPU
         marked = " (from the sampled power)" if energy.power_from_samples else ""
         parts.append(f"total average power {format_number(energy.average_power_w)} W{marked}")
