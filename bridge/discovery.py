@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,6 +33,10 @@ class DiscoveryError(KubeError):
 
 class EndpointSliceLister(Protocol):
     def list_namespaced_endpoint_slice(self, namespace: str, **kwargs: Any) -> Any: ...
+
+
+class PodLister(Protocol):
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -65,23 +69,13 @@ def service_urls(ref: ServiceRef, api: EndpointSliceLister, item: str) -> list[s
 
 def ready_endpoints(ref: ServiceRef, api: EndpointSliceLister, item: str) -> list[tuple[str, str, str]]:
     """(node, address, URL) of every ready endpoint of the Service, sorted by node then address."""
-    from kubernetes.client.exceptions import ApiException  # lazy: only submission imports the client
-    from urllib3.exceptions import HTTPError
-
-    try:
-        slices = api.list_namespaced_endpoint_slice(
-            ref.namespace, label_selector=f"{SERVICE_NAME_LABEL}={ref.service}").items or []
-    except HTTPError as exc:
-        raise DiscoveryError(f"--gpu-telemetry {item}: cannot reach the Kubernetes API server: {exc}") from None
-    except ApiException as exc:
-        if exc.status in (401, 403):
-            raise DiscoveryError(f"--gpu-telemetry {item}: not allowed to list EndpointSlices in namespace "
-                                 f"{ref.namespace} (HTTP {exc.status}); {RBAC_HINT.format(ns=ref.namespace)}") from None
-        if exc.status == 404:
-            raise DiscoveryError(f"--gpu-telemetry {item}: the cluster does not serve discovery.k8s.io/v1 "
-                                 f"EndpointSlices or namespace {ref.namespace} does not exist") from None
-        raise DiscoveryError(f"--gpu-telemetry {item}: listing EndpointSlices failed: "
-                             f"HTTP {exc.status} {exc.reason}") from None
+    slices = _listed(
+        lambda: api.list_namespaced_endpoint_slice(ref.namespace,
+                                                   label_selector=f"{SERVICE_NAME_LABEL}={ref.service}"),
+        f"--gpu-telemetry {item}", f"EndpointSlices in namespace {ref.namespace}",
+        denied_fix=RBAC_HINT.format(ns=ref.namespace),
+        missing=f"the cluster does not serve discovery.k8s.io/v1 EndpointSlices or namespace {ref.namespace} "
+                "does not exist")
     if not slices:
         raise DiscoveryError(f"--gpu-telemetry {item}: no EndpointSlices for Service {ref.service} in namespace "
                              f"{ref.namespace} (is the Service name right? kubectl -n {ref.namespace} get svc)")
@@ -143,10 +137,6 @@ _SET = rf"\s+(in|notin)\s*\(\s*{_VALUE}(\s*,\s*{_VALUE})*\s*\)"
 _REQUIREMENT = re.compile(rf"!\s*{_KEY}|{_KEY}\s*((==?|!=)\s*{_VALUE}|{_SET})?")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _NOT_RUNNING = ("Succeeded", "Failed")
-
-
-class PodLister(Protocol):
-    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -224,15 +214,25 @@ def pod_endpoints(selectors: Iterable[PodSelector], pods_api: PodLister, slices_
 
 
 def _list_pods(sel: PodSelector, api: PodLister) -> list[Any]:
+    return _listed(lambda: api.list_namespaced_pod(sel.namespace, label_selector=sel.selector),
+                   f"{SELECTOR_FLAG} {sel}", f"pods in namespace {sel.namespace}",
+                   denied_fix="the sidecar's Role from `kube profile` grants it")
+
+
+def _listed(call: Callable[[], Any], subject: str, what: str, *, denied_fix: str, missing: str | None = None,
+            ) -> list[Any]:
+    """The items a list call returns, its failures as one DiscoveryError each: `subject` (the flag and its value)
+    first, then what went wrong with listing `what`, and the fix."""
     from kubernetes.client.exceptions import ApiException  # lazy: only discovery imports the client
     from urllib3.exceptions import HTTPError
 
     try:
-        return list(api.list_namespaced_pod(sel.namespace, label_selector=sel.selector).items or [])
+        return list(call().items or [])
     except HTTPError as exc:
-        raise DiscoveryError(f"{SELECTOR_FLAG} {sel}: cannot reach the Kubernetes API server: {exc}") from None
+        raise DiscoveryError(f"{subject}: cannot reach the Kubernetes API server: {exc}") from None
     except ApiException as exc:
         if exc.status in (401, 403):
-            raise DiscoveryError(f"{SELECTOR_FLAG} {sel}: not allowed to list pods in namespace {sel.namespace} "
-                                 f"(HTTP {exc.status}); the sidecar's Role from `kube profile` grants it") from None
-        raise DiscoveryError(f"{SELECTOR_FLAG} {sel}: listing pods failed: HTTP {exc.status} {exc.reason}") from None
+            raise DiscoveryError(f"{subject}: not allowed to list {what} (HTTP {exc.status}); {denied_fix}") from None
+        if exc.status == 404 and missing is not None:
+            raise DiscoveryError(f"{subject}: {missing}") from None
+        raise DiscoveryError(f"{subject}: listing {what} failed: HTTP {exc.status} {exc.reason}") from None

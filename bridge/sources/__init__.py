@@ -11,7 +11,12 @@ records, the report, per-phase files, OTLP and the pull `/metrics` page need not
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from bridge.errors import ConfigError
+
+GpuT = TypeVar("GpuT")
 
 NVML_SOURCE = "pynvml://localhost"
 AMDSMI_SOURCE = "amdsmi://localhost"
@@ -20,3 +25,29 @@ SOURCES = {"pynvml": NVML_SOURCE, "amdsmi": AMDSMI_SOURCE}
 
 class SourceError(ConfigError):
     """A local source that cannot start: its library is missing or sees no GPU. One line, naming the fix."""
+
+
+def one_line(exc: BaseException) -> str:
+    """A vendor library's message as one line (amdsmi's span lines: "Error code:\n\t48")."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def start_library(item: str, library: str, error: type[BaseException], start: Callable[[], object],
+                  find: Callable[[], list[GpuT]], close: Callable[[], None], *, vendor: str, start_fix: str,
+                  remote_fix: str) -> list[GpuT]:
+    """Start a vendor library and find its GPUs; each way it can fail is one SourceError naming the fix (the
+    library shut down again where it had started)."""
+    try:
+        start()
+    except error as exc:
+        raise SourceError(f"--gpu-telemetry {item}: {library} did not start ({one_line(exc)}): {start_fix}") from None
+    try:
+        gpus = find()
+    except error as exc:
+        close()
+        raise SourceError(f"--gpu-telemetry {item}: {library} cannot list the GPUs ({one_line(exc)})") from None
+    if not gpus:
+        close()
+        raise SourceError(f"--gpu-telemetry {item}: {library} sees no {vendor} GPU on this machine; for remote GPUs "
+                          f"{remote_fix}")
+    return gpus

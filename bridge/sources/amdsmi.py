@@ -27,7 +27,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from bridge.sources import AMDSMI_SOURCE, SourceError
+from bridge.sources import AMDSMI_SOURCE, SourceError, start_library
 from bridge.sources.page import Reading, render_page
 
 EXTRA = ("pip install 'dcgm-bridge[amd]' (the amdsmi version must match the installed ROCm), or ROCm's own wheel "
@@ -53,11 +53,6 @@ def import_amdsmi() -> ModuleType:
         raise SourceError(f"--gpu-telemetry amdsmi: the amdsmi module is not installed; {EXTRA}") from None
 
 
-def _one_line(exc: BaseException) -> str:
-    """amdsmi's messages span lines ("Error code:\\n\\t48"): one line, as every start-up problem is."""
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
 def _number(value: Any) -> float | None:
     """amdsmi answers "N/A" for a sensor a part lacks; a bool is a flag, not a reading."""
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
@@ -77,21 +72,11 @@ class AmdSmiReader:
     def open(cls, smi: ModuleType | None = None, hostname: str | None = None) -> AmdSmiReader:
         smi = smi or import_amdsmi()
         reader = cls(smi, hostname or socket.gethostname())
-        try:
-            smi.amdsmi_init()
-        except smi.AmdSmiException as exc:
-            raise SourceError(f"--gpu-telemetry amdsmi: amdsmi did not start ({_one_line(exc)}): is the amdgpu "
-                              "driver loaded and ROCm installed?") from None
-        try:
-            handles = smi.amdsmi_get_processor_handles()
-            reader._gpus = [(handle, reader._labels(index, handle)) for index, handle in enumerate(handles)]
-        except smi.AmdSmiException as exc:
-            reader.close()
-            raise SourceError(f"--gpu-telemetry amdsmi: amdsmi cannot list the GPUs ({_one_line(exc)})") from None
-        if not reader._gpus:
-            reader.close()
-            raise SourceError("--gpu-telemetry amdsmi: amdsmi sees no AMD GPU on this machine; for remote GPUs "
-                              "pass their device-metrics-exporter URLs")
+        reader._gpus = start_library(
+            "amdsmi", "amdsmi", smi.AmdSmiException, smi.amdsmi_init,
+            lambda: [(h, reader._labels(i, h)) for i, h in enumerate(smi.amdsmi_get_processor_handles())],
+            reader.close, vendor="AMD", start_fix="is the amdgpu driver loaded and ROCm installed?",
+            remote_fix="pass their device-metrics-exporter URLs")
         return reader
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from bridge.sources import NVML_SOURCE, SourceError
+from bridge.sources import NVML_SOURCE, SourceError, one_line, start_library
 from bridge.sources.page import Reading, render_page
 
 logger = logging.getLogger(__name__)
@@ -97,21 +97,11 @@ class NvmlReader:
         """Initialise NVML and find the GPUs; SourceError (one line) when the library or a GPU is missing."""
         nvml = nvml or import_pynvml()
         reader = cls(nvml, hostname or socket.gethostname())
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as exc:
-            raise SourceError(f"--gpu-telemetry pynvml: NVML did not start ({_text(exc)}): is the NVIDIA driver "
-                              "(libnvidia-ml.so.1) installed on this machine?") from None
-        try:
-            count = nvml.nvmlDeviceGetCount()
-            reader._gpus = [reader._discover(index) for index in range(count)]
-        except nvml.NVMLError as exc:
-            reader.close()
-            raise SourceError(f"--gpu-telemetry pynvml: NVML cannot list the GPUs ({_text(exc)})") from None
-        if not reader._gpus:
-            reader.close()
-            raise SourceError("--gpu-telemetry pynvml: NVML sees no NVIDIA GPU on this machine; "
-                              "for remote GPUs pass their dcgm-exporter URLs")
+        reader._gpus = start_library(
+            "pynvml", "NVML", nvml.NVMLError, nvml.nvmlInit,
+            lambda: [reader._discover(index) for index in range(nvml.nvmlDeviceGetCount())],
+            reader.close, vendor="NVIDIA", remote_fix="pass their dcgm-exporter URLs",
+            start_fix="is the NVIDIA driver (libnvidia-ml.so.1) installed on this machine?")
         return reader
 
     def close(self) -> None:
@@ -165,7 +155,7 @@ class NvmlReader:
                 if _code(exc) != self.nvml.NVML_ERROR_GPU_IS_LOST:
                     raise
                 self.lost.add(uuid)
-                logger.warning("pynvml: GPU %s (%s) is lost (%s): its series end here", gpu.index, uuid, _text(exc))
+                logger.warning("pynvml: GPU %s (%s) is lost (%s): its series end here", gpu.index, uuid, one_line(exc))
         return render_page(readings, _HELP, _KINDS)
 
     def _read_gpu(self, gpu: _Gpu) -> list[Reading]:
@@ -246,10 +236,6 @@ def _or_none(nvml: ModuleType, call: Callable[[], Any]) -> Any:
 def _code(exc: BaseException) -> int | None:
     value = getattr(exc, "value", None)
     return value if isinstance(value, int) else None
-
-
-def _text(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _str(value: str | bytes) -> str:
