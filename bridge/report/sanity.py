@@ -126,9 +126,10 @@ def _implausible(ts: NDArray[np.int64], at: NDArray[np.int64], v: NDArray[np.flo
     return flags
 
 
-def _plausible(ts: NDArray[np.int64], at: NDArray[np.int64], v: NDArray[np.float64], power_w: NDArray[np.float64],
-               a: int, k: int, increase_mj: float) -> bool:
-    """Whether `increase_mj` from the value first seen at position `a` to the one at `k` fits the power nearby."""
+def _plausible(ts: NDArray[np.int64], at: NDArray[np.int64], power_w: NDArray[np.float64], a: int, k: int,
+               increase_mj: float, first_bracket_ns: int) -> bool:
+    """Whether `increase_mj` from the value first seen at position `a` to the one at `k` fits the power nearby
+    (`first_bracket_ns`: how long before the first scrape its value can have been sampled, `_longest_bracket`)."""
     import numpy as np
 
     lo, hi = at[max(a - 1, 0)], at[min(k + 1, at.size - 1)]
@@ -136,7 +137,7 @@ def _plausible(ts: NDArray[np.int64], at: NDArray[np.int64], v: NDArray[np.float
     if not np.isfinite(nearby).any():
         return True
     top = float(np.nanmax(nearby))
-    since = int(ts[at[a - 1]]) if a > 0 else int(ts[at[0]]) - _longest_bracket(ts, at, v)
+    since = int(ts[at[a - 1]]) if a > 0 else int(ts[at[0]]) - first_bracket_ns
     elapsed_s = (int(ts[at[k]]) - since) / 1e9
     return increase_mj * 1e6 <= _POWER_MARGIN * max(top, 0.0) * elapsed_s
 
@@ -147,10 +148,12 @@ def _longest_bracket(ts: NDArray[np.int64], at: NDArray[np.int64], v: NDArray[np
     import numpy as np
 
     t = ts[at]
-    changes = np.concatenate(([0], np.flatnonzero(np.diff(v) != 0) + 1, [t.size]))
-    stays = [int(t[b - 1] - t[a]) for a, b in zip(changes[:-1].tolist(), changes[1:].tolist(), strict=True) if b > a]
+    if not t.size:
+        return 0
+    changes = np.concatenate(([0], np.flatnonzero(np.diff(v) != 0) + 1))  # where each value was first seen
+    last = np.concatenate((changes[1:], [t.size])) - 1  # and last seen
     spacing = int(np.max(np.diff(t))) if t.size > 1 else 0
-    return max(stays, default=0) + spacing
+    return int(np.max(t[last] - t[changes])) + spacing
 
 
 def _walk(ts: NDArray[np.int64], at: NDArray[np.int64], v: NDArray[np.float64],
@@ -160,6 +163,7 @@ def _walk(ts: NDArray[np.int64], at: NDArray[np.int64], v: NDArray[np.float64],
 
     kinds = np.full(v.size, "", dtype="<U8")
     keep = np.ones(v.size, dtype=bool)
+    first_bracket = _longest_bracket(ts, at, v)  # once: it does not depend on the value being looked at
     mark, mark_at = (float(v[0]), 0) if v.size else (0.0, 0)
     k = 1
     while k < v.size:
@@ -178,8 +182,8 @@ def _walk(ts: NDArray[np.int64], at: NDArray[np.int64], v: NDArray[np.float64],
                 break
             mark, mark_at = value, k  # a reset: the counter runs again from here
         elif value > mark:
-            if power_w is not None and not _plausible(ts, at, v, power_w, _first_seen_kept(v, keep, mark_at), k,
-                                                       value - mark):
+            if power_w is not None and not _plausible(ts, at, power_w, _first_seen_kept(v, keep, mark_at), k,
+                                                       value - mark, first_bracket):
                 keep[k] = False
                 kinds[k] = "rejected"
             else:

@@ -311,3 +311,23 @@ def test_a_record_log_of_two_runs_reports_the_newest_and_says_so(tmp_path: Path)
     assert unknown.exit_code == 2 and "--run-id r9: not in" in unknown.output
     validated = CliRunner().invoke(main, ["validate", str(directory)])
     assert validated.exit_code == 0, validated.output  # run r0, as the report says it was built from
+
+
+def test_a_long_counter_whose_every_step_is_implausible_is_checked_in_linear_time() -> None:
+    """A counter that climbs faster than its power gauge allows at every one of 40,000 scrapes (an hour at 3 Hz of
+    a broken exporter, hostile input) is checked value by value; that walk once re-measured the whole series per
+    value (quadratic: minutes at this size). A bound of seconds tells the two apart with room for a loaded CI."""
+    import time
+
+    import numpy as np
+
+    from bridge.report.sanity import check_counter
+
+    n = 40_000
+    ts = (np.arange(n, dtype=np.int64) * 333_000_000) + 10**18
+    counter_mj = np.arange(n, dtype=np.float64) * 0.01  # 10 kJ a scrape: 30 kW
+    power_w = np.full(n, 300.0)
+    started = time.process_time()
+    check = check_counter(ts, counter_mj, power_w)
+    assert time.process_time() - started < 20
+    assert check.rejected == n - 1 and check.glitches == 0
