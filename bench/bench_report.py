@@ -96,14 +96,18 @@ def generate(path: Path, minutes: float, gpus: int) -> tuple[int, int, int]:
         templates += [record_to_dict(r) for r in records]
     ticks = int(minutes * 60 * 3)
     step = NS // 3
+    energy = [base["telemetry_data"].get("nvidia_energy_consumption", 0.0) for base in templates]  # MJ
     with path.open("wb") as out:
         for tick in range(ticks):
             t = T0 + tick * step
             wobble = (tick % 97) / 97.0
             lines = []
             for k, base in enumerate(templates):
-                data = {key: value * (1.0 + 0.1 * wobble) if "energy" not in key else value + tick * 0.0001 * (k + 1)
-                        for key, value in base["telemetry_data"].items()}
+                # Every gauge wobbles; the energy counter grows by the power drawn (as a GPU's does), so the
+                # report takes the path a sane counter takes.
+                data = {key: value * (1.0 + 0.1 * wobble) for key, value in base["telemetry_data"].items()}
+                energy[k] += data.get("nvidia_power_usage", 0.0) * (step / NS) / 1e6
+                data["nvidia_energy_consumption"] = energy[k]
                 lines.append(orjson.dumps({**base, "timestamp_ns": t + k, "telemetry_data": data,
                                            "scrape_start_ns": t + k, "scrape_end_ns": t + k + 1_000_000}))
             out.write(b"\n".join(lines) + b"\n")
