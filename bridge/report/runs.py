@@ -18,9 +18,16 @@ def run_ids_in(path: Path) -> list[str]:
     """The run ids of a record log, in the order they first appear (the last is the newest run appended)."""
     seen: dict[str, None] = {}
     for batch in line_batches(path):
+        if len(seen) == 1 and _only(batch, next(iter(seen))):  # the common case, at the speed of bytes.count
+            continue
         for match in _RUN_ID.finditer(batch):
             seen.setdefault(match.group(1).decode("utf-8", "replace"), None)
     return list(seen)
+
+
+def _only(batch: bytes, run_id: str) -> bool:
+    """Every run id in `batch` is `run_id`."""
+    return batch.count(b'"run_id":"') == batch.count(b'"run_id":"' + run_id.encode() + b'"')
 
 
 def records_of_run(path: Path, run_id: str, errors: list[str]) -> Iterator[GpuRecord]:
