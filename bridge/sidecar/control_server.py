@@ -125,12 +125,15 @@ class BoundedServer(ThreadingHTTPServer):
         super().shutdown_request(request)
 
     def reading(self, request: Any, reading: bool) -> None:
-        """The connection waits for a request (its deadline starts now), or is being answered."""
+        """The connection waits for a request, or is being answered. A request's deadline starts when its
+        connection was accepted or its previous answer ended, not when a thread got round to reading it (on a
+        loaded machine that is later, and the oldest waiting connection would no longer look the oldest)."""
         with self._connections_lock:
             connection = self.connections.get(request)
             if connection is not None:
+                if reading != connection.reading:
+                    connection.since = self.monotonic()
                 connection.reading = reading
-                connection.since = self.monotonic()
 
     def reap(self, now: float) -> float | None:
         """Close every connection whose request is past its deadline; seconds until the next one's."""
