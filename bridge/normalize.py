@@ -1,6 +1,6 @@
 """Parsed samples → one GpuRecord per GPU (or MIG instance) per scrape.
 
-Rules (NVIDIA/dcgm-exporter's labels: `internal/pkg/rendermetrics/render_metrics.go`; DESIGN.md "Normalisation"):
+Rules (NVIDIA/dcgm-exporter's labels: `internal/pkg/rendermetrics/render_metrics.go`; DECISIONS.md "Normalisation"):
 - identity is the GPU UUID (`UUID`, or `uuid` under `-o`) plus `GPU_I_ID` for a MIG instance, never the
   index alone; a GPU without UUID or model name is recorded under a fallback identity and never costs
   the other GPUs their data (AIPerf drops the whole scrape);

@@ -120,7 +120,7 @@ class GpuRecord(GpuMeta):
 
 
 # The kinds, defined once: the events file (events.py), the config, the report and the sidecar use these.
-CounterMode = Literal["interpolated", "aiperf"]  # DESIGN.md "Counters"
+CounterMode = Literal["interpolated", "aiperf"]  # DECISIONS.md "Counters"
 COUNTER_MODES: tuple[CounterMode, ...] = get_args(CounterMode)
 DEFAULT_COUNTER_MODE: CounterMode = "interpolated"
 PhaseKind = Literal["warmup", "profiling", "cooldown"]

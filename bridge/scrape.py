@@ -4,7 +4,7 @@ per endpoint.
 At each tick every idle endpoint's GET starts at once (libcurl's multi interface: bridge/fetch.py) and the
 tick's pages are handed to their callbacks on this thread together once its GETs have ended (or HOLD_S after
 the first ended), so a slow or dead exporter never holds up the others and a tick costs one wake-up for all
-endpoints, not one per endpoint (DESIGN.md "Performance").
+endpoints, not one per endpoint (DECISIONS.md "Performance").
 A tick that finds an endpoint's previous scrape still running is counted as missed for it, not queued
 (AIPerf fires every tick without awaiting, so a stalled exporter piles up ~90 overlapping scrapes, §13.13).
 Boundary scrapes (phase marks, completion) wake the loop at once: a scrape already in flight that

@@ -1,6 +1,6 @@
 """OTLP forwarding: every sample of every scrape, with `run_id` and `phase`, to an OTLP receiver.
 
-The scrape loop's whole surface (DESIGN.md "OTLP forwarding" has the mapping):
+The scrape loop's whole surface (DECISIONS.md "OTLP forwarding" has the mapping):
 
     config = resolve_config(os.environ, endpoint=flags.otlp_endpoint, ...)    # None: export off
     forwarder = OtlpForwarder(config, base_resource=base_attributes(os.environ, service_name=...),

@@ -1,6 +1,6 @@
 """ParsedPage → OTLP protobuf wire bytes, written directly (no message objects on the hot path).
 
-Every family of a page is forwarded (DESIGN.md "OTLP forwarding" has the table):
+Every family of a page is forwarded (DECISIONS.md "OTLP forwarding" has the table):
 - gauge, unknown, untyped, no TYPE → Gauge (untyped also gets `metadata["prometheus.type"]`);
 - counter → cumulative monotonic Sum with a start time (starttime.py), except the code-valued
   `…XID_ERRORS` and the windowed `DCGM_EXP_*_COUNT` (they go down: windowed counts, NVIDIA/dcgm-exporter

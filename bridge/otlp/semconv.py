@@ -4,7 +4,7 @@ For stacks that standardise on OpenTelemetry names (semantic conventions, "Seman
 metrics": `hw.*`, hw.type `gpu`), a page's GPU families are renamed and scaled before encoding; the default
 (`exporter`) forwards the exporter's own names, which the recording rules and dashboards in grafana/ read.
 
-The mapping is `SEMCONV` below, and DESIGN.md's table ("OTLP forwarding").
+The mapping is `SEMCONV` below, and DECISIONS.md's table ("OTLP forwarding").
 
 Every renamed point gets `hw.type=gpu`, `hw.id` (the GPU's UUID; a MIG instance keeps its `GPU_I_ID` beside it)
 and `hw.vendor=NVIDIA`; the exporter's labels stay. `hw.gpu.memory.*` are UpDownCounters in the conventions and

@@ -9,7 +9,7 @@ wrote them (every sample of one scrape carries the scrape's start time).
 Long runs are fetched in windows (`chunk_s`) so no single answer grows past a store's limits; points
 on a window boundary are de-duplicated. Stores keep milliseconds, so `timestamp_ns` is a multiple of
 1e6. Names come back as stored: a Prometheus OTLP receiver appends `_total` to counters
-(DESIGN.md "PromQL names per backend"); `strip_suffix="_total"` undoes that for names that did not have it.
+(DECISIONS.md "PromQL names per backend"); `strip_suffix="_total"` undoes that for names that did not have it.
 VictoriaMetrics hides the last 30 s from queries unless started with `-search.latencyOffset=0s`.
 """
 

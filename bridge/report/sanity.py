@@ -10,7 +10,7 @@ delta is read from it.
   apart is rejected (a 1e308 read). The time is taken from the brackets: a value first seen at scrape k was
   sampled after scrape k−1, so two values first seen at scrapes a and k are at most t[k] − t[a−1] apart.
 
-AIPerf mode never sees this: its per-GPU values stay AIPerf's own (DESIGN.md "Counters").
+AIPerf mode never sees this: its per-GPU values stay AIPerf's own (DECISIONS.md "Counters").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 All functions take a sorted int64 timestamp array and an aligned float64 value array (NaN = absent) and
 return plain Python numbers, so the JSON writer never sees numpy scalars.
 
-Counter modes (DESIGN.md "Counters" has the why):
+Counter modes (DECISIONS.md "Counters" has the why):
 - `aiperf`: AIPerf 0.13's exact rule (`GpuMetricTimeSeries.to_metric_result_filtered` in ai-dynamo/aiperf
   `src/aiperf/common/models/telemetry_models.py`): last valid in-window sample minus the last valid sample strictly
   before the window (else the first valid in-window one), clamped at 0, no reset handling.

@@ -2,7 +2,7 @@
 
 A window is `[start_ns, end_ns]`, inclusive at both ends, plus `grace_ns` of trailing grace. `end_ns` is
 the requests end (or the profiling end when the requests end is unknown). How the grace is used depends
-on the counter mode (see DESIGN.md "The window"): `interpolated` uses it only so the final scrape can bracket
+on the counter mode (see DECISIONS.md "The window"): `interpolated` uses it only so the final scrape can bracket
 the end of a counter; `aiperf` widens the whole window to `[start, end + grace]`, as AIPerf does.
 """
 

@@ -2,7 +2,7 @@
 
 A POST body reaches the session only through these checks, so a refused request changes nothing: no
 record carries its phase, the events file does not hold it, `/status` does not show it. The rules
-(DESIGN.md, "Control API input"):
+(DECISIONS.md, "Control API input"):
 
 - a time (`time_ns`, `requests_end_ns`) is an integer of wall-clock nanoseconds (`time.time_ns()`), from
   2001-09-09 (1e18 ns) to a day after now: a time in s, ms or µs, a float, a bool or one past 2**63 (the
