@@ -26,8 +26,9 @@ class Sample(NamedTuple):
 class SourcePage(Protocol):
     """A page as a source hands it to the pipeline (sidecar/pipeline.py `Pipeline.on_page(source, page)`): the
     bytes of a Prometheus text page (DCGM field names) and its sample time. An HTTP exporter's is fetch.py's
-    `FetchedPage`; a local reader (NVML, AMD SMI) hands a `LocalPage` under a source name such as
-    `pynvml://localhost`. Everything after this point is the same for every kind of source."""
+    `FetchedPage`; a local reader (NVML, AMD SMI) hands one too, through sources/runner.py's `SourceFetcher`,
+    under a source name such as `pynvml://localhost`. Everything after this point is the same for every kind of
+    source."""
 
     @property
     def body(self) -> bytes: ...
@@ -37,16 +38,6 @@ class SourcePage(Protocol):
     def end_ns(self) -> int: ...  # wall clock when the page was complete
     @property
     def content_type(self) -> str: ...
-
-
-@dataclass(frozen=True, slots=True)
-class LocalPage:
-    """A page a local reader wrote itself (no HTTP in between): Prometheus text format 0.0.4."""
-
-    body: bytes
-    start_ns: int
-    end_ns: int
-    content_type: str = "text/plain; version=0.0.4"
 
 
 class Dropped(NamedTuple):

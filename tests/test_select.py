@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
+from bridge.fetch import FetchedPage
 from bridge.fields import default_table
 from bridge.normalize import Normalizer
 from bridge.record_log import LineWriter, read_dicts
 from bridge.report import build_report
-from bridge.samples import LocalPage
 from bridge.select import Deduplicator, duplicates_of, preference_order, select_series
 from bridge.sidecar.pipeline import Pipeline, RecordLogSink
+from bridge.sources.runner import CONTENT_TYPE
 from tests.otlp.pages import dcgm_page
 
 NS = 1_000_000_000
@@ -87,9 +88,9 @@ def test_a_local_reader_and_an_exporter_of_the_same_gpus_are_one_source_live_and
                         on_duplicate=retired.append)
     for step in range(4):
         page = dcgm_page(gpus=2, step=step, families=8).encode()
-        pipeline.on_page(exporter, LocalPage(page, (10 + step) * NS, (10 + step) * NS + 1000))
+        pipeline.on_page(exporter, FetchedPage(page, (10 + step) * NS, (10 + step) * NS + 1000, CONTENT_TYPE))
         if step >= 1:
-            pipeline.on_page(local, LocalPage(page, (10 + step) * NS + 5000, (10 + step) * NS + 6000))
+            pipeline.on_page(local, FetchedPage(page, (10 + step) * NS + 5000, (10 + step) * NS + 6000, CONTENT_TYPE))
     writer.close()
     events.close()
     assert retired == [exporter]
