@@ -239,7 +239,7 @@ class Session:
                 # failed, so an exporter that comes up late is still collected (and shown as down).
                 if probe.reachable or probe.url not in defaults:
                     self.loops[probe.url] = ScrapeLoop(probe.url, self.fetcher, self.config.collection_interval,
-                                                       self._take_page, self._take_failure,
+                                                       self._take_page, self.pipeline.on_failure,
                                                        monotonic=self._monotonic, now_ns=self._now_ns, group=group,
                                                        stats=self.health.of(probe.url))
             for name in local:  # bridge/sources: read like an exporter, on a thread (a ScrapeGroup) of its own
@@ -248,7 +248,7 @@ class Session:
                 own = ScrapeGroup(source, self.config.collection_interval, monotonic=self._monotonic,
                                   now_ns=self._now_ns)
                 self.loops[url] = ScrapeLoop(url, source, self.config.collection_interval, self._take_page,
-                                             self._take_failure, monotonic=self._monotonic, now_ns=self._now_ns,
+                                             self.pipeline.on_failure, monotonic=self._monotonic, now_ns=self._now_ns,
                                              group=own, stats=self.health.of(url))
                 probe = self._probe_with(source, url)
                 if probe.page is not None:  # its first read: which GPUs it serves (select.py)
@@ -430,13 +430,10 @@ class Session:
                            ", ".join(display_key(u) for u in waiting), budget)
 
     def _take_page(self, url: str, fetched: FetchedPage) -> None:
-        """Pages of every scrape thread (the exporters' and each local source's) enter the pipeline one at a time."""
+        """Pages of every scrape thread (the exporters' and each local source's) one at a time: the pipeline keeps
+        its own order (its lock; failures go straight to it), this one the refresh bookkeeping after it."""
         with self._pages:
             self._on_page(url, fetched)
-
-    def _take_failure(self, url: str, exc: FetchError, start_ns: int) -> None:
-        with self._pages:
-            self.pipeline.on_failure(url, exc, start_ns)
 
     def _on_page(self, url: str, fetched: FetchedPage) -> None:
         """A page: the pipeline, then its exporter's refresh period to the events file (and a warning when slow)."""
