@@ -15,21 +15,10 @@ from bridge.fetch import FetchedPage, Fetcher, Outcome
 from bridge.record_log import read_records
 from bridge.scrape import HOLD_S, ScrapeGroup, ScrapeLoop
 from bridge.simulator import Fault, SimulatedExporter, SimulatorConfig
+from tests.clock import FakeClock
 from tests.sidecar.helpers import session_for
 
-
 # -- the loop's rules on a fake clock ------------------------------------------------------------------
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def now_ns(self) -> int:
-        return 1_700_000_000_000_000_000 + round(self.now * 1e9)
-
-
 Durations = dict[str, float | list[float]]  # url -> every GET's duration, or each GET's in turn
 
 

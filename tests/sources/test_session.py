@@ -17,23 +17,13 @@ from bridge.endpoints import TelemetryItems
 from bridge.fields import default_table
 from bridge.sidecar.session import Session
 from bridge.sources import NVML_SOURCE
+from tests.clock import FakeClock
 from tests.fakes import nvml as fake_nvml
 from tests.fakes.nvml import FakeGpu, FakeNvml
 
 T0 = 1_780_000_000 * 10**9  # the run's wall-clock zero (ns); the fake's clock is seconds since it
 H100 = "GPU-7e3c0a52-6f1a-4c1b-9d3e-000000000001"
 LOST = "GPU-7e3c0a52-6f1a-4c1b-9d3e-000000000002"
-
-
-class Clocks:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def seconds(self) -> float:
-        return self.t
-
-    def ns(self) -> int:
-        return T0 + round(self.t * 1e9)
 
 
 def install(monkeypatch: pytest.MonkeyPatch, fake: FakeNvml) -> None:
@@ -43,19 +33,19 @@ def install(monkeypatch: pytest.MonkeyPatch, fake: FakeNvml) -> None:
 
 
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpus: list[FakeGpu], until_s: float,
-        step_s: float = 0.2) -> tuple[Session, Clocks]:
-    clocks = Clocks()
-    install(monkeypatch, FakeNvml(clocks.seconds, gpus))
+        step_s: float = 0.2) -> tuple[Session, FakeClock]:
+    clocks = FakeClock(T0)
+    install(monkeypatch, FakeNvml(clocks.monotonic, gpus))
     config = Config(telemetry=TelemetryItems(local=["pynvml"]), default_endpoints=[], artifact_dir=str(tmp_path),
                     collection_interval=step_s, run_id="nvml-run")
-    session = Session(config, default_table(), now_ns=clocks.ns, monotonic=clocks.seconds)
-    clocks.t = 0.013
+    session = Session(config, default_table(), now_ns=clocks.now_ns, monotonic=clocks.monotonic)
+    clocks.now = 0.013
     session.configure()  # opens NVML, the baseline read
     loop = session.loops[NVML_SOURCE]
-    while clocks.t < until_s:
-        clocks.t = round(clocks.t + step_s, 9)
+    while clocks.now < until_s:
+        clocks.now = round(clocks.now + step_s, 9)
         assert loop.scrape_now()  # the caller's thread reads while the group's thread does not run
-    session.complete(requests_end_ns=clocks.ns())
+    session.complete(requests_end_ns=clocks.now_ns())
     return session, clocks
 
 
@@ -106,19 +96,19 @@ def test_an_amdsmi_run_reports_aiperfs_amd_energy_family_against_the_exact_integ
     from tests.fakes import amdsmi as fake_amdsmi
     from tests.fakes.amdsmi import FakeAmdGpu, FakeAmdSmi
 
-    clocks = Clocks()
+    clocks = FakeClock(T0)
     gpus = [FakeAmdGpu("uuid-0", "SN-0"), FakeAmdGpu("uuid-1", "SN-1", energy_offset_j=7.5e6)]
     module = types.ModuleType("amdsmi")
-    module.__dict__.update(fake_amdsmi.module_attributes(FakeAmdSmi(clocks.seconds, gpus)))
+    module.__dict__.update(fake_amdsmi.module_attributes(FakeAmdSmi(clocks.monotonic, gpus)))
     monkeypatch.setitem(sys.modules, "amdsmi", module)
     config = Config(telemetry=TelemetryItems(local=["amdsmi"]), default_endpoints=[], artifact_dir=str(tmp_path),
                     collection_interval=0.2, run_id="amd-run")
-    session = Session(config, default_table(), now_ns=clocks.ns, monotonic=clocks.seconds)
-    clocks.t = 0.013
+    session = Session(config, default_table(), now_ns=clocks.now_ns, monotonic=clocks.monotonic)
+    clocks.now = 0.013
     session.configure()
     session.mark_phase("profiling", "profiling", "start", T0 + 8 * 10**9)
-    while clocks.t < 30.0:
-        clocks.t = round(clocks.t + 0.2, 9)
+    while clocks.now < 30.0:
+        clocks.now = round(clocks.now + 0.2, 9)
         assert session.loops["amdsmi://localhost"].scrape_now()
     session.complete(requests_end_ns=T0 + 28 * 10**9)
     report = json.loads((tmp_path / "profile_export_aiperf.json").read_text())
