@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
+# RESULTS.md from this heading on is kept by every run: the real-GPU figures (scripts/check-gpu.sh on a device).
+KEPT = "## A real GPU"
 
 
 class Tee(io.TextIOBase):
@@ -75,13 +77,21 @@ def main() -> int:
     finally:
         sys.stdout = real_stdout
     if not opts.no_results and not opts.k:
-        (HERE / "RESULTS.md").write_text(
+        results = HERE / "RESULTS.md"
+        results.write_text(
             "# Benchmark results\n\n"
             f"`make bench` on {started}: {about}.\n\n"
             "Every figure is measured in the run that printed it; ratios compare two implementations measured side "
             "by side in that run. MET / NOT MET is against issue #7's targets; bench/NOTES.md "
-            "explains the figures that miss.\n\n```\n" + captured.getvalue() + "```\n")
+            "explains the figures that miss.\n\n```\n" + captured.getvalue() + "```\n" + kept_sections(results))
     return 1 if failed else 0
+
+
+def kept_sections(results: Path) -> str:
+    """What RESULTS.md holds from `KEPT` on: figures no `make bench` here can remeasure (a real GPU's), kept."""
+    old = results.read_text() if results.exists() else ""
+    at = old.find(KEPT)
+    return "" if at < 0 else "\n" + old[at:]
 
 
 if __name__ == "__main__":

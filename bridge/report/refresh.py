@@ -397,11 +397,12 @@ class WindowDelta:
 
 
 def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]], key: str, cadence: Cadence,
-                 start: int, end: int, fresh: CounterDelta) -> WindowDelta:
+                 start: int, end: int, fresh: CounterDelta, lag_s: float = 0.0) -> WindowDelta:
     """A counter's increase over [start, end] as the report gives it, and, for the energy counter, its bound and
     uncertainty: `fresh` (the scrape-timed delta, not None) when the series' values are fresh, else the delta
     timed at DCGM's refreshes (the power gauge as the energy's slope). The one rule behind the per-GPU metrics
-    (telemetry_data.py) and the run's energy totals (energy.py)."""
+    (telemetry_data.py) and the run's energy totals (energy.py). `lag_s`: how long the source's energy counter
+    holds a value (bridge/sources `COUNTER_UPDATE_S`), for the fresh values' uncertainty."""
     energy = key == ENERGY_KEY
     power = values.get(POWER_KEY) if energy else None
     if cadence.fresh:
@@ -410,7 +411,7 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
         edge_bounds = fresh_edge_bounds(ts, values[key], start, end)
         if edge_bounds is None:
             return WindowDelta(fresh)
-        expected = fresh_uncertainty(ts, values[key], power, start, end, edge_bounds, ENERGY_RESOLUTION_MJ)
+        expected = fresh_uncertainty(ts, values[key], power, start, end, edge_bounds, ENERGY_RESOLUTION_MJ, lag_s)
         return WindowDelta(fresh, sum(edge_bounds), expected)
     timed = refreshed_delta(ts, values[key], cadence, start, end, None if power is None else power * 1e-6,  # W → MJ/s
                             ENERGY_RESOLUTION_MJ if energy else 0.0)

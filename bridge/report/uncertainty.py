@@ -17,6 +17,10 @@ between the readings around it. The truth is nearly always much closer, and how 
   both edges alike and cancels but for the power's change across the window, a period error turns the grid
   about its pivot; with no agreed grid, each edge can sit anywhere in half its bracket. The edges' shape
   terms and the timing term are independent: they add in quadrature.
+- The counter's lag, for a source whose update period is known (bridge.sources.COUNTER_UPDATE_S: NVML's counter
+  updates every 100 ms, measured on an H200 by scripts/check-gpu.sh): a read returns the last update, so each
+  edge's reading lags by up to one period, and their difference by up to period × the higher edge power, in
+  quadrature with the edge terms (the readings cannot show it when every read lags alike).
 - The counter's resolution (1 mJ for DCGM and NVML), once per edge.
 
 An edge beyond the readings (nothing after the window's end, say) has no better estimate than its bound; the
@@ -57,8 +61,12 @@ GAUGE_AVERAGING_S = 1.0
 
 
 def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], power_w: NDArray[np.float64] | None,
-                      start: int, end: int, edge_bounds: tuple[float, float], resolution: float) -> float:
-    """The expected error of a fresh counter's increase over [start, end] (the counter's unit, MJ for energy)."""
+                      start: int, end: int, edge_bounds: tuple[float, float], resolution: float,
+                      lag_s: float = 0.0) -> float:
+    """The expected error of a fresh counter's increase over [start, end] (the counter's unit, MJ for energy).
+    `lag_s`: how long the source's counter holds a value (a read returns its last update, so it lags the read's
+    time by up to that): the two edges' lags s₀, s₁ leave |s₁·P₁ − s₀·P₀| ≤ lag_s·max(P₀, P₁), independent of the
+    shape terms (added in quadrature)."""
     import numpy as np
 
     valid = np.flatnonzero(~np.isnan(counter))
@@ -79,7 +87,23 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], power
         else:
             edges.append(edge_bound)
     # (For power that moves linearly the two edges' errors have known signs that can add: they add in full.)
-    return min(sum(edges) + 2 * resolution, sum(edge_bounds))
+    lag = lag_s * max(_rate_near(t, v, p, start), _rate_near(t, v, p, end)) if lag_s else 0.0
+    return min(math.hypot(sum(edges), lag) + 2 * resolution, sum(edge_bounds))
+
+
+def _rate_near(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.float64] | None, edge: int) -> float:
+    """The highest power at the readings around `edge` (MJ/s): the gauge's, else the counter's mean rate between
+    them; 0 outside the readings."""
+    import numpy as np
+
+    i = min(int(np.searchsorted(t, edge, side="left")), t.size - 1)
+    around = [k for k in (i - 1, i) if k >= 0]
+    if p is not None and all(math.isfinite(p[k]) for k in around):
+        return max(float(p[k]) for k in around)
+    if i >= 1:
+        h = float(t[i] - t[i - 1]) / 1e9
+        return max(float(v[i] - v[i - 1]) / h, 0.0) if h > 0 else 0.0
+    return 0.0
 
 
 def _fresh_residual(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.float64] | None, i: int) -> float:

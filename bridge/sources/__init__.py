@@ -21,6 +21,10 @@ GpuT = TypeVar("GpuT")
 NVML_SOURCE = "pynvml://localhost"
 AMDSMI_SOURCE = "amdsmi://localhost"
 SOURCES = {"pynvml": NVML_SOURCE, "amdsmi": AMDSMI_SOURCE}
+# How long a source's energy counter holds one value: a read returns the last update, lagging by up to this.
+# NVML's nvmlDeviceGetTotalEnergyConsumption updates every 100 ms, measured on an H200 (driver 580.159.04) by
+# scripts/check-gpu.sh: bench/RESULTS.md, "A real GPU". Unmeasured sources (amdsmi) carry no such term.
+COUNTER_UPDATE_S = {NVML_SOURCE: 0.1}
 
 
 class SourceError(ConfigError):
