@@ -338,6 +338,13 @@ def energy_metrics(totals: EnergyTotals, benchmark: Mapping[str, Any] | None = N
     return out
 
 
+def vendor_energy_metrics(nvidia: EnergyTotals, amd: EnergyTotals | None,
+                          benchmark: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Both vendors' families, each from its own GPUs' totals, platforms in AIPerf's order (sorted: amd's first)."""
+    out = energy_metrics(amd, benchmark, vendor="amd") if amd is not None else {}
+    return {**out, **energy_metrics(nvidia, benchmark)}
+
+
 def _energy_family(values: dict[str, float], energy: float, power: float | None,
                    benchmark: Mapping[str, Any] | None, concurrency: int | None) -> None:
     if power is not None and power > 0:

@@ -12,8 +12,10 @@ import re
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from rich.console import Console
 
+from bridge.cli import main
 from bridge.report import build_report
 from bridge.report.build import Report
 from bridge.report.console import render_console
@@ -21,7 +23,7 @@ from bridge.report.html import render_html
 from bridge.report.window import Phase
 from bridge.report.write import write_report
 from bridge.samples import GpuRecord
-from tests.report.helpers import T0, S, rec
+from tests.report.helpers import T0, S, rec, write_events, write_log
 
 NVIDIA_W, AMD_W = 300.0, 500.0
 AMD_URL = "http://mi300x:5000/metrics"
@@ -140,3 +142,20 @@ def test_an_amd_counter_glitch_is_dropped_counted_and_named_by_the_verdict() -> 
     measurement = report.telemetry_data["measurement"]
     assert measurement["reasons"] == ["counter_glitch"]
     assert "measurement NOT valid: counter_glitch" in console_text(report)
+
+
+def test_validate_rechecks_the_amd_family_against_the_record_log(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "gpu_telemetry_export.jsonl", run_records(with_nvidia=True))
+    events = write_events(tmp_path / "gpu_telemetry_events.jsonl", [
+        {"type": "configured", "time_ns": T0 - 3 * S, "run_id": "r1", "counter_mode": "interpolated"},
+        {"type": "phase", "name": "profiling", "kind": "profiling", "event": "start", "time_ns": T0 + 20 * S},
+        {"type": "complete", "time_ns": T0 + 60 * S, "requests_end_ns": T0 + 50 * S, "collection_complete": True}])
+    built = CliRunner().invoke(main, ["report", "--jsonl", str(log), "--events", str(events)])
+    assert built.exit_code == 0, built.output
+    assert CliRunner().invoke(main, ["validate", str(tmp_path)]).exit_code == 0
+    path = tmp_path / "profile_export_aiperf.json"
+    doc = json.loads(path.read_text())
+    doc["amd_total_gpu_energy"]["avg"] *= 1 + 1e-6
+    path.write_text(json.dumps(doc))
+    result = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert result.exit_code == 1 and "/amd_total_gpu_energy/avg" in result.output
