@@ -159,3 +159,12 @@ def test_validate_rechecks_the_amd_family_against_the_record_log(tmp_path: Path)
     path.write_text(json.dumps({**doc, "amd_total_gpu_energy": {**energy, "avg": energy["avg"] * (1 + 1e-6)}}))
     result = CliRunner().invoke(main, ["validate", str(tmp_path)])
     assert result.exit_code == 1 and "/amd_total_gpu_energy/avg" in result.output  # a millionth off: found
+
+
+def test_aiperf_mode_gives_the_amd_family_by_aiperfs_own_rule() -> None:
+    report = build_report(run_records(with_nvidia=True), phases=PHASES, requests_end_ns=T0 + 50 * S, grace_ns=0,
+                          counter_mode="aiperf")
+    assert report.amd_energy is not None and report.amd_energy.source == "dcgm_counter"
+    # AIPerf's delta runs from its reference scrape, the one before the window: 31 s of each GPU's constant power
+    assert report.amd_energy.total_energy_j == pytest.approx(AMD_W * 31)
+    assert report.energy.total_energy_j == pytest.approx(NVIDIA_W * 31)
