@@ -83,9 +83,11 @@ def meta_of(labels: Mapping[str, str]) -> GpuMeta | None:
 
 def _amd_meta_of(labels: Mapping[str, str]) -> GpuMeta:
     """AMD device-metrics-exporter's labels (pkg/amdgpu/gpuagent/gpuagent_gpu_metrics.go populateLabelsFromGPU):
-    `gpu_id`, `serial_number` (a partition carries its package's), `card_model`, `hostname`, and under compute
-    partitioning (`gpu_compute_partition_type` cpx/dpx/qpx, not spx) `gpu_partition_id`: each partition is an
-    instance of its package, as a MIG instance is of its GPU, so the package's power and energy count once."""
+    `gpu_id`, `serial_number` (a partition carries its package's), `card_series` (the product name; ROCm 7's
+    exporter writes the board's part number in `card_model`, e.g. `102-G30211-0C` beside `AMD Instinct MI300X OAM`,
+    ROCm/device-metrics-exporter#236), else `card_model`, `hostname`, and under compute partitioning
+    (`gpu_compute_partition_type` cpx/dpx/qpx, not spx) `gpu_partition_id`: each partition is an instance of its
+    package, as a MIG instance is of its GPU, so the package's power and energy count once."""
     gpu = labels["gpu_id"]
     hostname = _label(labels, "hostname")
     partitioned = (_label(labels, "gpu_compute_partition_type") or "spx").lower() != "spx"
@@ -93,7 +95,7 @@ def _amd_meta_of(labels: Mapping[str, str]) -> GpuMeta:
     return GpuMeta(
         gpu_index=int(gpu) if gpu.isdigit() else None,
         gpu_uuid=_label(labels, "serial_number", "gpu_uuid") or f"unknown:{hostname or ''}:{gpu}",
-        gpu_model_name=_label(labels, "card_model"),
+        gpu_model_name=_label(labels, "card_series", "card_model"),
         pci_bus_id=_label(labels, "pci_bus_id"),
         device=f"amd{gpu}",
         hostname=hostname,

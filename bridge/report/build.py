@@ -19,7 +19,7 @@ import numpy  # noqa: F401
 
 from bridge.endpoints import display_key
 from bridge.fields import FieldTable
-from bridge.report.energy import EnergyTotals, amd_series, energy_totals
+from bridge.report.energy import EnergyTotals, energy_totals, has_energy, vendor_series
 from bridge.report.events import EndpointState, RunEvents, load_events
 from bridge.report.phases import PhaseFile, phase_files
 from bridge.report.sanity import CounterCheck, sanitize
@@ -70,6 +70,13 @@ class Report:
     # instead of reading the record log again.
     series: tuple[Series, ...] = field(default=(), repr=False, compare=False)
     amd_energy: EnergyTotals | None = None  # AMD GPUs' (the amd_* family); None without AMD energy or power
+
+    def vendor_energy(self) -> list[tuple[str, EnergyTotals]]:
+        """The totals to show, one per vendor (`nvidia`, `amd`), NVIDIA's first: NVIDIA's unless the run's GPUs
+        are all AMD ones."""
+        nvidia = self.amd_energy is None or has_energy(vendor_series(self.series))
+        return [*([("nvidia", self.energy)] if nvidia else []),
+                *([("amd", self.amd_energy)] if self.amd_energy is not None else [])]
 
     @property
     def writes_phase_files(self) -> bool:
@@ -134,14 +141,17 @@ def build_report(
     files = phase_files(series, run_phases, resolved, table, counter_mode, info, last_sample_ns=last, tz=tz)
     labels = {k: label_for(k, table) for k in ordered_keys(series, table)}
     energy = energy_totals(series, resolved, counter_mode)
+    amd_energy = energy_totals(series, resolved, counter_mode, "amd") if has_energy(vendor_series(series, "amd")) \
+        else None
     if resolved.start_ns is not None and resolved.end_ns is not None:  # after error_summary
-        block.data["measurement"] = measurement(series, identity_keys(series), resolved, energy, checks, errors)
+        block.data["measurement"] = measurement(series, identity_keys(series), resolved, energy, checks, errors,
+                                                amd_energy)
         log = record_log if record_log is not None else records if isinstance(records, Path) else None
         block.data["measurement"].update(window_and_hash(resolved, log, record_log_run))
     return Report(
         telemetry_data=block.data,
         energy=energy,
-        amd_energy=energy_totals(amd, resolved, counter_mode) if (amd := amd_series(series)) else None,
+        amd_energy=amd_energy,
         phase_files=files,
         labels=labels,
         endpoints=block.endpoints,

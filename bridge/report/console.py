@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from bridge.report.build import Report
+    from bridge.report.energy import EnergyTotals
     from bridge.report.telemetry_data import EndpointStatus
 
 COLUMNS = ("avg", "min", "max", "p99", "p90", "p50", "std")
@@ -247,12 +248,29 @@ def _whole(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD"}
+
+
 def _print_energy(report: Report, console: Console) -> None:
+    """One energy line per vendor, each its own GPUs' (never one summed into the other); named by its vendor
+    unless the run's GPUs are all NVIDIA ones."""
     from rich.markup import escape
 
-    energy = report.energy
+    totals = report.vendor_energy()
+    for vendor, energy in totals:
+        named = "Energy" if [v for v, _ in totals] == ["nvidia"] else f"{VENDOR_NAMES[vendor]} energy"
+        _print_vendor_energy(report, vendor, named, energy, console)
+    warning = report.telemetry_data.get("summary", {}).get("refresh_warning")
+    if warning and any(energy.total_energy_j is not None for _, energy in totals):
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+
+
+def _print_vendor_energy(report: Report, vendor: str, named: str, energy: EnergyTotals, console: Console) -> None:
+    from rich.markup import escape
+
     if energy.total_energy_j is None:
         return
+    from bridge.report.energy import vendor_series
     from bridge.report.telemetry_data import gpus_text
 
     value, unit = readable_energy(energy.total_energy_j)
@@ -269,14 +287,12 @@ def _print_energy(report: Report, console: Console) -> None:
         parts.append(f"bound ± {format_number(energy.bound_j / scale)} {unit}")
     if energy.refresh_period_s is not None:
         every = "at most once in" if energy.refresh_at_least else "every"
-        parts.append(f"DCGM refresh {every} {energy.refresh_period_s:,.1f} s")
-    gpus = gpus_text((s.endpoint, s.meta.identity) for s in report.series)
-    heading = f"Energy, {gpus if gpus.split()[0] == '1' else f'all {gpus}'}:"
+        source = "DCGM" if vendor == "nvidia" else "exporter"
+        parts.append(f"{source} refresh {every} {energy.refresh_period_s:,.1f} s")
+    gpus = gpus_text((s.endpoint, s.meta.identity) for s in vendor_series(report.series, vendor))
+    heading = f"{named}, {gpus if gpus.split()[0] == '1' else f'all {gpus}'}:"
     console.print(escape(heading + (" " if separator == ", " else separator) + separator.join(parts)),
                   highlight=False)
-    warning = report.telemetry_data.get("summary", {}).get("refresh_warning")
-    if warning:
-        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
 
 
 def print_verdict(report: Report, console: Console) -> None:

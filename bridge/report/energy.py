@@ -3,6 +3,10 @@
 energy-efficiency family with its tags, units and order (AIPerf 0.13.0,
 ai-dynamo/aiperf `src/aiperf/metrics/energy_efficiency_analyzer.py`).
 
+Totals are per vendor, as AIPerf's (`vendor`: `nvidia_*` from NVIDIA GPUs, `amd_*` from AMD GPUs, never one summed
+into the other), by the same rules: an AMD GPU's `amd_energy_consumption` (MJ) and `amd_power` (W) are read as an
+NVIDIA GPU's counter and gauge (bridge/report/refresh.py `energy_keys`).
+
 Sums run over GPU identities: device-level fields (power, energy) are carried only by a GPU's own record,
 never by its MIG instances', so nothing is counted twice.
 - `aiperf`: AIPerf's EnergyEfficiencyAnalyzer: energy = Σ AIPerf counter deltas over [start, end + grace];
@@ -21,11 +25,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bridge.report.refresh import (
-    ENERGY_KEY,
     ENERGY_RESOLUTION_MJ,
     MIN_REFRESHES_PER_WINDOW,
-    POWER_KEY,
+    VENDOR_KEYS,
     Cadence,
+    energy_keys,
     series_cadence,
     window_delta,
 )
@@ -108,7 +112,20 @@ class EnergyTotals:
         return any(g.source == "power_integral" for g in self.gpus)
 
 
-def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -> EnergyTotals:
+def vendor_series(series: Sequence[Series], vendor: str = "nvidia") -> list[Series]:
+    """The series of one vendor's GPUs (`nvidia`: also those carrying neither vendor's energy or power)."""
+    keys = VENDOR_KEYS[vendor]
+    return [s for s in series if energy_keys(s.values) == keys]
+
+
+def has_energy(series: Sequence[Series]) -> bool:
+    """Some series carries its vendor's energy counter or power gauge."""
+    return any(key in s.values for s in series for key in energy_keys(s.values))
+
+
+def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode, vendor: str = "nvidia") -> EnergyTotals:
+    """One vendor's totals over the window, from its GPUs among `series` (the others are left out)."""
+    series = vendor_series(series, vendor)
     if window.start_ns is None or window.end_ns is None:
         return EnergyTotals(None, None, None, 0.0, 0, 0, "unavailable")
     if mode == "interpolated":
@@ -119,7 +136,7 @@ def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -
     energy_j = 0.0
     counted = 0
     for s in series:
-        counter = s.values.get(ENERGY_KEY)
+        counter = s.values.get(energy_keys(s.values)[0])
         delta = None if counter is None else counter_delta_aiperf(s.timestamps, counter, start, end + grace)
         if delta is not None:
             energy_j += delta.delta * _MJ_TO_J
@@ -136,7 +153,7 @@ def energy_totals(series: Sequence[Series], window: Window, mode: CounterMode) -
 def _total_power(series: Sequence[Series], start: int, end: int) -> float | None:
     total: float | None = None
     for s in series:
-        power = s.values.get(POWER_KEY)
+        power = s.values.get(energy_keys(s.values)[1])
         mean = None if power is None else gauge_mean(s.timestamps, power, start, end)
         if mean is not None:
             total = (total or 0.0) + mean
@@ -151,15 +168,16 @@ def gpu_energy(s: Series, window: Window) -> GpuEnergy:
     start, end = window.start_ns, window.end_ns
     cadence = series_cadence(s.timestamps, s.values)
     refreshes = None if cadence.fresh else refreshes_inside(s.timestamps, cadence, start, end)
-    power = s.values.get(POWER_KEY)
+    energy_key, power_key = energy_keys(s.values)
+    power = s.values.get(power_key)
     integral = None if power is None else power_integral(s.timestamps, power, cadence, start, end)
     power_j = None if integral is None else integral.joules
     power_u = None if integral is None else integral.uncertainty_j
-    counter = s.values.get(ENERGY_KEY)
+    counter = s.values.get(energy_key)
     fresh = None if counter is None else counter_delta_interpolated(s.timestamps, counter, start, end,
                                                                     window.grace_ns)
     lag_s = COUNTER_UPDATE_S.get(s.endpoint, 0.0)  # the source's counter holds a value this long
-    read = None if fresh is None else window_delta(s.timestamps, s.values, ENERGY_KEY, cadence, start, end, fresh,
+    read = None if fresh is None else window_delta(s.timestamps, s.values, energy_key, cadence, start, end, fresh,
                                                    lag_s)
     if read is None or read.delta is None:
         if integral is None:
@@ -247,7 +265,7 @@ def _interpolated_totals(series: Sequence[Series], window: Window) -> EnergyTota
     for s in series:
         cadence = series_cadence(s.timestamps, s.values)
         period = None if cadence.fresh else cadence.period_s
-        if ENERGY_KEY in s.values and period is not None and period >= (slowest or 0.0):
+        if energy_keys(s.values)[0] in s.values and period is not None and period >= (slowest or 0.0):
             slowest, at_least = period, cadence.at_least
     source = "mixed" if counted and integrated else "dcgm_counter" if counted else "power_integration"
     average = energy_j / duration_s if duration_s > 0 else None
@@ -299,7 +317,6 @@ ENERGY_FAMILY: tuple[tuple[str, str, str], ...] = (
 ENERGY_FAMILY = tuple((tag.replace("nvidia_", "amd_", 1), header, unit) for tag, header, unit in ENERGY_FAMILY) + \
     ENERGY_FAMILY
 ENERGY_TAGS = frozenset(tag for tag, _, _ in ENERGY_FAMILY)
-_AMD_KEYS = {"amd_energy_consumption": ENERGY_KEY, "amd_power": POWER_KEY}  # MJ and W, as the NVIDIA keys
 
 
 def energy_metrics(totals: EnergyTotals, benchmark: Mapping[str, Any] | None = None,
@@ -322,6 +339,13 @@ def energy_metrics(totals: EnergyTotals, benchmark: Mapping[str, Any] | None = N
     if "nvidia_total_gpu_energy" in out and totals.bound_j is not None:
         out["nvidia_total_gpu_energy"]["bound"] = totals.bound_j  # ± J hard, beside AIPerf's keys
     return out
+
+
+def vendor_energy_metrics(nvidia: EnergyTotals, amd: EnergyTotals | None,
+                          benchmark: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Both vendors' families, each from its own GPUs' totals, platforms in AIPerf's order (sorted: amd's first)."""
+    out = energy_metrics(amd, benchmark, vendor="amd") if amd is not None else {}
+    return {**out, **energy_metrics(nvidia, benchmark)}
 
 
 def _energy_family(values: dict[str, float], energy: float, power: float | None,
@@ -353,15 +377,3 @@ def _energy_family(values: dict[str, float], energy: float, power: float | None,
             if value is not None:
                 values[name] = value / power
 
-
-def amd_series(series: Sequence[Series]) -> list[Series]:
-    """The AMD GPUs' series with their energy and power under the keys `energy_totals` reads (same units), so the
-    `amd_*` family is computed by the same rules as the NVIDIA one; empty when no AMD GPU reported either."""
-    from dataclasses import replace
-
-    out = []
-    for s in series:
-        found = {ours: s.values[theirs] for theirs, ours in _AMD_KEYS.items() if theirs in s.values}
-        if found:
-            out.append(replace(s, values=found))
-    return out

@@ -30,6 +30,7 @@ from bridge.samples import GpuRecord
 
 if TYPE_CHECKING:
     from bridge.report.build import Report
+    from bridge.report.energy import EnergyTotals
     from bridge.report.series import Series
 
 MAX_POINTS = 600  # per line: min and max of each bucket, so spikes survive the thinning
@@ -83,6 +84,7 @@ class PhaseEnergy:
     energy_j: float | None
     mean_power_w: float | None
     source: str
+    vendor: str = ""  # NVIDIA or AMD where the run has GPUs of both; empty otherwise
 
 
 def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None = None, *,
@@ -106,12 +108,13 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
         f'<li><svg width="26" height="10"><line x1="0" y1="5" x2="26" y2="5" stroke="{c}" stroke-width="2.5"'
         f' stroke-dasharray="{d}"/></svg>{_e(label)}</li>' for label, (c, d) in styles.items())
     started = datetime.fromtimestamp(origin / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if series else "-"
-    energy = report.energy
     gpus = _gpus_text(report)
     cards = [("Records", f"{report.records:,}"), ("GPUs", gpus), ("Started", started),
              ("Duration", _clock(span_s)), ("Counter mode", report.counter_mode)]
-    if energy.total_energy_j is not None:
-        cards.append(("Energy (profiling)", _energy_text(report)))
+    totals = _vendor_totals(report)
+    for vendor, energy, _ in totals:
+        if energy.total_energy_j is not None:
+            cards.append((_titled(vendor, "energy (profiling)"), _energy_text(energy)))
     for endpoint, body in report.telemetry_data.get("endpoints", {}).items():
         refresh = body.get("refresh")
         if refresh and not refresh.get("fresh") and refresh.get("period_s"):
@@ -121,9 +124,11 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
     warning = report.telemetry_data.get("summary", {}).get("refresh_warning")
     if warning:
         cards.append(("Warning", warning))
-    if energy.average_power_w is not None:
-        marked = " (from the sampled power)" if energy.power_from_samples else ""
-        cards.append((f"Total average power, {gpus}", f"{energy.average_power_w:,.0f} W{marked}"))
+    for vendor, energy, vendor_gpus in totals:
+        if energy.average_power_w is not None:
+            marked = " (from the sampled power)" if energy.power_from_samples else ""
+            cards.append((f"{_titled(vendor, 'total average power')}, {vendor_gpus}",
+                          f"{energy.average_power_w:,.0f} W{marked}"))
     cards.append(("Measurement", _verdict_text(report)))
     if run_id:
         cards.insert(0, ("Run", run_id))
@@ -234,15 +239,30 @@ def _bands(report: Report, origin: int, last: int) -> list[Band]:
     return bands
 
 
-def _gpus_text(report: Report) -> str:
+def _gpus_text(report: Report, series: Sequence[Series] | None = None) -> str:
     from bridge.report.telemetry_data import gpus_text
 
-    return gpus_text((s.endpoint, s.meta.identity) for s in report.series)
+    return gpus_text((s.endpoint, s.meta.identity) for s in (report.series if series is None else series))
 
 
-def _energy_text(report: Report) -> str:
+def _vendor_totals(report: Report) -> list[tuple[str, EnergyTotals, str]]:
+    """Each vendor's totals with its name (empty where the run's GPUs are all NVIDIA ones) and its GPUs."""
+    from bridge.report.console import VENDOR_NAMES
+    from bridge.report.energy import vendor_series
+
+    totals = report.vendor_energy()
+    named = [v for v, _ in totals] != ["nvidia"]
+    return [(VENDOR_NAMES[v] if named else "", energy, _gpus_text(report, vendor_series(report.series, v)))
+            for v, energy in totals]
+
+
+def _titled(vendor: str, what: str) -> str:
+    """A card's title: `AMD energy (profiling)`, or `Energy (profiling)` without a vendor."""
+    return f"{vendor} {what}" if vendor else what[0].upper() + what[1:]
+
+
+def _energy_text(energy: EnergyTotals) -> str:
     """`95.34 kJ ± 0.01 kJ` from the uncertainty (the hard bound beside it, when there is one)."""
-    energy = report.energy
     assert energy.total_energy_j is not None
     text = _joules(energy.total_energy_j)
     if energy.uncertainty_j is not None:
@@ -259,9 +279,11 @@ def _verdict_text(report: Report) -> str:
 
 
 def _phase_energy(report: Report, series: Sequence[Series], origin: int, last: int) -> list[PhaseEnergy]:
+    from bridge.report.console import VENDOR_NAMES
     from bridge.report.energy import energy_totals
     from bridge.report.window import phase_window
 
+    vendors = [v for v, _ in report.vendor_energy()]
     out = []
     for phase in report.phases:
         if phase.start_ns is None:
@@ -269,9 +291,11 @@ def _phase_energy(report: Report, series: Sequence[Series], origin: int, last: i
         window = phase_window(phase, report.window, report.phases)
         if window.end_ns is None:
             window = window.resolved(None, max(last, phase.start_ns))
-        totals = energy_totals(series, window, report.counter_mode)
-        out.append(PhaseEnergy(phase.name, phase.kind, (phase.start_ns - origin) / 1e9, totals.duration_s,
-                               totals.total_energy_j, totals.average_power_w, totals.source))
+        for vendor in vendors:  # each vendor's GPUs on a row of their own, never summed together
+            totals = energy_totals(series, window, report.counter_mode, vendor)
+            out.append(PhaseEnergy(phase.name, phase.kind, (phase.start_ns - origin) / 1e9, totals.duration_s,
+                                   totals.total_energy_j, totals.average_power_w, totals.source,
+                                   VENDOR_NAMES[vendor] if len(vendors) > 1 else ""))
     return out
 
 
@@ -351,7 +375,9 @@ def _phase_table(phases: Sequence[PhaseEnergy]) -> str:
         energy = _joules(p.energy_j) if p.energy_j is not None else "n/a"
         power = f"{p.mean_power_w:,.0f} W" if p.mean_power_w is not None else "n/a"
         joules = f"{p.energy_j:.3f}" if p.energy_j is not None else ""
-        rows.append(f'<tr data-phase="{_e(p.name)}" data-energy-j="{joules}"><td>{_e(p.name)}</td>'
+        vendor = f' data-vendor="{_e(p.vendor)}"' if p.vendor else ""
+        named = f"{p.name} ({p.vendor})" if p.vendor else p.name
+        rows.append(f'<tr data-phase="{_e(p.name)}" data-energy-j="{joules}"{vendor}><td>{_e(named)}</td>'
                     f"<td>{_e(p.kind)}</td><td class='num'>{offset(p.start_s)}</td>"
                     f"<td>{p.duration_s:,.1f} s</td><td class='num'>{energy}</td><td class='num'>{power}</td>"
                     f"<td class='bars'>{bar}</td><td>{_e(p.source)}</td></tr>")

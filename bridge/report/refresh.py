@@ -49,6 +49,18 @@ _RATE_MARGIN = 1.5
 MIN_REFRESHES_PER_WINDOW = 2.0
 ENERGY_KEY = "nvidia_energy_consumption"  # MJ
 POWER_KEY = "nvidia_power_usage"  # W
+# AIPerf's AMD pair, in the same units (AIPerf's amd_energy_consumption is MJ, amd_power W): one GPU's series carries
+# one vendor's pair, and every rule here (cadence, bound, uncertainty, sanity, totals) reads it the same way.
+VENDOR_KEYS = {"nvidia": (ENERGY_KEY, POWER_KEY), "amd": ("amd_energy_consumption", "amd_power")}
+
+
+def energy_keys(values: Mapping[str, object]) -> tuple[str, str]:
+    """(energy counter, power gauge) keys of one GPU's series: AMD's where it carries one of them and no NVIDIA
+    one, else NVIDIA's."""
+    amd = VENDOR_KEYS["amd"]
+    if ENERGY_KEY not in values and POWER_KEY not in values and (amd[0] in values or amd[1] in values):
+        return amd
+    return ENERGY_KEY, POWER_KEY
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +292,8 @@ def series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float6
 def _series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
     import numpy as np
 
-    energy, power = values.get(ENERGY_KEY), values.get(POWER_KEY)
+    energy_key, power_key = energy_keys(values)
+    energy, power = values.get(energy_key), values.get(power_key)
     marker = energy if energy is not None else power
     if marker is not None:
         rows = marker[None, :]
@@ -403,8 +416,9 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
     timed at DCGM's refreshes (the power gauge as the energy's slope). The one rule behind the per-GPU metrics
     (telemetry_data.py) and the run's energy totals (energy.py). `lag_s`: how long the source's energy counter
     holds a value (bridge/sources `COUNTER_UPDATE_S`), for the fresh values' uncertainty."""
-    energy = key == ENERGY_KEY
-    power = values.get(POWER_KEY) if energy else None
+    energy_key, power_key = energy_keys(values)
+    energy = key == energy_key
+    power = values.get(power_key) if energy else None
     if cadence.fresh:
         if not energy:
             return WindowDelta(fresh)

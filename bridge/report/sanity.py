@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bridge.report.refresh import ENERGY_KEY, POWER_KEY
+from bridge.report.refresh import energy_keys
 from bridge.report.series import Series
 from bridge.report.stats import RESET_FRACTION
 
@@ -63,13 +63,14 @@ def sanitize(series: Sequence[Series]) -> tuple[list[Series], dict[tuple[str, tu
     out: list[Series] = []
     checks: dict[tuple[str, tuple[str, str | None]], CounterCheck] = {}
     for s in series:
-        counter = s.values.get(ENERGY_KEY)
-        check = None if counter is None else check_counter(s.timestamps, counter, s.values.get(POWER_KEY))
+        energy_key, power_key = energy_keys(s.values)
+        counter = s.values.get(energy_key)
+        check = None if counter is None else check_counter(s.timestamps, counter, s.values.get(power_key))
         if check is None or not check.dropped:
             out.append(s)
             continue
         checks[(s.endpoint, s.meta.identity)] = check
-        out.append(dataclasses.replace(s, timestamps=s.timestamps[:], values={**s.values, ENERGY_KEY: check.values}))
+        out.append(dataclasses.replace(s, timestamps=s.timestamps[:], values={**s.values, energy_key: check.values}))
     return out, checks
 
 

@@ -44,7 +44,7 @@ def validate(artifact_dir: Path) -> None:
 def validate_run(artifact_dir: Path) -> Validation:
     from bridge.record_log import EVENTS_FILE, EXPORT_FILE
     from bridge.report.build import build_report_from_events
-    from bridge.report.energy import energy_metrics
+    from bridge.report.energy import vendor_energy_metrics
     from bridge.report.runs import records_of_run
     from bridge.report.verdict import FIXES, file_sha256
     from bridge.report.window import explicit_window
@@ -81,9 +81,9 @@ def validate_run(artifact_dir: Path) -> Validation:
                                            events, **kwargs)
     except (ValueError, TypeError, OSError) as exc:
         raise ReportInputError(f"validate: cannot rebuild the report from {log}: {exc}") from None
-    fresh = {"telemetry_data": rebuilt.telemetry_data, **energy_metrics(rebuilt.energy, doc)}
+    fresh = {"telemetry_data": rebuilt.telemetry_data, **vendor_energy_metrics(rebuilt.energy, rebuilt.amd_energy, doc)}
     checked, differ = compare_numbers({"telemetry_data": stored, **{k: v for k, v in doc.items()
-                                                                    if k.startswith("nvidia_")}}, fresh)
+                                                                    if k.startswith(("nvidia_", "amd_"))}}, fresh)
     if differ:
         reasons.append("numbers_differ")
         lines.append(f"numbers: {len(differ)} of {checked} differ from the record log's (first: {differ[0]})")

@@ -135,11 +135,13 @@ def _longest_gap(ts: Any, start: int, end: int) -> int:
 
 def measurement(series: Sequence[Series], keys: Mapping[tuple[str, tuple[str, str | None]], str], window: Window,
                 energy: EnergyTotals, checks: Mapping[tuple[str, tuple[str, str | None]], CounterCheck],
-                errors: Sequence[ScrapeFailure]) -> dict[str, Any]:
+                errors: Sequence[ScrapeFailure], amd_energy: EnergyTotals | None = None) -> dict[str, Any]:
     """`telemetry_data.measurement`: the run's verdict (valid when every GPU's is), its reasons and their fixes,
-    and each GPU's (`gpus` → endpoint → GPU key, as `endpoints`)."""
+    and each GPU's (`gpus` → endpoint → GPU key, as `endpoints`). `energy` is the NVIDIA GPUs' totals,
+    `amd_energy` the AMD GPUs' (their `energy_source` keys prefixed `amd_`): each GPU is judged on its own."""
     assert window.start_ns is not None and window.end_ns is not None
-    by_gpu = {(g.endpoint, g.identity): g for g in energy.gpus}
+    amd_gpus = amd_energy.gpus if amd_energy is not None else ()
+    by_gpu = {(g.endpoint, g.identity): g for g in (*energy.gpus, *amd_gpus)}
     failures: dict[str, int] = {}
     for failure in errors:
         if window.start_ns <= failure.time_ns <= window.end_ns:
@@ -159,6 +161,9 @@ def measurement(series: Sequence[Series], keys: Mapping[tuple[str, tuple[str, st
     if energy.gpus:
         out["energy_source"] = energy.source
         out["power_from_samples"] = energy.power_from_samples
+    if amd_energy is not None and amd_energy.gpus:
+        out["amd_energy_source"] = amd_energy.source
+        out["amd_power_from_samples"] = amd_energy.power_from_samples
     out["gpus"] = gpus
     return out
 

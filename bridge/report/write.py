@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from bridge.errors import ReportError
-from bridge.report.energy import ENERGY_FAMILY, ENERGY_TAGS, energy_metrics
+from bridge.report.energy import ENERGY_FAMILY, ENERGY_TAGS, vendor_energy_metrics
 
 if TYPE_CHECKING:
     from bridge.report.build import Report
@@ -57,9 +57,7 @@ def write_report(report: Report, artifact_dir: Path, prefix: str | None = None,
         benchmark = read_json_object(benchmark_json)
     else:
         benchmark = benchmark_json if benchmark_json is not None else existing
-    energy = energy_metrics(report.energy, benchmark)
-    if report.amd_energy is not None:  # AIPerf's amd_* family; platforms in its order: amd's first
-        energy = {**energy_metrics(report.amd_energy, benchmark, vendor="amd"), **energy}
+    energy = vendor_energy_metrics(report.energy, report.amd_energy, benchmark)
     if existing is not None and "nvidia_energy_per_user" not in energy:
         _rescale_energy_per_user(existing, energy)
     written = [merge_json(json_path, {"telemetry_data": report.telemetry_data, **energy}, existing)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 from bridge.endpoints import display_key
@@ -20,12 +20,14 @@ if TYPE_CHECKING:
     from bridge.health import RefreshWatch
     from bridge.sidecar.session import Session
 
+# Each column's NVIDIA key, then its AMD one (AIPerf's amd_* keys, the same units): a GPU carries one of them.
 _COLUMNS = (
-    ("Util %", "nvidia_gpu_utilization", "{:.0f}"),
-    ("Power W", "nvidia_power_usage", "{:.0f}"),
-    ("Temp °C", "nvidia_temperature", "{:.0f}"),
-    ("Mem GB", "nvidia_memory_used", "{:.1f}"),
+    ("Util %", ("nvidia_gpu_utilization", "amd_gfx_activity"), "{:.0f}"),
+    ("Power W", ("nvidia_power_usage", "amd_power"), "{:.0f}"),
+    ("Temp °C", ("nvidia_temperature", "amd_temperature"), "{:.0f}"),
+    ("Mem GB", ("nvidia_memory_used", "amd_memory_used"), "{:.1f}"),
 )
+_ENERGY = ("nvidia_energy_consumption", "amd_energy_consumption")  # MJ
 _NARROW_HEADERS = ("Util%", "W", "°C", "GB")  # the same columns below NARROW
 
 
@@ -63,8 +65,9 @@ def live_table(session: Session, width: int = NARROW) -> Any:
     for (url, _identity), (first, last) in rows:
         data = last.telemetry_data
         gpu = f"{last.gpu_index}" + (f" mig{last.gpu_instance_id}" if last.gpu_instance_id else "")
-        cells = [fmt.format(data[key]) if key in data else "-" for _, key, fmt in _COLUMNS]
-        start, now = first.telemetry_data.get("nvidia_energy_consumption"), data.get("nvidia_energy_consumption")
+        values = [(_first_of(data, keys), fmt) for _, keys, fmt in _COLUMNS]
+        cells = [fmt.format(value) if value is not None else "-" for value, fmt in values]
+        start, now = _first_of(first.telemetry_data, _ENERGY), _first_of(data, _ENERGY)
         energy = _joules(now - start) if start is not None and now is not None and now >= start else "-"
         model = [] if narrow else [last.gpu_model_name or "-"]
         table.add_row(*(escape(c) for c in (names.get(url, url), gpu, *model, *cells, energy)),
@@ -80,6 +83,10 @@ def live_table(session: Session, width: int = NARROW) -> Any:
             table.add_row(*(escape(c) for c in (names.get(display_key(url), display_key(url)), "-", *cells[:-1])),
                           _one_line(cells[-1]))
     return table
+
+
+def _first_of(data: Mapping[str, float], keys: Iterable[str]) -> float | None:
+    return next((data[key] for key in keys if key in data), None)
 
 
 def _one_line(text: str) -> Any:

@@ -8,23 +8,41 @@ from bridge.simulator import ManualClock, SimulatedExporter, SimulatorConfig
 from tests.sidecar.helpers import NS, scrape_synchronously, session_for
 
 
-def test_the_live_view_shows_every_gpu_with_its_energy_so_far(tmp_path):
+def live_text(tmp_path, config):
+    """The live table of one scrape of a simulated exporter 10 s after its start, and the records it shows."""
     from rich.console import Console
 
     from bridge.sidecar.live import live_table
 
     clock = ManualClock()
-    with SimulatedExporter(SimulatorConfig(gpus=2, mig=1), now_ns=clock) as exporter:
+    with SimulatedExporter(config, now_ns=clock) as exporter:
         session = session_for([exporter.url], tmp_path)
         session.configure()
         clock.advance(10 * NS)
         scrape_synchronously(session, 1)
         console = Console(record=True, width=200)
         console.print(live_table(session))
+        latest = {r.gpu_index: r.telemetry_data for _, r in session.latest_records().values()}
         session.complete()
-    text = console.export_text()
+    return console.export_text(), latest
+
+
+def test_the_live_view_shows_every_gpu_with_its_energy_so_far(tmp_path):
+    text, _ = live_text(tmp_path, SimulatorConfig(gpus=2, mig=1))
     assert text.count("NVIDIA H100") == 4  # two GPUs and their MIG instances
     assert "mig" in text and " kJ" in text and "phase -" in text
+
+
+def test_the_live_view_reads_amd_gpus_under_aiperfs_amd_keys(tmp_path):
+    text, latest = live_text(tmp_path, SimulatorConfig(gpus=2, dialect="amd"))
+    rows = [line.split("┃") if "┃" in line else line.split("│") for line in text.splitlines()]
+    cells = {int(row[2]): [c.strip() for c in row[4:9]] for row in rows if len(row) > 9 and row[2].strip().isdigit()}
+    assert sorted(cells) == [0, 1]
+    for index, (util, power, temp, memory, energy) in cells.items():
+        data = latest[index]
+        assert (util, power, temp) == (f"{data['amd_gfx_activity']:.0f}", f"{data['amd_power']:.0f}",
+                                       f"{data['amd_temperature']:.0f}")
+        assert memory == f"{data['amd_memory_used']:.1f}" and energy.endswith("J")
 
 
 def test_a_down_endpoint_has_a_row_with_why(tmp_path):

@@ -28,7 +28,10 @@ def page_values(name: str) -> dict[tuple[str, str], float]:
 
 
 def records(name: str, *, compiled: bool) -> list[GpuRecord]:
-    body = (DATA / name).read_bytes()
+    return records_of((DATA / name).read_bytes(), compiled=compiled)
+
+
+def records_of(body: bytes, *, compiled: bool) -> list[GpuRecord]:
     normalizer = Normalizer(default_table())
     if compiled:  # the kernel's path: a templated page compiled into record lines
         parser = PageParser()
@@ -86,3 +89,43 @@ def test_parse_names_the_amd_dialect() -> None:
     summary = dialect_summary(["gpu_package_power", "gpu_energy_consumed"], default_table())
     assert summary.mapped["gpu_energy_consumed"] == ("amd", "amd_energy_consumption")
     assert any("AMD device-metrics-exporter" in line for line in summary.lines())
+
+
+# The label sets real exporters were seen publishing (tests/data/README.md says where), with values of our own.
+ROCM7_LABELS = ('card_model="102-G30211-0C",card_series="AMD Instinct MI300X OAM",card_vendor="AMD",'
+                'cluster_name="c1",container="",driver_version="6.14.14",gpu_compute_partition_type="spx",'
+                'gpu_id="{gpu}",gpu_memory_partition_type="nps1",gpu_partition_id="NA",'
+                'gpu_uuid="b1ff74a1-0000-1000-807e-00000000000{gpu}",hostname="mi300x-b",job_id="",job_partition="",'
+                'job_user="",namespace="",pod="",serial_number="69240700100{gpu}",vbios_version="022.040.003.042.000001"')
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["records", "compiled"])
+def test_rocm7s_label_set_names_the_gpu_by_its_card_series_and_na_is_no_partition(compiled: bool) -> None:
+    lines = [f"{family}{{{ROCM7_LABELS.format(gpu=gpu)}}} {value + gpu}"
+             for family, value in (("gpu_package_power", 700.0), ("gpu_energy_consumed", 3.5e13),
+                                   ("gpu_gfx_activity", 40.0)) for gpu in (0, 1)]
+    got = {r.gpu_index: r for r in records_of(("\n".join(lines) + "\n").encode(), compiled=compiled)}
+    assert sorted(got) == [0, 1]
+    for gpu, record in got.items():
+        assert record.gpu_model_name == "AMD Instinct MI300X OAM"  # not the part number in card_model
+        assert record.gpu_uuid == f"69240700100{gpu}" and record.gpu_instance_id is None  # SPX: "NA", no partition
+        assert record.telemetry_data["amd_power"] == 700.0 + gpu
+        assert record.telemetry_data["amd_energy_consumption"] == pytest.approx((3.5e13 + gpu) * 1e-12)
+        assert record.telemetry_data["amd_gfx_activity"] == 40.0 + gpu
+
+
+def test_a_workstation_gpu_with_blank_model_and_serial_is_one_unpartitioned_gpu_keyed_by_host_and_index() -> None:
+    labels = ('card_model="",container="",gpu_compute_partition_type="none",gpu_id="0",gpu_memory_partition_type='
+              '"none",gpu_partition_id="0",hostname="apu-box",job_id="",job_partition="",job_user="",namespace="",'
+              'pod="",serial_number=""')
+    (record,) = records_of(f"gpu_average_package_power{{{labels}}} 0\n".encode(), compiled=False)
+    assert (record.gpu_uuid, record.gpu_model_name, record.gpu_instance_id) == ("unknown:apu-box:0", None, None)
+    assert record.telemetry_data == {"amd_power": 0.0}  # a 0 W reading is a reading (blank labels are absent)
+
+
+def test_the_first_exporters_upper_case_labels_without_gpu_id_give_no_gpu() -> None:
+    # The open-sourced exporter's own sample page (tools/metricutil) labels GPUs GPU_UUID and SERIAL_NUMBER only:
+    # without a GPU index nothing says which GPU a line is, so no record is made (the console then says the
+    # endpoint answered without a sample).
+    body = b'gpu_average_package_power{GPU_UUID="0a0b0c0d-4200-4242-0000-000000000001",SERIAL_NUMBER="1"} 40\n'
+    assert records_of(body, compiled=False) == []
