@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge.endpoints import display_key
-from bridge.pods import PodPattern, PodRef, attribution
+from bridge.pods import FIX, PodPattern, PodRef, attribution, shared_board
 from bridge.record_log import read_dicts
 from bridge.report.energy import energy_totals
 from bridge.report.series import Series
@@ -42,10 +42,6 @@ NO_POD_LABELS = "no_pod_labels"
 NO_MATCHING_POD = "no_matching_pod"
 GPU_SHARED = "gpu_shared_with_other_pods"
 
-FIX = ("dcgm-exporter labels a GPU with its pod only when the pod requests it through the device plugin "
-       "(resources.limits nvidia.com/gpu) or a DRA claim, and the exporter runs in Kubernetes mode "
-       "(DCGM_EXPORTER_KUBERNETES=true) with the kubelet's pod-resources socket mounted "
-       "(/var/lib/kubelet/pod-resources)")
 
 GpuKey = tuple[str, str, str | None]  # (endpoint display key, GPU UUID, MIG instance)
 # one GPU's scrapes in time order: (time, the pods its records at that time name; None for an unattributed one)
@@ -234,8 +230,7 @@ def _board_pods(timelines: Mapping[GpuKey, Timeline], patterns: Sequence[PodPatt
     out: dict[tuple[str, str], set[PodRef | None]] = {}
     for board, times in boards.items():
         for on_board in times.values():
-            kinds = {attribution(patterns, r) for r in on_board}
-            if {"selected", "other_pod"} <= kinds:
+            if shared_board(patterns, on_board):
                 out.setdefault(board, set()).update(on_board)
     return out
 

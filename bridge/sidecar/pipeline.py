@@ -3,8 +3,8 @@
     SourcePage ─▶ parse ─▶ normalise ─▶ select (select.py) ─▶ Page ─┬─▶ RecordLogSink   (JSONL line per record)
                                                                     ├─▶ LiveSeriesSink  (the report's spool)
                                                                     ├─▶ LatestRecords   (the live view)
-                                                                    ├─▶ PullPageSink    (pull /metrics page)
-                                                                    ├─▶ OtlpSink        (forwarder queue)
+                                                                    ├─▶ PullPageSink    (pull /metrics page) ┐ gpu-pods:
+                                                                    ├─▶ OtlpSink        (forwarder queue)    ┘ selected
                                                                     └─▶ ListenerSink    (in-process callbacks)
 
 Sources (bridge/samples.py `SourcePage`): the scrape loop's HTTP exporters and local readers, each on a scrape
@@ -12,7 +12,9 @@ thread, calling `Pipeline.on_page(source, page)`; pages enter one at a time whic
 Each sink takes one page at a time (`PageSink.take`). The pipeline also feeds each endpoint's health
 (bridge/health.py: up, unreadable, down) and writes what a page or a failure says about its endpoint to the
 events file: unreadable lines (`parse` errors), failed scrapes, endpoint down and up, a source found a duplicate.
-`Session` (session.py) keeps the state machine and builds one `Pipeline`.
+With `--gpu-pods`, what leaves the sidecar live goes through `PodSelected`: the pull page and OTLP carry the
+selected GPUs only (bridge/select.py `select_pods`), OTLP with the pod as attributes; the record log, the spool
+and the live view keep every GPU. `Session` (session.py) keeps the state machine and builds one `Pipeline`.
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ from bridge.fetch import FetchError
 from bridge.health import Health
 from bridge.normalize import CompiledRecords, Normalizer
 from bridge.otlp.export import ExportStats
+from bridge.otlp.semconv import with_pod_attributes
 from bridge.parse import AnyPage, PageParser, TemplatedPage
 from bridge.parse.lines import MAX_SERIES
+from bridge.pods import FIX, PodPattern
 from bridge.record_log import LineWriter
 from bridge.redact import redact_url
 from bridge.samples import GpuRecord, ScrapeFailure, SourcePage
-from bridge.select import Deduplicator, describe, duplicate_reason
+from bridge.select import Deduplicator, describe, duplicate_reason, select_pods
 from bridge.sidecar.spool import LiveSeries
 
 logger = logging.getLogger(__name__)
@@ -73,6 +77,11 @@ class Page:
         self.phase = phase
         self.start_ns = start_ns
         self.end_ns = end_ns
+
+    def with_parsed(self, parsed: AnyPage) -> Page:
+        """The same scrape with other samples (the pod selection's): for the sinks that read `parsed` only."""
+        return Page(self.url, self.endpoint, self.display, parsed, self.records if self.compiled is None else
+                    self.compiled, self.phase, self.start_ns, self.end_ns)
 
     @property
     def records(self) -> Sequence[GpuRecord]:
@@ -201,14 +210,17 @@ class PullPageSink:
 class OtlpSink:
     """Every sample to the OTLP forwarder's queue; staleness markers when an endpoint's series end."""
 
-    def __init__(self, forwarder: Forwarder, run_id: str) -> None:
+    def __init__(self, forwarder: Forwarder, run_id: str, *, pod_attributes: bool = False) -> None:
+        """`pod_attributes`: each attributed series carries its pod as OTel's `k8s.*` attributes (otlp/semconv.py)."""
         self.forwarder = forwarder
         self.run_id = run_id
+        self.pod_attributes = pod_attributes
         self.seen: set[str] = set()  # urls that sent at least one page
 
     def take(self, page: Page) -> None:
         self.seen.add(page.url)
-        self.forwarder.submit(page.display, page.parsed, run_id=self.run_id, phase=page.phase or "none",
+        parsed = with_pod_attributes(page.parsed) if self.pod_attributes else page.parsed
+        self.forwarder.submit(page.display, parsed, run_id=self.run_id, phase=page.phase or "none",
                               ts_ns=page.start_ns)
 
     def mark_stale(self, urls: Iterable[str], phase: str | None, ts_ns: int) -> None:
@@ -216,6 +228,35 @@ class OtlpSink:
         for url in urls:
             if url in self.seen:
                 self.forwarder.mark_stale(display_key(url), run_id=self.run_id, phase=phase or "none", ts_ns=ts_ns)
+
+
+class PodSelected:
+    """`--gpu-pods` before the sinks whose data leaves the sidecar (the pull page, OTLP): each page's selected GPUs
+    only (bridge/select.py `select_pods`). An endpoint whose first readable page selects nothing is said at once,
+    with the fix: its GPUs carry no pod labels, or none is attributed to a matching pod."""
+
+    def __init__(self, patterns: Sequence[PodPattern], sinks: Sequence[PageSink]) -> None:
+        self.patterns = tuple(patterns)
+        self.sinks = list(sinks)
+        self.checked: set[str] = set()  # display keys whose first readable page was looked at
+
+    def take(self, page: Page) -> None:
+        chosen = select_pods(page.parsed, self.patterns)
+        if page.display not in self.checked and chosen.gpus:
+            self.checked.add(page.display)
+            self._warn(page.display, chosen.labelled, chosen.selected)
+        selected = page.with_parsed(chosen.page)
+        for sink in self.sinks:
+            sink.take(selected)
+
+    def _warn(self, endpoint: str, labelled: int, selected: int) -> None:
+        wanted = ", ".join(map(str, self.patterns))
+        if not labelled:
+            logger.warning("%s: no GPU carries pod labels (namespace/pod), so none can be matched to %s and none "
+                           "is forwarded: %s", endpoint, wanted, FIX)
+        elif not selected:
+            logger.warning("%s: no GPU is attributed to a pod matching %s (yet), so none is forwarded; check the "
+                           "pattern, and that %s", endpoint, wanted, FIX)
 
 
 class ListenerSink:

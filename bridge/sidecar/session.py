@@ -27,6 +27,7 @@ from bridge.fields import FieldTable
 from bridge.health import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, Health
 from bridge.kernel import COMPILED
 from bridge.normalize import Normalizer
+from bridge.pods import parse_pod_patterns
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig
@@ -48,6 +49,7 @@ from bridge.sidecar.pipeline import (
     PageListener,
     PageSink,
     Pipeline,
+    PodSelected,
     PullPageSink,
     RecordLogSink,
 )
@@ -144,11 +146,12 @@ class Session:
         self._record_log = RecordLogSink(self.records)
         self._latest = LatestRecords()
         self._pull = PullPageSink()
-        self._otlp = OtlpSink(forwarder, self.run_id) if forwarder is not None else None
+        self._otlp = OtlpSink(forwarder, self.run_id, pod_attributes=bool(config.gpu_pods)) \
+            if forwarder is not None else None
         self._live_sink = LiveSeriesSink(self.live_series)
-        sinks: list[PageSink] = [self._record_log, self._live_sink, self._latest, self._pull]
-        if self._otlp is not None:
-            sinks.append(self._otlp)
+        sinks: list[PageSink] = [self._record_log, self._live_sink, self._latest]
+        leaving: list[PageSink] = [self._pull] if self._otlp is None else [self._pull, self._otlp]
+        sinks += [PodSelected(parse_pod_patterns(config.gpu_pods), leaving)] if config.gpu_pods else leaving
         if listeners:
             sinks.append(ListenerSink(listeners))
         self.disposition: Disposition | None = None  # what the artifact directory held (prepare_artifacts)
