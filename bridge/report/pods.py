@@ -7,6 +7,8 @@ the labels), so the selection is made per sample:
   scrape that shows a matching pod and *out* at the first later scrape that shows another pod or none; a
   GPU's first scrape holds back to the window's start and its last one up to the window's end. So a pod
   restarted under another matching name keeps its GPU, and a GPU handed to another pod leaves at that scrape.
+  Because attribution holds, a timeline needs only the scrapes where a GPU's pods change and its last one:
+  the live run keeps just those (`Timelines`), and gives the same selection as every scrape of the log.
 - Each span is cut out of the window as a phase is (`Window(start, end, grace)` through the same counter
   functions), so its edges are interpolated as phase edges are.
 - A GPU whose UUID, in one scrape, serves a matching pod and another pod too (MIG instances, time-slicing,
@@ -21,6 +23,7 @@ The reasons are data (`PodSelection.reasons`) for the run's validity verdict; th
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -150,10 +153,43 @@ def _row_of(obj: Mapping[str, Any]) -> tuple[str, str, str | None, int, Any, Any
 def _timelines(rows: Iterable[tuple[str, str, str | None, int, Any, Any]]) -> dict[GpuKey, Timeline]:
     seen: dict[GpuKey, dict[int, set[PodRef | None]]] = {}
     for endpoint, uuid, instance, t_ns, namespace, pod in rows:
-        ref = PodRef(namespace, pod) if isinstance(namespace, str) and isinstance(pod, str) and namespace and pod \
-            else None
-        seen.setdefault((endpoint, uuid, instance), {}).setdefault(t_ns, set()).add(ref)
+        seen.setdefault((endpoint, uuid, instance), {}).setdefault(t_ns, set()).add(_ref(namespace, pod))
     return {key: [(t, frozenset(pods)) for t, pods in sorted(times.items())] for key, times in seen.items()}
+
+
+def _ref(namespace: Any, pod: Any) -> PodRef | None:
+    return PodRef(namespace, pod) if isinstance(namespace, str) and isinstance(pod, str) and namespace and pod \
+        else None
+
+
+def pods_of_records(endpoint: str, records: Iterable[GpuRecord]) -> dict[GpuKey, frozenset[PodRef | None]]:
+    """The pods each GPU of one page of `endpoint` (its display key) is attributed to."""
+    pods: dict[GpuKey, set[PodRef | None]] = {}
+    for r in records:
+        pods.setdefault((endpoint, r.gpu_uuid, r.gpu_instance_id), set()).add(_ref(r.namespace, r.pod_name))
+    return {key: frozenset(refs) for key, refs in pods.items()}
+
+
+class Timelines:
+    """Each GPU's pods as its scrapes come (the live run), kept as the scrapes where they change plus each GPU's
+    latest: memory that grows with reassignments, not with scrapes. `add` takes a GPU's scrapes in time order."""
+
+    def __init__(self) -> None:
+        self._changes: dict[GpuKey, Timeline] = {}
+        self._latest: dict[GpuKey, int] = {}
+
+    def add(self, key: GpuKey, t_ns: int, pods: frozenset[PodRef | None]) -> None:
+        changes = self._changes.setdefault(key, [])
+        if not changes or changes[-1][1] != pods:
+            changes.append((t_ns, pods))
+        self._latest[key] = t_ns
+
+    def timelines(self) -> dict[GpuKey, Timeline]:
+        out: dict[GpuKey, Timeline] = {}
+        for key, changes in self._changes.items():
+            latest, last = self._latest[key], changes[-1]
+            out[key] = changes + [(latest, last[1])] if latest != last[0] else list(changes)
+        return out
 
 
 # -- the selection -------------------------------------------------------------------------------------
@@ -191,7 +227,7 @@ def select_gpus(series: Sequence[Series], timelines: Mapping[GpuKey, Timeline], 
         timeline = timelines.get((s.endpoint, s.meta.gpu_uuid, s.meta.gpu_instance_id), [])
         if mode == "aiperf":  # AIPerf keeps a GPU's pod as its first record named it (the GpuMetadata it caches)
             timeline = timeline[:1]
-        in_window = [refs for t, refs in timeline if _inside(t, window)] or [refs for _, refs in timeline[-1:]]
+        in_window = _during(timeline, window)
         labelled = labelled or any(r is not None for refs in in_window for r in refs)
         spans = served_spans(timeline, patterns, window)
         if not spans:
@@ -218,18 +254,35 @@ def _inside(t_ns: int, window: Window) -> bool:
     return window.start_ns is not None and window.end_ns is not None and window.start_ns <= t_ns <= window.end_ns
 
 
+def _held(timeline: Timeline, t_ns: int) -> frozenset[PodRef | None]:
+    """The pods a GPU's scrapes attribute it to at `t_ns`: its latest scrape then, or its first one (held back)."""
+    at = bisect_right(timeline, t_ns, key=lambda entry: entry[0]) - 1
+    return timeline[max(at, 0)][1]
+
+
+def _during(timeline: Timeline, window: Window) -> list[frozenset[PodRef | None]]:
+    """The pods a GPU was attributed to during `window`: held at its start, then at each scrape in it."""
+    if window.start_ns is None or not timeline:
+        return [refs for _, refs in timeline[-1:]]
+    return [_held(timeline, window.start_ns), *(refs for t, refs in timeline if _inside(t, window))]
+
+
 def _board_pods(timelines: Mapping[GpuKey, Timeline], patterns: Sequence[PodPattern],
                 window: Window) -> dict[tuple[str, str], set[PodRef | None]]:
-    """Per board (endpoint, UUID): the pods on it at the scrapes in the window where it served a matching pod
-    and another pod too."""
-    boards: dict[tuple[str, str], dict[int, set[PodRef | None]]] = {}
+    """Per board (endpoint, UUID): the pods on it at the moments in the window (its start, and each scrape of one
+    of its GPUs in it) where it served a matching pod and another pod too."""
+    boards: dict[tuple[str, str], list[Timeline]] = {}
     for (endpoint, uuid, _), timeline in timelines.items():
-        for t_ns, refs in timeline:
-            if _inside(t_ns, window):
-                boards.setdefault((endpoint, uuid), {}).setdefault(t_ns, set()).update(refs)
+        if timeline:  # (what a board holds changes only where one of its GPUs' pods change)
+            changes = [entry for n, entry in enumerate(timeline) if n == 0 or timeline[n - 1][1] != entry[1]]
+            boards.setdefault((endpoint, uuid), []).append(changes)
     out: dict[tuple[str, str], set[PodRef | None]] = {}
-    for board, times in boards.items():
-        for on_board in times.values():
+    if window.start_ns is None:
+        return out
+    for board, gpus in boards.items():
+        moments = {window.start_ns, *(t for timeline in gpus for t, _ in timeline if _inside(t, window))}
+        for t_ns in moments:
+            on_board = {r for timeline in gpus for r in _held(timeline, t_ns)}
             if shared_board(patterns, on_board):
                 out.setdefault(board, set()).update(on_board)
     return out

@@ -33,9 +33,10 @@ from bridge.otlp.export import ExportStats
 from bridge.otlp.semconv import with_pod_attributes
 from bridge.parse import AnyPage, PageParser, TemplatedPage
 from bridge.parse.lines import MAX_SERIES
-from bridge.pods import FIX, PodPattern
+from bridge.pods import FIX, PodPattern, PodRef
 from bridge.record_log import LineWriter
 from bridge.redact import redact_url
+from bridge.report.pods import GpuKey, Timelines, pods_of_records
 from bridge.samples import GpuRecord, ScrapeFailure, SourcePage
 from bridge.select import Deduplicator, describe, duplicate_reason, select_pods
 from bridge.sidecar.spool import LiveSeries
@@ -257,6 +258,24 @@ class PodSelected:
         elif not selected:
             logger.warning("%s: no GPU is attributed to a pod matching %s (yet), so none is forwarded; check the "
                            "pattern, and that %s", endpoint, wanted, FIX)
+
+
+class PodTimelineSink:
+    """`--gpu-pods`: each GPU's pods as the pages show them (report/pods.py `Timelines`), for the run's report, so
+    the record log is not read back for them. A page of the same plan as its endpoint's last one names the same
+    pods (the labels are the template's): they are read from its records once per plan."""
+
+    def __init__(self) -> None:
+        self.timelines = Timelines()
+        self._pods: dict[str, tuple[int | None, dict[GpuKey, frozenset[PodRef | None]]]] = {}  # display -> plan
+
+    def take(self, page: Page) -> None:
+        plan = _plan_of(page)
+        known = self._pods.get(page.display)
+        if plan is None or known is None or known[0] != plan:
+            known = self._pods[page.display] = (plan, pods_of_records(page.display, page.records))
+        for key, pods in known[1].items():
+            self.timelines.add(key, page.start_ns, pods)
 
 
 class ListenerSink:

@@ -50,6 +50,7 @@ from bridge.sidecar.pipeline import (
     PageSink,
     Pipeline,
     PodSelected,
+    PodTimelineSink,
     PullPageSink,
     RecordLogSink,
 )
@@ -152,6 +153,9 @@ class Session:
         sinks: list[PageSink] = [self._record_log, self._live_sink, self._latest]
         leaving: list[PageSink] = [self._pull] if self._otlp is None else [self._pull, self._otlp]
         sinks += [PodSelected(parse_pod_patterns(config.gpu_pods), leaving)] if config.gpu_pods else leaving
+        self.pod_timelines = PodTimelineSink() if config.gpu_pods else None  # the report's pods (--gpu-pods)
+        if self.pod_timelines is not None:
+            sinks.append(self.pod_timelines)
         if listeners:
             sinks.append(ListenerSink(listeners))
         self.disposition: Disposition | None = None  # what the artifact directory held (prepare_artifacts)
@@ -190,6 +194,9 @@ class Session:
             if self.disposition == "finished" or (self.disposition == "resume" and self.records.path.exists()):
                 self.live_series = None
                 self.pipeline.sinks.remove(self._live_sink)  # nothing spools a series the report will not read
+                if self.pod_timelines is not None:  # (nor keeps pods: the report reads them from the log)
+                    self.pipeline.sinks.remove(self.pod_timelines)
+                    self.pod_timelines = None
             if self.live_series is not None:
                 self.live_series.spool_dir = new_spool_dir(self.artifact_dir, self.run_id)
             if self.disposition == "resume":

@@ -18,6 +18,8 @@ from bridge.report.pods import (
     NO_GPU_SELECTED,
     NO_MATCHING_POD,
     NO_POD_LABELS,
+    Timelines,
+    pods_of_records,
     report_for_pods,
     select_gpus,
     timelines_of_records,
@@ -188,3 +190,36 @@ def test_gpu_pods_with_a_promql_store_is_refused_in_one_line() -> None:
     assert result.exit_code == 2
     assert result.output.strip() == ("Error: --gpu-pods needs --jsonl: records read back from a PromQL store carry "
                                      "no pod labels")
+
+
+def _changes_only(records: list[GpuRecord]) -> Timelines:
+    """The pods the live run keeps (the sidecar's `PodTimelineSink`): page by page, changes and the latest only."""
+    kept = Timelines()
+    for t_ns in sorted({r.timestamp_ns for r in records}):
+        page = [r for r in records if r.timestamp_ns == t_ns]
+        for key, pods in pods_of_records("127.0.0.1:19401", page).items():
+            kept.add(key, t_ns, pods)
+    return kept
+
+
+MIG = [("GPU-m/1", 0, 0.0004), ("GPU-m/2", 0, 0.0004)]
+
+
+@pytest.mark.parametrize("owner, gpus, instance", [
+    (lambda uuid, _: OWNER[uuid], GPUS, None),
+    (lambda uuid, _: None, GPUS, None),
+    (lambda _, s: ("other", "train-0") if 4 <= s < 7 else ("bench", "llama-0" if s < 4 else "llama-0-b"), GPUS, None),
+    (lambda _, s: ("bench", "llama-0") if s < 11 else ("other", "x"), GPUS[:1], None),
+    (lambda uuid, _: {"GPU-m/1": ("bench", "llama-0"), "GPU-m/2": ("other", "train-0")}[uuid], MIG,
+     {"GPU-m/1": "1", "GPU-m/2": "2"}),
+    (lambda uuid, s: ("bench", "llama-0") if uuid == "GPU-m/1" else (("other", "t") if 3 <= s < 5 else None), MIG,
+     {"GPU-m/1": "1", "GPU-m/2": "2"}),
+])
+def test_the_changes_the_live_run_keeps_select_what_every_scrape_of_the_log_selects(owner: Any, gpus: Any,
+                                                                                     instance: Any) -> None:
+    records = scrapes(owner, gpus, instance=instance)
+    built = build_report(records, window=explicit_window(*WINDOW))
+    every = select_gpus(built.series, timelines_of_records(records), BENCH, built.window, "interpolated")
+    live = select_gpus(built.series, _changes_only(records).timelines(), BENCH, built.window, "interpolated")
+    assert live.to_dict() == every.to_dict()
+    assert sum(len(t) for t in _changes_only(records).timelines().values()) <= 4 * len(gpus)

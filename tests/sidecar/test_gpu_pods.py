@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 from click.testing import CliRunner
 
@@ -71,3 +72,21 @@ def test_a_bad_gpu_pods_value_stops_the_command_in_one_line_before_anything_runs
     assert result.exit_code == 2, result.output
     assert "--gpu-pods 'no-slash'" in result.output and result.output.count("\n") == 1
     assert not (tmp_path / "out" / "gpu_telemetry_export.jsonl").exists()
+
+
+def test_the_runs_report_from_the_pods_it_saw_live_equals_report_gpu_pods_on_its_record_log(tmp_path: Path) -> None:
+    # A shared node: one GPU per pod, the benchmark's pods are llm-server-0 and -1.
+    with SimulatedExporter(SimulatorConfig(gpus=4, seed=43, pod_labels="mapped")) as exporter:
+        session = _run(tmp_path / "run", exporter.url, ("llm-bench/llm-server-[01]",))
+    assert session.pod_timelines is not None  # the report took the pods the pages named, not the log's
+    assert session.outputs is not None and session.outputs.report is not None
+    live = session.outputs.report
+    out = tmp_path / "offline.json"
+    result = CliRunner().invoke(main, ["report", "--jsonl", str(session.records.path), "--events",
+                                       str(session.events.path), "--gpu-pods", "llm-bench/llm-server-[01]",
+                                       "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    offline = orjson.loads(out.read_bytes())["telemetry_data"]
+    assert offline["pods"] == live.telemetry_data["pods"]
+    assert [g["pods"] for g in offline["pods"]["gpus"]] == [["llm-bench/llm-server-0"], ["llm-bench/llm-server-1"]]
+    assert offline["pods"]["not_selected"]["other_pod"] == 2
