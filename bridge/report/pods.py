@@ -15,6 +15,9 @@ the labels), so the selection is made per sample:
   MPS) is not counted: its energy is the whole board's. It is listed apart with reason
   `gpu_shared_with_other_pods`.
 - In the `aiperf` counter mode a GPU's pod is frozen at its first record, as AIPerf keeps it.
+- `report --gpu-pod-selector NAMESPACE/SELECTOR` selects the pods the run recorded (the events file's `pods`
+  events: every pod the run's selectors resolved to, with its labels) that the selector picks, as
+  `--gpu-pods NAMESPACE/NAME` would (`patterns_of_selectors`): the selector applied offline, as the API applied it.
 - Nothing selected is reported as such (reason `no_gpu_selected`, with `no_pod_labels` or `no_matching_pod`
   telling which fix applies), never by falling back to every GPU.
 
@@ -29,7 +32,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bridge.discovery import PodSelector, selector_matches
 from bridge.endpoints import display_key
+from bridge.events import PodsResolved
 from bridge.pods import FIX, PodPattern, PodRef, attribution, shared_board
 from bridge.record_log import read_dicts
 from bridge.report.energy import energy_totals
@@ -129,6 +134,13 @@ class PodSelection:
             "energy_j": self.energy_j,
             "reasons": list(self.reasons),
         }
+
+
+def patterns_of_selectors(resolved: Iterable[PodsResolved], selectors: Sequence[PodSelector]) -> tuple[PodPattern, ...]:
+    """The recorded pods each selector picks (by its namespace and labels), as exact `--gpu-pods` patterns."""
+    picked = {(pod.namespace, pod.name) for event in resolved for pod in event.pods for sel in selectors
+              if pod.namespace == sel.namespace and selector_matches(sel.selector, pod.labels)}
+    return tuple(PodPattern(namespace, name) for namespace, name in sorted(picked))
 
 
 # -- the pods each GPU served, per scrape ---------------------------------------------------------------

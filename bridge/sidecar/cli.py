@@ -231,13 +231,16 @@ def sidecar(live: bool, **flags: Any) -> None:
     if not config.enabled:
         click.echo("GPU telemetry is disabled (--no-gpu-telemetry); nothing to do.")
         return
+    resolved = None
     if selectors:
         from bridge.sidecar.pod_discovery import in_cluster_apis, with_selected_pods
 
-        config = with_selected_pods(config, selectors, *in_cluster_apis())
+        config, resolved = with_selected_pods(config, selectors, *in_cluster_apis())
     session = build_session(config, otlp)
     made = missing_folders(Path(session.artifact_dir))
     session.prepare_artifacts()  # an unwritable folder stops start-up (exit 2) before anything is served
+    if resolved is not None:  # the selected pods and their labels: `report --gpu-pod-selector` reads them
+        session.events.write_event(resolved)
     done = threading.Event()  # a signal, or POST /complete
     look = threading.Event()  # done, or the OTLP receiver losing points: the main thread has a look
 

@@ -90,3 +90,48 @@ def test_the_runs_report_from_the_pods_it_saw_live_equals_report_gpu_pods_on_its
     assert offline["pods"] == live.telemetry_data["pods"]
     assert [g["pods"] for g in offline["pods"]["gpus"]] == [["llm-bench/llm-server-0"], ["llm-bench/llm-server-1"]]
     assert offline["pods"]["not_selected"]["other_pod"] == 2
+
+
+def _recorded_pods(session: Session) -> None:
+    """What a sidecar's --gpu-pod-selector records at start (sidecar/cli.py): the pods, their labels."""
+    from bridge.events import PodsResolved, ResolvedPod
+
+    pods = tuple(ResolvedPod("llm-bench", f"llm-server-{n}", "gpu-node-a", {"app": "llm", "shard": str(n)})
+                 for n in range(4))
+    session.events.write_event(PodsResolved(1, ("llm-bench/app=llm",), pods))
+
+
+def _report(session: Session, out: Path, *flags: str) -> dict:
+    result = CliRunner().invoke(main, ["report", "--jsonl", str(session.records.path), "--events",
+                                       str(session.events.path), *flags, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return dict(orjson.loads(out.read_bytes())["telemetry_data"])
+
+
+def test_report_applies_a_pod_selector_offline_to_the_pods_the_run_recorded(tmp_path: Path) -> None:
+    with SimulatedExporter(SimulatorConfig(gpus=4, seed=44, pod_labels="mapped")) as exporter:
+        config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[],
+                        artifact_dir=str(tmp_path / "run"), collection_interval=0.05, scrape_timeout=1.0,
+                        connect_timeout=0.5, run_id="pods-selector", shutdown_delay=3.0)
+        session = Session(config, default_table())
+        session.prepare_artifacts()
+        _recorded_pods(session)
+        session.configure()
+        scrape_synchronously(session, 4)
+        session.complete()
+    by_selector = _report(session, tmp_path / "a.json", "--gpu-pod-selector", "llm-bench/shard in (0, 1)")
+    by_glob = _report(session, tmp_path / "b.json", "--gpu-pods", "llm-bench/llm-server-[01]")
+    assert by_selector["pods"]["patterns"] == ["llm-bench/llm-server-0", "llm-bench/llm-server-1"]
+    assert by_selector["pods"]["gpus"] == by_glob["pods"]["gpus"]
+    assert [g["pods"] for g in by_selector["pods"]["gpus"]] == [["llm-bench/llm-server-0"], ["llm-bench/llm-server-1"]]
+    none = _report(session, tmp_path / "c.json", "--gpu-pod-selector", "llm-bench/app=mistral")
+    assert none["pods"]["gpus"] == [] and "no_gpu_selected" in none["measurement"]["reasons"]
+
+
+def test_report_with_a_pod_selector_but_no_recorded_pods_says_what_to_give_in_one_line(tmp_path: Path) -> None:
+    with SimulatedExporter(SimulatorConfig(gpus=1, seed=45, pod_labels="mapped")) as exporter:
+        session = _run(tmp_path, exporter.url, ())
+    result = CliRunner().invoke(main, ["report", "--jsonl", str(session.records.path), "--events",
+                                       str(session.events.path), "--gpu-pod-selector", "llm-bench/app=llm"])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and "records no pods" in result.output and "--gpu-pods" in result.output
