@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,7 +21,7 @@ from bridge.config import Config
 from bridge.endpoints import REFRESH_FIX, candidate_endpoints, display_key, local_source_url
 from bridge.errors import BridgeError, SequenceError
 from bridge.errors import LifecycleError as LifecycleError
-from bridge.events import Complete, Configured, Refresh, event_to_line
+from bridge.events import Complete, Configured, PodsResolved, Refresh, event_to_line
 from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
 from bridge.health import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, Health
@@ -152,7 +152,8 @@ class Session:
         self._live_sink = LiveSeriesSink(self.live_series)
         sinks: list[PageSink] = [self._record_log, self._live_sink, self._latest]
         leaving: list[PageSink] = [self._pull] if self._otlp is None else [self._pull, self._otlp]
-        sinks += [PodSelected(parse_pod_patterns(config.gpu_pods), leaving)] if config.gpu_pods else leaving
+        self._pod_selected = PodSelected(parse_pod_patterns(config.gpu_pods), leaving) if config.gpu_pods else None
+        sinks += [self._pod_selected] if self._pod_selected is not None else leaving
         self.pod_timelines = PodTimelineSink() if config.gpu_pods else None  # the report's pods (--gpu-pods)
         if self.pod_timelines is not None:
             sinks.append(self.pod_timelines)
@@ -242,8 +243,8 @@ class Session:
             for probe in self.probes:
                 if probe.page is not None:  # the first scrapes: which endpoints serve the same GPUs (select.py)
                     self.pipeline.preview(probe.url, probe.page)
-            group = ScrapeGroup(self.fetcher, self.config.collection_interval, monotonic=self._monotonic,
-                                now_ns=self._now_ns)  # one thread scrapes every endpoint
+            group = self._group = ScrapeGroup(self.fetcher, self.config.collection_interval,
+                                              monotonic=self._monotonic, now_ns=self._now_ns)  # one thread for all
             for probe in self.probes:
                 # Defaults are only scraped when they answer; a user URL is scraped even when the probe
                 # failed, so an exporter that comes up late is still collected (and shown as down).
@@ -329,6 +330,27 @@ class Session:
             # The report's imports (numpy, the builder, the writers: ~0.2 CPU-s) are paid now, once, off the
             # shutdown path: under a 25m limit the grace period is 0.75 CPU-s for everything at the end.
             threading.Thread(target=_import_report_modules, name="report imports", daemon=True).start()
+
+    def follow_pods(self, urls: Sequence[str], pods: Sequence[str], event: PodsResolved) -> list[str]:
+        """What the pod watch found (sidecar/pod_watch.py): `pods` (NAMESPACE/NAME) join the selection, live and the
+        report's; exporter endpoints not scraped yet are from now on; the pods go to the events file. The URLs
+        added."""
+        with self._lock:
+            if self.state not in ("configured", "collecting"):
+                return []
+            self.events.write_event(event)
+            new = [pod for pod in pods if pod not in self.config.gpu_pods]
+            if new and self._pod_selected is not None:
+                self.config = replace(self.config, gpu_pods=(*self.config.gpu_pods, *new))
+                self._pod_selected.patterns = parse_pod_patterns(self.config.gpu_pods)
+            added = [url for url in dict.fromkeys(urls) if url not in self.loops]
+            with self._group.cond:  # (its thread reads its endpoints under it)
+                for url in added:
+                    self.loops[url] = ScrapeLoop(url, self.fetcher, self.config.collection_interval, self._take_page,
+                                                 self.pipeline.on_failure, monotonic=self._monotonic,
+                                                 now_ns=self._now_ns, group=self._group, stats=self.health.of(url))
+                self._group.wake()
+            return added
 
     # -- phase marks -------------------------------------------------------------------------------
     def mark_phase(self, name: Any, kind: Any, event: Any, time_ns: Any) -> PhaseMark:

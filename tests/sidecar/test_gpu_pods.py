@@ -135,3 +135,33 @@ def test_report_with_a_pod_selector_but_no_recorded_pods_says_what_to_give_in_on
                                        str(session.events.path), "--gpu-pod-selector", "llm-bench/app=llm"])
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1 and "records no pods" in result.output and "--gpu-pods" in result.output
+
+
+def test_pods_the_watch_finds_join_the_selection_and_their_new_exporter_is_scraped_from_then_on(
+        tmp_path: Path) -> None:
+    from bridge.events import PodsResolved, ResolvedPod
+
+    with SimulatedExporter(SimulatorConfig(gpus=2, seed=46, pod_labels="mapped")) as first, \
+            SimulatedExporter(SimulatorConfig(gpus=1, seed=47, pod_labels="mapped", namespace="other")) as second:
+        config = Config(telemetry=TelemetryItems(urls=[first.url]), default_endpoints=[],
+                        artifact_dir=str(tmp_path), collection_interval=0.05, scrape_timeout=1.0, connect_timeout=0.5,
+                        run_id="pods-follow", shutdown_delay=3.0, gpu_pods=("llm-bench/llm-server-0",))
+        session = Session(config, default_table())
+        session.configure()
+        scrape_synchronously(session, 2)
+        assert b"llm-server-1" not in session.exposition()
+        moved = PodsResolved(7, ("llm-bench/app=llm",), (ResolvedPod("llm-bench", "llm-server-1", "b", {}),))
+        added = session.follow_pods([first.url, second.url], ["llm-bench/llm-server-0", "llm-bench/llm-server-1"],
+                                    moved)
+        scrape_synchronously(session, 2)
+        assert b'pod="llm-server-1"' in session.exposition()  # forwarded live from now on
+        session.complete()
+    assert added == [second.url]
+    logged = {(d["namespace"], d["pod_name"]) for d in read_dicts(session.records.path)}
+    assert logged == {("llm-bench", "llm-server-0"), ("llm-bench", "llm-server-1"), ("other", "llm-server-0")}
+    recorded = [d for d in read_dicts(session.events.path) if d["type"] == "pods"]
+    assert [(d["time_ns"], [p["name"] for p in d["pods"]]) for d in recorded] == [(7, ["llm-server-1"])]
+    assert session.outputs is not None and session.outputs.report is not None
+    pods = session.outputs.report.telemetry_data["pods"]
+    assert [g["pods"] for g in pods["gpus"]] == [["llm-bench/llm-server-0"], ["llm-bench/llm-server-1"]]
+    assert pods["not_selected"]["other_pod"] == 1  # the new exporter's GPU serves another namespace's pod

@@ -18,7 +18,7 @@ def test_the_selected_pods_are_the_reports_selection_and_their_nodes_exporters_a
     api = RecordingApi()
     config = Config(telemetry=TelemetryItems(urls=["http://given:9400/metrics"],
                                              discovery=["k8s://gpu-operator/nvidia-dcgm-exporter"]))
-    resolved, pods = with_selected_pods(config, ["bench/app=llama"], api, api, now_ns=lambda: 1234)
+    resolved, pods, *_ = with_selected_pods(config, ["bench/app=llama"], api, api, now_ns=lambda: 1234)
     assert resolved.telemetry.urls == ["http://given:9400/metrics", "http://10.0.1.5:9400/metrics",
                                        "http://10.0.2.7:9400/metrics"]
     assert resolved.telemetry.discovery == []
