@@ -12,6 +12,9 @@ Everything of a run that is not a GPU record goes to the events file, one JSON o
     refresh         `Refresh`         endpoint, time_ns, period_s, refreshes, scrapes
                                       (the exporter's refresh period as the scrapes see it: when first known,
                                       and when it moves by more than a fifth)
+    gpu_shared      `GpuShared`       endpoint, time_ns, gpu_uuid, gpu_instance_id, pods
+                                      (a GPU whose series name several pods at once: time-slicing, MPS; when
+                                      that changes, `pods` empty when it stops)
     pods            `PodsResolved`    time_ns, selectors, pods (each: namespace, name, node, labels)
                                       (what `--gpu-pod-selector` resolved to: at start, and when the pods change)
     complete        `Complete`        time_ns, requests_end_ns, collection_complete, endpoints, otlp, record_log
@@ -87,6 +90,16 @@ class Complete:
     record_log: Stats | None = None
 
 
+class GpuShared(NamedTuple):
+    """One GPU's series name several pods at once (NAMESPACE/NAME each), from `time_ns` on; none: no longer."""
+
+    endpoint: str
+    time_ns: int
+    gpu_uuid: str
+    gpu_instance_id: str | None = None
+    pods: tuple[str, ...] = ()
+
+
 class ResolvedPod(NamedTuple):
     """One pod a `--gpu-pod-selector` selected, as the API listed it."""
 
@@ -106,11 +119,11 @@ class PodsResolved:
     pods: tuple[ResolvedPod, ...] = ()
 
 
-Event = Configured | PhaseMark | ScrapeFailure | EndpointState | Refresh | PodsResolved | Complete
+Event = Configured | PhaseMark | ScrapeFailure | EndpointState | Refresh | GpuShared | PodsResolved | Complete
 
 _TYPES: dict[type, str] = {Configured: "configured", PhaseMark: "phase", ScrapeFailure: "scrape_error",
-                           EndpointState: "endpoint_state", Refresh: "refresh", PodsResolved: "pods",
-                           Complete: "complete"}
+                           EndpointState: "endpoint_state", Refresh: "refresh", GpuShared: "gpu_shared",
+                           PodsResolved: "pods", Complete: "complete"}
 
 
 def event_to_line(event: Event) -> bytes:
@@ -142,6 +155,10 @@ def event_from_dict(obj: Mapping[str, Any]) -> Event:
             return Configured(int(obj["time_ns"]), _optional_str(obj.get("run_id")),
                               _strings(obj.get("endpoints_configured")), _strings(obj.get("endpoints_successful")),
                               next((m for m in COUNTER_MODES if m == mode), None))
+        if kind == "gpu_shared":
+            instance = obj.get("gpu_instance_id")
+            return GpuShared(str(obj["endpoint"]), int(obj["time_ns"]), str(obj["gpu_uuid"]),
+                             None if instance is None else str(instance), _strings(obj.get("pods")))
         if kind == "pods":
             return PodsResolved(int(obj["time_ns"]), _strings(obj.get("selectors")),
                                 tuple(_pod(p) for p in obj.get("pods") or ()))

@@ -157,14 +157,32 @@ def _gpu_of_labels(labels: Mapping[str, str]) -> Identity | None:
     return (uuid, labels.get("GPU_I_ID") or None) if uuid else None
 
 
-def select_pods(page: AnyPage, patterns: Sequence[PodPattern]) -> PodPage:
-    """The series of the GPUs `page` attributes to pods matching `patterns` (see the module docstring); a series
-    that names no GPU (no UUID) serves no pod and is left out too."""
+def _pods_by_gpu(page: AnyPage) -> dict[Identity, set[PodRef | None]]:
+    """The pods each GPU identity's series on `page` name (None for a series that names none)."""
     pods: dict[Identity, set[PodRef | None]] = {}
     for _name, labels, _value, _ts in page.samples:
         gpu = _gpu_of_labels(labels)
         if gpu is not None:
             pods.setdefault(gpu, set()).add(pod_of_labels(labels))
+    return pods
+
+
+def shared_gpus(page: AnyPage) -> dict[Identity, frozenset[PodRef]]:
+    """The GPUs whose series on `page` name several pods at once: time-slicing or MPS, as dcgm-exporter shows
+    them with KUBERNETES_VIRTUAL_GPUS (the GPU's series once per pod, a `vgpu` label apart). The record log keeps
+    one pod per GPU and scrape, so this goes to the events file (`gpu_shared`) for the report."""
+    out: dict[Identity, frozenset[PodRef]] = {}
+    for gpu, refs in _pods_by_gpu(page).items():
+        named = frozenset(r for r in refs if r is not None)
+        if len(named) > 1:
+            out[gpu] = named
+    return out
+
+
+def select_pods(page: AnyPage, patterns: Sequence[PodPattern]) -> PodPage:
+    """The series of the GPUs `page` attributes to pods matching `patterns` (see the module docstring); a series
+    that names no GPU (no UUID) serves no pod and is left out too."""
+    pods = _pods_by_gpu(page)
     boards: dict[str, set[PodRef | None]] = {}
     for (uuid, _instance), refs in pods.items():
         boards.setdefault(uuid, set()).update(refs)

@@ -11,6 +11,7 @@ from bridge.events import (
     Configured,
     EndpointState,
     Event,
+    GpuShared,
     PodsResolved,
     ResolvedPod,
     event_from_dict,
@@ -28,6 +29,9 @@ LINES: list[tuple[Event, bytes]] = [
      b'{"type":"scrape_error","endpoint":"http://a:9400/metrics","time_ns":3,"kind":"timeout","message":"slow"}\n'),
     (EndpointState("http://a:9400/metrics", 4, "down", "refused"),
      b'{"type":"endpoint_state","endpoint":"http://a:9400/metrics","time_ns":4,"state":"down","reason":"refused"}\n'),
+    (GpuShared("http://a:9400/metrics", 7, "GPU-a", None, ("bench/llm-0", "other/job-0")),
+     b'{"type":"gpu_shared","endpoint":"http://a:9400/metrics","time_ns":7,"gpu_uuid":"GPU-a","gpu_instance_id":null,'
+     b'"pods":["bench/llm-0","other/job-0"]}\n'),
     (PodsResolved(6, ("bench/app=llama",), (ResolvedPod("bench", "llama-0", "gpu-node-a", {"app": "llama"}),)),
      b'{"type":"pods","time_ns":6,"selectors":["bench/app=llama"],"pods":[{"namespace":"bench","name":"llama-0",'
      b'"node":"gpu-node-a","labels":{"app":"llama"}}]}\n'),

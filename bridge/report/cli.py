@@ -118,7 +118,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
                              grace_ns=grace_ns, record_log=jsonl, **kwargs)
         if selecting:
-            built = _pods_only(built, source, pod_patterns, table=table, counter_mode=counter_mode,
+            built = _pods_only(built, source, pod_patterns, run.shared, table=table, counter_mode=counter_mode,
                                grace_ns=grace_ns, **kwargs)
     except WindowError as exc:  # a manifest with no usable phase, …: the input's fault, exit 2
         raise click.UsageError(str(exc)) from None
@@ -202,11 +202,14 @@ def _with_selected_pods(patterns: Any, values: tuple[str, ...], run: Any, events
     return tuple(dict.fromkeys([*patterns, *picked]))
 
 
-def _pods_only(built: Any, source: Path, patterns: Any, **kwargs: Any) -> Any:
-    """`--gpu-pods`: the report of the GPUs that served matching pods; the selection's lines on stderr."""
-    from bridge.report.pods import report_for_pods, timelines_of_log
+def _pods_only(built: Any, source: Path | list[Any], patterns: Any, shared: Any, **kwargs: Any) -> Any:
+    """`--gpu-pods`: the report of the GPUs that served matching pods (`shared`: the events file's GPUs whose
+    series named several pods at once); the selection's lines on stderr."""
+    from bridge.report.pods import report_for_pods, timelines_of_log, timelines_of_records, with_shared
 
-    built, selection = report_for_pods(built, timelines_of_log(source), patterns, **kwargs)
+    # (a log of several runs: `source` is the chosen run's records)
+    timelines = timelines_of_records(source) if isinstance(source, list) else timelines_of_log(source)
+    built, selection = report_for_pods(built, with_shared(timelines, shared), patterns, **kwargs)
     if selection.warning:
         click.echo(f"warning: {selection.warning}", err=True)
     click.echo(f"pods: {selection.summary_line()}", err=True)
@@ -214,8 +217,8 @@ def _pods_only(built: Any, source: Path, patterns: Any, **kwargs: Any) -> Any:
         covered = "; ".join(f"{pod} ({', '.join(gpus)})" for pod, gpus in pods.items()) or "none"
         click.echo(f"pods: {phase}: {covered}", err=True)
     for gpu in selection.shared:
-        click.echo(f"pods: {gpu.series.endpoint} {gpu.series.meta.gpu_uuid} not counted ({gpu.reason}: "
-                   f"{', '.join(gpu.pods)})", err=True)
+        click.echo(f"pods: {gpu.series.endpoint} {gpu.series.meta.gpu_uuid} not counted ({gpu.reason}, "
+                   f"{gpu.sharing}: {', '.join(gpu.pods)})", err=True)
     return built
 
 

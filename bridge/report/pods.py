@@ -13,7 +13,9 @@ the labels), so the selection is made per sample:
   functions), so its edges are interpolated as phase edges are.
 - A GPU whose UUID, in one scrape, serves a matching pod and another pod too (MIG instances, time-slicing,
   MPS) is not counted: its energy is the whole board's. It is listed apart with reason
-  `gpu_shared_with_other_pods`.
+  `gpu_shared_with_other_pods`, and how it is shared (`mig`, or `time_slicing_or_mps` when one GPU's series
+  named several pods at once). The record log keeps one pod per GPU and scrape; the others come from the events
+  file's `gpu_shared` events (`with_shared`), which the sidecar writes from the pages.
 - In the `aiperf` counter mode a GPU's pod is frozen at its first record, as AIPerf keeps it.
 - `report --gpu-pod-selector NAMESPACE/SELECTOR` selects the pods the run recorded (the events file's `pods`
   events: every pod the run's selectors resolved to, with its labels) that the selector picks, as
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.discovery import PodSelector, selector_matches
 from bridge.endpoints import display_key
-from bridge.events import PodsResolved
+from bridge.events import GpuShared, PodsResolved
 from bridge.pods import FIX, PodPattern, PodRef, attribution, shared_board
 from bridge.record_log import read_dicts
 from bridge.report.energy import energy_totals
@@ -81,6 +83,7 @@ class SharedGpu:
     series: Series
     pods: tuple[str, ...]  # every pod seen on the board while it served a matching one
     reason: str = GPU_SHARED
+    sharing: str = "mig"  # or "time_slicing_or_mps": several pods on the GPU (instance) itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +128,8 @@ class PodSelection:
                       "spans": [{"start_ns": s.start_ns, "end_ns": s.end_ns, "pods": list(s.pods)} for s in g.spans]}
                      for g in self.selected],
             "shared": [{"endpoint": g.series.endpoint, "gpu_uuid": g.series.meta.gpu_uuid,
-                        "gpu_instance_id": g.series.meta.gpu_instance_id, "pods": list(g.pods), "reason": g.reason}
+                        "gpu_instance_id": g.series.meta.gpu_instance_id, "pods": list(g.pods), "reason": g.reason,
+                        "sharing": g.sharing}
                        for g in self.shared],
             "pods_by_phase": {phase: {pod: list(gpus) for pod, gpus in pods.items()}
                               for phase, pods in self.pods_by_phase.items()},
@@ -180,6 +184,30 @@ def pods_of_records(endpoint: str, records: Iterable[GpuRecord]) -> dict[GpuKey,
     for r in records:
         pods.setdefault((endpoint, r.gpu_uuid, r.gpu_instance_id), set()).add(_ref(r.namespace, r.pod_name))
     return {key: frozenset(refs) for key, refs in pods.items()}
+
+
+def with_shared(timelines: Mapping[GpuKey, Timeline], shared: Iterable[GpuShared]) -> dict[GpuKey, Timeline]:
+    """`timelines` with the pods the events file says a GPU's series named at once (`gpu_shared`: time-slicing,
+    MPS), of which the record log keeps one per scrape: from each such event to its GPU's next, all of them."""
+    changes: dict[GpuKey, Timeline] = {}
+    for event in shared:
+        pods = frozenset(_ref(*name.split("/", 1)) for name in event.pods if "/" in name)
+        changes.setdefault((display_key(event.endpoint), event.gpu_uuid, event.gpu_instance_id), []).append(
+            (event.time_ns, pods))
+    out = dict(timelines)
+    for key, said in changes.items():
+        timeline = timelines.get(key)
+        if not timeline:
+            continue
+        said.sort(key=lambda change: change[0])
+        times = sorted({t for t, _ in timeline} | {t for t, _ in said})
+        out[key] = [(t, _held(timeline, t) | _said_at(said, t)) for t in times]
+    return out
+
+
+def _said_at(said: Timeline, t_ns: int) -> frozenset[PodRef | None]:
+    at = bisect_right(said, t_ns, key=lambda entry: entry[0]) - 1
+    return said[at][1] if at >= 0 else frozenset()
 
 
 class Timelines:
@@ -250,7 +278,9 @@ def select_gpus(series: Sequence[Series], timelines: Mapping[GpuKey, Timeline], 
             continue
         board = boards.get((s.endpoint, s.meta.gpu_uuid))
         if board:
-            shared.append(SharedGpu(s, tuple(sorted(str(r) for r in board if r is not None))))
+            several = any(len({r for r in refs if r is not None}) > 1 for refs in in_window)
+            shared.append(SharedGpu(s, tuple(sorted(str(r) for r in board if r is not None)),
+                                    sharing="time_slicing_or_mps" if several else "mig"))
             continue
         selected.append(ServedGpu(s, spans, _energy(s, spans, window.grace_ns, mode)))
     reasons: list[str] = []

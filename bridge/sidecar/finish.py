@@ -142,11 +142,13 @@ def _pods_only(report: Report, session: FinishedRun, events: Path | RunEvents, k
     was left out, in one line."""
     from bridge.pods import parse_pod_patterns
     from bridge.report.build import event_kwargs
-    from bridge.report.pods import report_for_pods, timelines_of_log
+    from bridge.report.events import load_events
+    from bridge.report.pods import report_for_pods, timelines_of_log, with_shared
 
     patterns = parse_pod_patterns(session.config.gpu_pods)
     live = session.pod_timelines
     timelines = live.timelines.timelines() if live is not None else timelines_of_log(session.records.path)
+    timelines = with_shared(timelines, (load_events(events) if isinstance(events, Path) else events).shared)
     report, selection = report_for_pods(report, timelines, patterns, **event_kwargs(events), **kwargs)
     if selection.warning:
         logger.warning("%s", selection.warning)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from bridge.endpoints import display_key
-from bridge.events import EndpointState
+from bridge.events import EndpointState, GpuShared
 from bridge.fetch import FetchError
 from bridge.health import Health
 from bridge.normalize import CompiledRecords, Normalizer
@@ -38,7 +38,7 @@ from bridge.record_log import LineWriter
 from bridge.redact import redact_url
 from bridge.report.pods import GpuKey, Timelines, pods_of_records
 from bridge.samples import GpuRecord, ScrapeFailure, SourcePage
-from bridge.select import Deduplicator, describe, duplicate_reason, select_pods
+from bridge.select import Deduplicator, describe, duplicate_reason, select_pods, shared_gpus
 from bridge.sidecar.spool import LiveSeries
 
 logger = logging.getLogger(__name__)
@@ -276,6 +276,40 @@ class PodTimelineSink:
             known = self._pods[page.display] = (plan, pods_of_records(page.display, page.records))
         for key, pods in known[1].items():
             self.timelines.add(key, page.start_ns, pods)
+
+
+class SharedGpuNotes:
+    """GPUs whose series on a page name several pods at once (bridge/select.py `shared_gpus`: time-slicing, MPS):
+    a `gpu_shared` event when that changes, so the report (live and offline) lists such a board apart; said in
+    the log when first seen. A page of the same plan as its endpoint's last one has the same labels: looked at
+    once per plan."""
+
+    def __init__(self, events: LineWriter) -> None:
+        self.events = events
+        self._plans: dict[str, tuple[int | None, dict[Identity, frozenset[PodRef]]]] = {}  # display -> plan's
+        self._said: dict[tuple[str, Identity], frozenset[PodRef]] = {}  # (display, identity) -> pods written
+
+    def take(self, page: Page) -> None:
+        plan = _plan_of(page)
+        known = self._plans.get(page.display)
+        if plan is None or known is None or known[0] != plan:
+            known = self._plans[page.display] = (plan, shared_gpus(page.parsed))
+        shared = known[1]
+        for identity, pods in shared.items():
+            if self._said.get((page.display, identity)) != pods:
+                self._say(page, identity, pods)
+        ended = [identity for (display, identity), pods in self._said.items()
+                 if display == page.display and pods and identity not in shared]
+        for identity in ended:  # shared no more
+            self._say(page, identity, frozenset())
+
+    def _say(self, page: Page, identity: Identity, pods: frozenset[PodRef]) -> None:
+        names = tuple(sorted(map(str, pods)))
+        if pods and (page.display, identity) not in self._said:
+            logger.warning("%s: GPU %s serves %s at once (time-slicing or MPS): its energy is the whole board's, so "
+                           "no pod's selection counts it", page.endpoint, identity[0], ", ".join(names))
+        self._said[(page.display, identity)] = pods
+        self.events.write_event(GpuShared(page.endpoint, page.start_ns, identity[0], identity[1], names))
 
 
 class ListenerSink:

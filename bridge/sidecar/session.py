@@ -53,6 +53,7 @@ from bridge.sidecar.pipeline import (
     PodTimelineSink,
     PullPageSink,
     RecordLogSink,
+    SharedGpuNotes,
 )
 from bridge.sidecar.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.sources.runner import SourceFetcher, open_reader
@@ -150,7 +151,7 @@ class Session:
         self._otlp = OtlpSink(forwarder, self.run_id, pod_attributes=bool(config.gpu_pods)) \
             if forwarder is not None else None
         self._live_sink = LiveSeriesSink(self.live_series)
-        sinks: list[PageSink] = [self._record_log, self._live_sink, self._latest]
+        sinks: list[PageSink] = [self._record_log, self._live_sink, self._latest, SharedGpuNotes(self.events)]
         leaving: list[PageSink] = [self._pull] if self._otlp is None else [self._pull, self._otlp]
         self._pod_selected = PodSelected(parse_pod_patterns(config.gpu_pods), leaving) if config.gpu_pods else None
         sinks += [self._pod_selected] if self._pod_selected is not None else leaving

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bridge.cli import main
+from bridge.events import GpuShared
 from bridge.pods import parse_pod_patterns
 from bridge.report.build import build_report
 from bridge.report.pods import (
@@ -23,6 +24,7 @@ from bridge.report.pods import (
     report_for_pods,
     select_gpus,
     timelines_of_records,
+    with_shared,
 )
 from bridge.report.window import Phase, explicit_window
 from bridge.samples import GpuRecord
@@ -223,3 +225,25 @@ def test_the_changes_the_live_run_keeps_select_what_every_scrape_of_the_log_sele
     live = select_gpus(built.series, _changes_only(records).timelines(), BENCH, built.window, "interpolated")
     assert live.to_dict() == every.to_dict()
     assert sum(len(t) for t in _changes_only(records).timelines().values()) <= 4 * len(gpus)
+
+
+def test_a_gpu_time_sliced_with_another_pod_is_apart_while_the_events_say_so_and_counted_after() -> None:
+    # The log names the benchmark's pod only (one pod per GPU and scrape); the events say GPU-a also served
+    # other/job-0 from T0 + 2 s until T0 + 6 s: the board is shared, so it is not counted at all in this window...
+    records = scrapes(lambda uuid, _: OWNER[uuid], GPUS[:1])
+    said = [GpuShared("http://127.0.0.1:19401/metrics", T0 + 2 * S, "GPU-a", None, ("bench/llama-0", "other/job-0")),
+            GpuShared("http://127.0.0.1:19401/metrics", T0 + 6 * S, "GPU-a", None, ())]
+    built = build_report(records, window=explicit_window(*WINDOW))
+    every = select_gpus(built.series, with_shared(timelines_of_records(records), said), BENCH, built.window,
+                        "interpolated")
+    assert every.selected == () and [(g.sharing, g.pods) for g in every.shared] == [
+        ("time_slicing_or_mps", ("bench/llama-0", "other/job-0"))]
+    # ...the changes the live run keeps give the same...
+    live = select_gpus(built.series, with_shared(_changes_only(records).timelines(), said), BENCH, built.window,
+                       "interpolated")
+    assert live.to_dict() == every.to_dict()
+    # ...and in a window after the sharing ended, the GPU is the benchmark's again.
+    later = explicit_window(T0 + 7 * S, T0 + 10 * S)
+    after = select_gpus(build_report(records, window=later).series, with_shared(timelines_of_records(records), said),
+                        BENCH, later, "interpolated")
+    assert [g.series.meta.gpu_uuid for g in after.selected] == ["GPU-a"] and after.shared == ()
