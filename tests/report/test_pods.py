@@ -247,3 +247,15 @@ def test_a_gpu_time_sliced_with_another_pod_is_apart_while_the_events_say_so_and
     after = select_gpus(build_report(records, window=later).series, with_shared(timelines_of_records(records), said),
                         BENCH, later, "interpolated")
     assert [g.series.meta.gpu_uuid for g in after.selected] == ["GPU-a"] and after.shared == ()
+
+
+def test_report_gpu_pods_on_a_log_of_two_runs_selects_in_the_run_it_reports(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    ours = [replace(r, run_id="run-2") for r in scrapes(lambda uuid, _: OWNER[uuid])]
+    earlier = [replace(r, run_id="run-1", timestamp_ns=r.timestamp_ns - 3600 * S) for r in scrapes(lambda u, _: None)]
+    log = write_log(tmp_path / "gpu_telemetry_export.jsonl", earlier + ours)
+    result, doc = _report_cli(log, tmp_path, "bench/llama-0", "bench/llama-1")
+    assert result.exit_code == 0, result.output
+    assert "reporting run run-2" in result.output
+    assert doc["nvidia_total_gpu_energy"]["avg"] == pytest.approx(7000)  # J: the same two GPUs as in one run
