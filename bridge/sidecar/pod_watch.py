@@ -76,27 +76,32 @@ class PodWatch:
             self._threads.append(thread)
             thread.start()
 
-    def stop(self, timeout_s: float = 1.0) -> None:
-        """No more resolutions; a watch blocked on its connection ends with it (its threads are daemons)."""
+    def stop(self, timeout_s: float = 0.0) -> None:
+        """No more resolutions (at once: the run's end does not wait for a watch's connection, its threads are
+        daemons); `timeout_s` waits for the threads to end."""
         self._stopping.set()
         for watch in list(self._watches):
             watch.stop()
-        for thread in self._threads:
+        for thread in self._threads if timeout_s > 0 else ():
             thread.join(timeout_s)
 
     def _follow(self, what: str, call: Callable[..., Any], namespace: str, selector: str) -> None:
         version: str | None = None
+        said: str | None = None  # the failure last warned about (said again only when it changes)
         while not self._stopping.is_set():
             try:
                 if version is None:  # (re)sync: what is there now, and the version to watch from
                     version = call(namespace, label_selector=selector).metadata.resource_version
                     self.resolve()
                 version = self._watch_from(call, namespace, selector, version)
+                said = None
             except Exception as exc:  # noqa: BLE001 - the client's errors are many (ApiException, urllib3's, OSError)
                 if getattr(exc, "status", None) == GONE:
                     logger.info("%s: the watch's version is gone (410): listing again", what)
                 else:
-                    logger.warning("%s: watching failed (%s); listing again in %.0f s", what, exc, self.pause_s)
+                    message = f"{what}: watching failed ({exc}); listing again every {self.pause_s:.0f} s"
+                    logger.log(logging.WARNING if message != said else logging.DEBUG, "%s", message)
+                    said = message
                     self._stopping.wait(self.pause_s)
                 version = None
 

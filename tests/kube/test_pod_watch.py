@@ -133,7 +133,7 @@ def test_a_pod_rescheduled_to_another_node_brings_that_nodes_exporter_in_and_its
         api.move("llama-1", "gpu-node-c", "llama-1-5f7c9")
         _wait(lambda: bool(followed.changes), "change")
     finally:
-        watch.stop()
+        watch.stop(timeout_s=1.0)
     urls, pods, event = followed.changes[0]
     assert NODE_C not in followed.at_start and NODE_C in urls
     assert pods == ["bench/llama-0", "bench/llama-1-5f7c9"]
@@ -149,7 +149,7 @@ def test_a_watch_whose_version_is_gone_lists_again_and_catches_up_with_what_it_m
         api.streams.put([(DATA / "watch_gone.jsonl").read_bytes()])  # then: 410, that version was compacted away
         _wait(lambda: bool(followed.changes), "change after the resync")
     finally:
-        watch.stop()
+        watch.stop(timeout_s=1.0)
     pod_calls = [verb for verb, _, resource, _ in api.calls if resource == "pods"]
     gone_at = pod_calls.index("watch")  # (the resync lists again after the watch that ended in 410)
     assert "list" in pod_calls[gone_at:]
@@ -163,7 +163,7 @@ def test_the_watchs_api_calls_are_exactly_what_the_generated_roles_allow() -> No
         _wait(lambda: {c[0] for c in api.calls} == {"list", "watch"} and len({c[2] for c in api.calls
                                                                                if c[0] == "watch"}) == 2, "watches")
     finally:
-        watch.stop()
+        watch.stop(timeout_s=1.0)
     roles = [o for o in rbac_objects("bench-1", "bench", "gpu-operator", {}) if o["kind"] == "Role"]
     allowed = {(verb, group, resource, role["metadata"]["namespace"])
                for role in roles for rule in role["rules"]
@@ -172,3 +172,29 @@ def test_the_watchs_api_calls_are_exactly_what_the_generated_roles_allow() -> No
     assert {(v, r) for v, _, r, _ in api.calls} == {("list", "pods"), ("watch", "pods"), ("list", "endpointslices"),
                                                      ("watch", "endpointslices")}
     assert followed.changes == []  # nothing moved: nothing handed over
+
+
+class _WatchRefused(FollowedApi):
+    """A Role without `watch`: the lists answer, every watch is refused (403)."""
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> V1PodList:
+        if kwargs.get("watch"):
+            from kubernetes.client.exceptions import ApiException
+
+            self.calls.append(("watch", "", "pods", namespace))
+            raise ApiException(status=403, reason="Forbidden")
+        return super().list_namespaced_pod(namespace, **kwargs)
+
+
+def test_a_refused_watch_is_said_once_and_tried_again_after_a_pause(caplog: Any) -> None:
+    import logging
+
+    api = _WatchRefused()
+    with caplog.at_level(logging.WARNING, logger="bridge.sidecar.pod_watch"):
+        followed, watch = _start(api)
+        try:
+            _wait(lambda: sum(c[:3] == ("watch", "", "pods") for c in api.calls) >= 3, "three refused watches")
+        finally:
+            watch.stop(timeout_s=1.0)
+    said = [r.getMessage() for r in caplog.records if r.name == "bridge.sidecar.pod_watch"]
+    assert len(said) == 1 and "pods bench/app=llama: watching failed" in said[0] and "403" in said[0]
