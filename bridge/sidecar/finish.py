@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from bridge.report.build import Records, Report
     from bridge.report.events import RunEvents
     from bridge.report.window import Phase
-    from bridge.sidecar.pipeline import PodTimelineSink
+    from bridge.sidecar.pod_sinks import PodTimelineSink
 
 logger = logging.getLogger(__name__)
 _MTIME_SLACK_NS = 2_000_000_000  # file times come from a coarse kernel clock, behind time.time_ns()

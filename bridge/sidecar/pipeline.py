@@ -12,9 +12,10 @@ thread, calling `Pipeline.on_page(source, page)`; pages enter one at a time whic
 Each sink takes one page at a time (`PageSink.take`). The pipeline also feeds each endpoint's health
 (bridge/health.py: up, unreadable, down) and writes what a page or a failure says about its endpoint to the
 events file: unreadable lines (`parse` errors), failed scrapes, endpoint down and up, a source found a duplicate.
-With `--gpu-pods`, what leaves the sidecar live goes through `PodSelected`: the pull page and OTLP carry the
-selected GPUs only (bridge/select.py `select_pods`), OTLP with the pod as attributes; the record log, the spool
-and the live view keep every GPU. `Session` (session.py) keeps the state machine and builds one `Pipeline`.
+With `--gpu-pods`, what leaves the sidecar live goes through `PodSelected` (pod_sinks.py, with the sinks that
+keep what the report needs of pods): the pull page and OTLP carry the selected GPUs only, OTLP with the pod as
+attributes; the record log, the spool and the live view keep every GPU. `Session` (session.py) keeps the state
+machine and builds one `Pipeline`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from bridge.endpoints import display_key
-from bridge.events import EndpointState, GpuShared
+from bridge.events import EndpointState
 from bridge.fetch import FetchError
 from bridge.health import Health
 from bridge.normalize import CompiledRecords, Normalizer
@@ -33,12 +34,10 @@ from bridge.otlp.export import ExportStats
 from bridge.otlp.semconv import with_pod_attributes
 from bridge.parse import AnyPage, PageParser, TemplatedPage
 from bridge.parse.lines import MAX_SERIES
-from bridge.pods import FIX, PodPattern, PodRef
 from bridge.record_log import LineWriter
 from bridge.redact import redact_url
-from bridge.report.pods import GpuKey, Timelines, pods_of_records
 from bridge.samples import GpuRecord, ScrapeFailure, SourcePage
-from bridge.select import Deduplicator, describe, duplicate_reason, select_pods, shared_gpus
+from bridge.select import Deduplicator, describe, duplicate_reason
 from bridge.sidecar.spool import LiveSeries
 
 logger = logging.getLogger(__name__)
@@ -146,7 +145,7 @@ class LiveSeriesSink:
             self.spool.add(page.records, page.display)
 
 
-def _plan_of(page: Page | None) -> int | None:
+def plan_of(page: Page | None) -> int | None:
     """The key of a page's kernel plan (pages of one plan have the same GPUs in the same places), None off the
     kernel path."""
     return page.compiled.plan if page is not None and page.compiled is not None else None
@@ -166,11 +165,11 @@ class LatestRecords:
 
     def take(self, page: Page) -> None:
         first, latest = self._first, self._latest
-        plan = _plan_of(page)
+        plan = plan_of(page)
         with self._lock:
             previous = self._current.get(page.display)
             self._current[page.display] = page
-            if plan is not None and _plan_of(previous) == plan:
+            if plan is not None and plan_of(previous) == plan:
                 return
             if previous is not None and previous.compiled is not None:
                 for index, identity in enumerate(previous.compiled.identities()):
@@ -192,7 +191,7 @@ class LatestRecords:
         out = {}
         for key, (page, index) in held:
             now = current[key[0]]
-            if _plan_of(now) is not None and _plan_of(now) == _plan_of(page):
+            if plan_of(now) is not None and plan_of(now) == plan_of(page):
                 page = now  # a later page of the same plan: the same GPU at the same place
             out[key] = (first[key], page.records[index])
         return out
@@ -229,87 +228,6 @@ class OtlpSink:
         for url in urls:
             if url in self.seen:
                 self.forwarder.mark_stale(display_key(url), run_id=self.run_id, phase=phase or "none", ts_ns=ts_ns)
-
-
-class PodSelected:
-    """`--gpu-pods` before the sinks whose data leaves the sidecar (the pull page, OTLP): each page's selected GPUs
-    only (bridge/select.py `select_pods`). An endpoint whose first readable page selects nothing is said at once,
-    with the fix: its GPUs carry no pod labels, or none is attributed to a matching pod."""
-
-    def __init__(self, patterns: Sequence[PodPattern], sinks: Sequence[PageSink]) -> None:
-        self.patterns = tuple(patterns)
-        self.sinks = list(sinks)
-        self.checked: set[str] = set()  # display keys whose first readable page was looked at
-
-    def take(self, page: Page) -> None:
-        chosen = select_pods(page.parsed, self.patterns)
-        if page.display not in self.checked and chosen.gpus:
-            self.checked.add(page.display)
-            self._warn(page.display, chosen.labelled, chosen.selected)
-        selected = page.with_parsed(chosen.page)
-        for sink in self.sinks:
-            sink.take(selected)
-
-    def _warn(self, endpoint: str, labelled: int, selected: int) -> None:
-        wanted = ", ".join(map(str, self.patterns))
-        if not labelled:
-            logger.warning("%s: no GPU carries pod labels (namespace/pod), so none can be matched to %s and none "
-                           "is forwarded: %s", endpoint, wanted, FIX)
-        elif not selected:
-            logger.warning("%s: no GPU is attributed to a pod matching %s (yet), so none is forwarded; check the "
-                           "pattern, and that %s", endpoint, wanted, FIX)
-
-
-class PodTimelineSink:
-    """`--gpu-pods`: each GPU's pods as the pages show them (report/pods.py `Timelines`), for the run's report, so
-    the record log is not read back for them. A page of the same plan as its endpoint's last one names the same
-    pods (the labels are the template's): they are read from its records once per plan."""
-
-    def __init__(self) -> None:
-        self.timelines = Timelines()
-        self._pods: dict[str, tuple[int | None, dict[GpuKey, frozenset[PodRef | None]]]] = {}  # display -> plan
-
-    def take(self, page: Page) -> None:
-        plan = _plan_of(page)
-        known = self._pods.get(page.display)
-        if plan is None or known is None or known[0] != plan:
-            known = self._pods[page.display] = (plan, pods_of_records(page.display, page.records))
-        for key, pods in known[1].items():
-            self.timelines.add(key, page.start_ns, pods)
-
-
-class SharedGpuNotes:
-    """GPUs whose series on a page name several pods at once (bridge/select.py `shared_gpus`: time-slicing, MPS):
-    a `gpu_shared` event when that changes, so the report (live and offline) lists such a board apart; said in
-    the log when first seen. A page of the same plan as its endpoint's last one has the same labels: looked at
-    once per plan."""
-
-    def __init__(self, events: LineWriter) -> None:
-        self.events = events
-        self._plans: dict[str, tuple[int | None, dict[Identity, frozenset[PodRef]]]] = {}  # display -> plan's
-        self._said: dict[tuple[str, Identity], frozenset[PodRef]] = {}  # (display, identity) -> pods written
-
-    def take(self, page: Page) -> None:
-        plan = _plan_of(page)
-        known = self._plans.get(page.display)
-        if plan is None or known is None or known[0] != plan:
-            known = self._plans[page.display] = (plan, shared_gpus(page.parsed))
-        shared = known[1]
-        for identity, pods in shared.items():
-            if self._said.get((page.display, identity)) != pods:
-                self._say(page, identity, pods)
-        ended = [identity for (display, identity), pods in self._said.items()
-                 if display == page.display and pods and identity not in shared]
-        for identity in ended:  # shared no more
-            self._say(page, identity, frozenset())
-
-    def _say(self, page: Page, identity: Identity, pods: frozenset[PodRef]) -> None:
-        names = tuple(sorted(map(str, pods)))
-        if pods and (page.display, identity) not in self._said:
-            logger.warning("%s: GPU %s serves %s at once (time-slicing or MPS): its energy is the whole board's, so "
-                           "no pod's selection counts it", page.endpoint, identity[0], ", ".join(names))
-        self._said[(page.display, identity)] = pods
-        self.events.write_event(GpuShared(page.endpoint, page.start_ns, identity[0], identity[1], names))
 
 
 class ListenerSink:

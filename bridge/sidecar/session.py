@@ -49,12 +49,10 @@ from bridge.sidecar.pipeline import (
     PageListener,
     PageSink,
     Pipeline,
-    PodSelected,
-    PodTimelineSink,
     PullPageSink,
     RecordLogSink,
-    SharedGpuNotes,
 )
+from bridge.sidecar.pod_sinks import PodSelected, PodTimelineSink, SharedGpuNotes
 from bridge.sidecar.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.sources.runner import SourceFetcher, open_reader
 

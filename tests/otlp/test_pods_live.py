@@ -45,7 +45,7 @@ def _pods_of_page(body: bytes) -> set[str]:
 
 def _live_warnings(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
     """What the run said while scraping (not the report at its end)."""
-    return [r.getMessage() for r in caplog.records if r.name == "bridge.sidecar.pipeline" and text in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if r.name == "bridge.sidecar.pod_sinks" and text in r.getMessage()]
 
 
 def test_otlp_and_metrics_forward_only_the_gpus_of_matching_pods_with_the_pod_as_attributes(
