@@ -96,10 +96,12 @@ class PodWatch:
                 version = self._watch_from(call, namespace, selector, version)
                 said = None
             except Exception as exc:  # noqa: BLE001 - the client's errors are many (ApiException, urllib3's, OSError)
+                if self._stopping.is_set():  # (`stop` shuts the watch's connection: that is no failure)
+                    return
                 if getattr(exc, "status", None) == GONE:
                     logger.info("%s: the watch's version is gone (410): listing again", what)
                 else:
-                    message = f"{what}: watching failed ({exc}); listing again every {self.pause_s:.0f} s"
+                    message = f"{what}: watching failed ({exc}); listing again every {self.pause_s:g} s"
                     logger.log(logging.WARNING if message != said else logging.DEBUG, "%s", message)
                     said = message
                     self._stopping.wait(self.pause_s)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import queue
 import threading
 import time
@@ -61,7 +62,7 @@ class FollowedApi:
         if kwargs.get("watch"):
             self.calls.append(("watch", "", "pods", namespace))
             try:
-                return self.streams.get(timeout=0.05)  # type: ignore[return-value]
+                return _Streamed(self.streams.get(timeout=0.05))  # type: ignore[return-value]
             except queue.Empty:
                 return _Streamed([])  # type: ignore[return-value]
         self.calls.append(("list", "", "pods", namespace))
@@ -126,14 +127,28 @@ def _start(api: Any, slices: Any = None) -> tuple[Followed, Any]:
     return followed, follow(followed, selected, api, slices or api, now_ns=lambda: 99, watch_s=1, pause_s=0.05)
 
 
-def test_a_pod_rescheduled_to_another_node_brings_that_nodes_exporter_in_and_its_new_name_into_the_selection() -> None:
+def _pod_watches(api: FollowedApi) -> int:
+    return sum(call[:3] == ("watch", "", "pods") for call in api.calls)
+
+
+def _watching(api: FollowedApi, more: int = 1) -> None:
+    """Until the pods have been watched `more` times more, and the EndpointSlices once."""
+    start = _pod_watches(api)
+    _wait(lambda: _pod_watches(api) >= start + more and any(c[0] == "watch" and c[2] == "endpointslices"
+                                                             for c in api.calls), "watches")
+
+
+def test_a_pod_rescheduled_to_another_node_brings_that_nodes_exporter_in_and_its_new_name_into_the_selection(
+        caplog: Any) -> None:
     api = FollowedApi()
     followed, watch = _start(api)
     try:
+        _watching(api)
         api.move("llama-1", "gpu-node-c", "llama-1-5f7c9")
         _wait(lambda: bool(followed.changes), "change")
     finally:
         watch.stop(timeout_s=1.0)
+    assert not [r for r in caplog.records if r.name == "bridge.sidecar.pod_watch"]  # the watch's events, no resync
     urls, pods, event = followed.changes[0]
     assert NODE_C not in followed.at_start and NODE_C in urls
     assert pods == ["bench/llama-0", "bench/llama-1-5f7c9"]
@@ -141,19 +156,22 @@ def test_a_pod_rescheduled_to_another_node_brings_that_nodes_exporter_in_and_its
     assert event.selectors == ("bench/app=llama",) and event.time_ns == 99
 
 
-def test_a_watch_whose_version_is_gone_lists_again_and_catches_up_with_what_it_missed() -> None:
+def test_a_watch_whose_version_is_gone_lists_again_and_catches_up_with_what_it_missed(caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="bridge.sidecar.pod_watch")
     api = FollowedApi()
     followed, watch = _start(api)
     try:
+        _watching(api)
         api.move("llama-1", "gpu-node-c", "llama-1-5f7c9", stream=False)  # events the watch never streams
+        _watching(api, more=3)  # (watches that end empty resolve nothing)
+        assert followed.changes == []
         api.streams.put([(DATA / "watch_gone.jsonl").read_bytes()])  # then: 410, that version was compacted away
         _wait(lambda: bool(followed.changes), "change after the resync")
     finally:
         watch.stop(timeout_s=1.0)
-    pod_calls = [verb for verb, _, resource, _ in api.calls if resource == "pods"]
-    gone_at = pod_calls.index("watch")  # (the resync lists again after the watch that ended in 410)
-    assert "list" in pod_calls[gone_at:]
     assert followed.changes[0][1] == ["bench/llama-0", "bench/llama-1-5f7c9"]
+    said = [r.getMessage() for r in caplog.records if r.name == "bridge.sidecar.pod_watch"]
+    assert said == ["pods bench/app=llama: the watch's version is gone (410): listing again"]
 
 
 def test_the_watchs_api_calls_are_exactly_what_the_generated_roles_allow() -> None:
@@ -187,8 +205,6 @@ class _WatchRefused(FollowedApi):
 
 
 def test_a_refused_watch_is_said_once_and_tried_again_after_a_pause(caplog: Any) -> None:
-    import logging
-
     api = _WatchRefused()
     with caplog.at_level(logging.WARNING, logger="bridge.sidecar.pod_watch"):
         followed, watch = _start(api)
