@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -166,6 +166,31 @@ def parse_pod_selector(value: str) -> PodSelector:
         raise DiscoveryError(problems[0], exit_code=2)
     namespace, _, selector = value.partition("/")
     return PodSelector(namespace, selector.strip())
+
+
+def selector_matches(selector: str, labels: Mapping[str, str]) -> bool:
+    """Whether a pod with `labels` is selected by a (valid) label selector, as the API server decides
+    (k8s.io/apimachinery pkg/labels/selector.go: `!=` and `notin` select a pod without the key too)."""
+    return all(_holds(part.strip(), labels) for part in _requirements(selector))
+
+
+def _holds(requirement: str, labels: Mapping[str, str]) -> bool:
+    if requirement.startswith("!"):
+        return requirement[1:].strip() not in labels
+    in_set = _IN_SET.fullmatch(requirement)
+    if in_set is not None:
+        inside = labels.get(in_set["key"]) in {v.strip() for v in in_set["values"].split(",")} and \
+            in_set["key"] in labels
+        return inside if in_set["op"] == "in" else not inside
+    compare = _COMPARE.fullmatch(requirement)
+    if compare is None:
+        return requirement in labels  # `key`: the pod has the label
+    key, op, value = compare.groups()
+    return (labels.get(key) == value) == (op != "!=")
+
+
+_IN_SET = re.compile(r"(?P<key>\S+)\s+(?P<op>in|notin)\s*\((?P<values>[^)]*)\)")
+_COMPARE = re.compile(r"(\S+?)\s*(==|=|!=)\s*(\S*)")
 
 
 def _requirements(selector: str) -> list[str]:

@@ -12,6 +12,11 @@ Everything of a run that is not a GPU record goes to the events file, one JSON o
     refresh         `Refresh`         endpoint, time_ns, period_s, refreshes, scrapes
                                       (the exporter's refresh period as the scrapes see it: when first known,
                                       and when it moves by more than a fifth)
+    gpu_shared      `GpuShared`       endpoint, time_ns, gpu_uuid, gpu_instance_id, pods
+                                      (a GPU whose series name several pods at once: time-slicing, MPS; when
+                                      that changes, `pods` empty when it stops)
+    pods            `PodsResolved`    time_ns, selectors, pods (each: namespace, name, node, labels)
+                                      (what `--gpu-pod-selector` resolved to: at start, and when the pods change)
     complete        `Complete`        time_ns, requests_end_ns, collection_complete, endpoints, otlp, record_log
 
 URLs are redacted by the writer. The reader is lenient with files of older versions: a missing optional
@@ -85,15 +90,47 @@ class Complete:
     record_log: Stats | None = None
 
 
-Event = Configured | PhaseMark | ScrapeFailure | EndpointState | Refresh | Complete
+class GpuShared(NamedTuple):
+    """One GPU's series name several pods at once (NAMESPACE/NAME each), from `time_ns` on; none: no longer."""
+
+    endpoint: str
+    time_ns: int
+    gpu_uuid: str
+    gpu_instance_id: str | None = None
+    pods: tuple[str, ...] = ()
+
+
+class ResolvedPod(NamedTuple):
+    """One pod a `--gpu-pod-selector` selected, as the API listed it."""
+
+    namespace: str
+    name: str
+    node: str
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PodsResolved:
+    """The pods the run's `--gpu-pod-selector` values select (all of them, each time they change), with their
+    labels: `report --gpu-pod-selector` applies a selector to these offline."""
+
+    time_ns: int
+    selectors: tuple[str, ...] = ()
+    pods: tuple[ResolvedPod, ...] = ()
+
+
+Event = Configured | PhaseMark | ScrapeFailure | EndpointState | Refresh | GpuShared | PodsResolved | Complete
 
 _TYPES: dict[type, str] = {Configured: "configured", PhaseMark: "phase", ScrapeFailure: "scrape_error",
-                           EndpointState: "endpoint_state", Refresh: "refresh", Complete: "complete"}
+                           EndpointState: "endpoint_state", Refresh: "refresh", GpuShared: "gpu_shared",
+                           PodsResolved: "pods", Complete: "complete"}
 
 
 def event_to_line(event: Event) -> bytes:
     """One line of the events file."""
     body = event._asdict() if isinstance(event, tuple) else {f.name: getattr(event, f.name) for f in fields(event)}
+    if isinstance(event, PodsResolved):
+        body["pods"] = [{**pod._asdict(), "labels": dict(pod.labels)} for pod in event.pods]
     return orjson.dumps({"type": _TYPES[type(event)], **body}) + b"\n"
 
 
@@ -118,6 +155,13 @@ def event_from_dict(obj: Mapping[str, Any]) -> Event:
             return Configured(int(obj["time_ns"]), _optional_str(obj.get("run_id")),
                               _strings(obj.get("endpoints_configured")), _strings(obj.get("endpoints_successful")),
                               next((m for m in COUNTER_MODES if m == mode), None))
+        if kind == "gpu_shared":
+            instance = obj.get("gpu_instance_id")
+            return GpuShared(str(obj["endpoint"]), int(obj["time_ns"]), str(obj["gpu_uuid"]),
+                             None if instance is None else str(instance), _strings(obj.get("pods")))
+        if kind == "pods":
+            return PodsResolved(int(obj["time_ns"]), _strings(obj.get("selectors")),
+                                tuple(_pod(p) for p in obj.get("pods") or ()))
         if kind == "complete":
             end = obj.get("requests_end_ns")
             return Complete(int(obj["time_ns"]), int(end) if end is not None else None,
@@ -144,3 +188,13 @@ def _strings(value: object) -> tuple[str, ...]:
 
 def _optional_str(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+def _pod(obj: Any) -> ResolvedPod:
+    """One pod of a `pods` event; a TypeError for anything but strings where strings belong (the file is input)."""
+    labels = obj["labels"] or {}
+    values = (obj["namespace"], obj["name"], obj.get("node") or "")
+    if not all(isinstance(v, str) for v in values) or not isinstance(labels, dict) or \
+            not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise TypeError(f"a pod of strings and a label map of strings, got {obj!r}"[:200])
+    return ResolvedPod(*values, labels)

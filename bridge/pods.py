@@ -27,6 +27,11 @@ _GLOB = re.compile(r"[-a-z0-9.*?\[\]!]{1,253}")
 # How one GPU record stands to the patterns.
 Attribution = Literal["selected", "other_pod", "unattributed"]
 
+FIX = ("dcgm-exporter labels a GPU with its pod only when the pod requests it through the device plugin "
+       "(resources.limits nvidia.com/gpu) or a DRA claim, and the exporter runs in Kubernetes mode "
+       "(DCGM_EXPORTER_KUBERNETES=true) with the kubelet's pod-resources socket mounted "
+       "(/var/lib/kubelet/pod-resources)")
+
 
 class PodRef(NamedTuple):
     """The pod a GPU (or MIG instance) is allocated to, as the exporter labels it."""
@@ -111,3 +116,11 @@ def attribution(patterns: Iterable[PodPattern], pod: PodRef | None) -> Attributi
 def serves(patterns: Iterable[PodPattern], pod: PodRef | None) -> bool:
     """Whether a GPU attributed to `pod` serves one of the benchmark's pods."""
     return attribution(patterns, pod) == "selected"
+
+
+def shared_board(patterns: Iterable[PodPattern], pods: Iterable[PodRef | None]) -> bool:
+    """Whether a board (one GPU UUID) whose series name `pods` at one scrape serves a matching pod and another
+    pod too (MIG instances, time-slicing, MPS): its energy is the whole board's, so it is not counted."""
+    patterns = tuple(patterns)
+    kinds = {attribution(patterns, pod) for pod in pods}
+    return {"selected", "other_pod"} <= kinds

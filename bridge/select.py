@@ -1,6 +1,6 @@
 """The selection stage, after normalisation: which endpoints' GPU records go on to the sinks and the report.
 
-    normalised records ─▶ relabel (per series, where series leave: relabel.py) ─▶ de-duplication ─▶ (pod selection)
+    normalised records ─▶ relabel (per series, where series leave: relabel.py) ─▶ de-duplication ─▶ pod selection
 
 De-duplication (issue 27: one GPU, one count). A GPU's identity is its UUID plus its MIG instance
 (normalize.py); an identity without a UUID (`unknown:…`) identifies nothing and is left out. Two endpoints
@@ -17,14 +17,24 @@ same GPUs are one source:
 
 Compat mode (`--counter-mode aiperf`) de-duplicates too: the one deliberate difference from AIPerf, which
 sums a GPU once per endpoint that serves it.
+
+Pod selection (issue 31, `--gpu-pods`; bridge/pods.py decides per label set). What leaves the sidecar live
+(OTLP, the pull /metrics page) is the series of the GPUs a page attributes to matching pods (`select_pods`);
+the record log keeps every GPU with its pod labels, and the report applies the same rule per sample
+(report/pods.py). A GPU is selected on a page when one of its series names a matching pod and its board (its
+UUID) names no other pod on that page (`pods.shared_board`: such a board is reported apart, never forwarded
+as the benchmark's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from bridge.endpoints import display_key
+from bridge.parse import AnyPage
+from bridge.pods import PodPattern, PodRef, pod_of_labels, serves, shared_board
+from bridge.samples import ParsedPage
 
 Identity = tuple[str, str | None]  # (GPU UUID, MIG instance or None)
 UNKNOWN_PREFIX = "unknown:"  # normalize.py's identity for a GPU without a UUID
@@ -130,3 +140,54 @@ def duplicate_reason(kept: str) -> str:
 
 def kept_of(reason: str) -> str | None:
     return reason[len(_DUPLICATE_OF):] if reason.startswith(_DUPLICATE_OF) else None
+
+
+class PodPage(NamedTuple):
+    """A page after pod selection: its selected GPUs' series, and what the page says about its GPUs' pods."""
+
+    page: ParsedPage  # the series of the selected GPUs only
+    gpus: int  # GPU identities on the page
+    labelled: int  # of them, those a pod label names
+    selected: int  # of them, those selected
+
+
+def _gpu_of_labels(labels: Mapping[str, str]) -> Identity | None:
+    """A series' GPU identity as normalize.py keys it (`UUID`, or `uuid` under `-o`, plus `GPU_I_ID`)."""
+    uuid = labels.get("UUID") or labels.get("uuid")
+    return (uuid, labels.get("GPU_I_ID") or None) if uuid else None
+
+
+def _pods_by_gpu(page: AnyPage) -> dict[Identity, set[PodRef | None]]:
+    """The pods each GPU identity's series on `page` name (None for a series that names none)."""
+    pods: dict[Identity, set[PodRef | None]] = {}
+    for _name, labels, _value, _ts in page.samples:
+        gpu = _gpu_of_labels(labels)
+        if gpu is not None:
+            pods.setdefault(gpu, set()).add(pod_of_labels(labels))
+    return pods
+
+
+def shared_gpus(page: AnyPage) -> dict[Identity, frozenset[PodRef]]:
+    """The GPUs whose series on `page` name several pods at once: time-slicing or MPS, as dcgm-exporter shows
+    them with KUBERNETES_VIRTUAL_GPUS (the GPU's series once per pod, a `vgpu` label apart). The record log keeps
+    one pod per GPU and scrape, so this goes to the events file (`gpu_shared`) for the report."""
+    out: dict[Identity, frozenset[PodRef]] = {}
+    for gpu, refs in _pods_by_gpu(page).items():
+        named = frozenset(r for r in refs if r is not None)
+        if len(named) > 1:
+            out[gpu] = named
+    return out
+
+
+def select_pods(page: AnyPage, patterns: Sequence[PodPattern]) -> PodPage:
+    """The series of the GPUs `page` attributes to pods matching `patterns` (see the module docstring); a series
+    that names no GPU (no UUID) serves no pod and is left out too."""
+    pods = _pods_by_gpu(page)
+    boards: dict[str, set[PodRef | None]] = {}
+    for (uuid, _instance), refs in pods.items():
+        boards.setdefault(uuid, set()).update(refs)
+    chosen = {gpu for gpu, refs in pods.items()
+              if any(serves(patterns, r) for r in refs) and not shared_board(patterns, boards[gpu[0]])}
+    samples = [s for s in page.samples if _gpu_of_labels(s.labels) in chosen]
+    labelled = sum(1 for refs in pods.values() if refs != {None})
+    return PodPage(ParsedPage(samples, page.types, page.helps, []), len(pods), labelled, len(chosen))

@@ -6,7 +6,17 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from bridge.events import Complete, Configured, EndpointState, Event, event_from_dict, event_to_line
+from bridge.events import (
+    Complete,
+    Configured,
+    EndpointState,
+    Event,
+    GpuShared,
+    PodsResolved,
+    ResolvedPod,
+    event_from_dict,
+    event_to_line,
+)
 from bridge.samples import PhaseMark, ScrapeFailure
 
 LINES: list[tuple[Event, bytes]] = [
@@ -19,6 +29,12 @@ LINES: list[tuple[Event, bytes]] = [
      b'{"type":"scrape_error","endpoint":"http://a:9400/metrics","time_ns":3,"kind":"timeout","message":"slow"}\n'),
     (EndpointState("http://a:9400/metrics", 4, "down", "refused"),
      b'{"type":"endpoint_state","endpoint":"http://a:9400/metrics","time_ns":4,"state":"down","reason":"refused"}\n'),
+    (GpuShared("http://a:9400/metrics", 7, "GPU-a", None, ("bench/llm-0", "other/job-0")),
+     b'{"type":"gpu_shared","endpoint":"http://a:9400/metrics","time_ns":7,"gpu_uuid":"GPU-a","gpu_instance_id":null,'
+     b'"pods":["bench/llm-0","other/job-0"]}\n'),
+    (PodsResolved(6, ("bench/app=llama",), (ResolvedPod("bench", "llama-0", "gpu-node-a", {"app": "llama"}),)),
+     b'{"type":"pods","time_ns":6,"selectors":["bench/app=llama"],"pods":[{"namespace":"bench","name":"llama-0",'
+     b'"node":"gpu-node-a","labels":{"app":"llama"}}]}\n'),
     (Complete(5, None, True, ({"url": "http://a:9400/metrics", "scrapes": 3},), None, {"lines_written": 8}),
      b'{"type":"complete","time_ns":5,"requests_end_ns":null,"collection_complete":true,'
      b'"endpoints":[{"url":"http://a:9400/metrics","scrapes":3}],"otlp":null,"record_log":{"lines_written":8}}\n'),
@@ -46,6 +62,10 @@ def test_a_configured_event_of_an_older_version_takes_the_defaults() -> None:
     {"type": "endpoint_state", "endpoint": "u", "time_ns": 1, "state": "sideways"},
     {"type": "configured", "time_ns": 1, "endpoints_configured": 7},
     {"type": "complete"},
+    {"type": "pods", "time_ns": 1, "pods": [{"namespace": "bench", "name": "llama-0", "labels": {"app": 7}}]},
+    {"type": "pods", "time_ns": 1, "pods": [{"namespace": "bench", "name": ["llama-0"], "labels": {}}]},
+    {"type": "pods", "time_ns": 1, "pods": [{"namespace": "bench", "labels": {}}]},
+    {"type": "pods", "time_ns": 1, "pods": ["bench/llama-0"]},
     {"type": "checkpoint", "time_ns": 1},
     {},
 ])

@@ -8,9 +8,11 @@ from typing import NamedTuple
 from bridge.fetch import FetchedPage
 from bridge.fields import default_table
 from bridge.normalize import Normalizer
+from bridge.parse import parse_page
+from bridge.pods import parse_pod_patterns
 from bridge.record_log import LineWriter, read_dicts
 from bridge.report import build_report
-from bridge.select import Deduplicator, duplicates_of, preference_order, select_series
+from bridge.select import Deduplicator, duplicates_of, preference_order, select_pods, select_series
 from bridge.sidecar.pipeline import Pipeline, RecordLogSink
 from bridge.sources.runner import CONTENT_TYPE
 from tests.otlp.pages import dcgm_page
@@ -104,3 +106,35 @@ def test_a_local_reader_and_an_exporter_of_the_same_gpus_are_one_source_live_and
     assert len(report.telemetry_data["endpoints"]["pynvml://localhost"]["gpus"]) == 2
     assert report.telemetry_data["summary"]["duplicate_endpoints"] == \
         [{"endpoint": "localhost:9400", "duplicate_of": "pynvml://localhost"}]
+
+
+# -- pod selection of a live page (issue 31) ------------------------------------------------------------------
+
+_SHARED_NODE = """\
+# TYPE DCGM_FI_DEV_POWER_USAGE gauge
+DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-a",namespace="bench",pod="llm-0",container="vllm"} 100
+DCGM_FI_DEV_POWER_USAGE{gpu="1",UUID="GPU-b",namespace="bench",pod="llm-1",container="vllm"} 110
+DCGM_FI_DEV_POWER_USAGE{gpu="2",UUID="GPU-c",namespace="train",pod="job-0",container="torch"} 120
+DCGM_FI_DEV_POWER_USAGE{gpu="3",UUID="GPU-d",namespace="",pod="",container=""} 130
+DCGM_FI_DEV_POWER_USAGE{gpu="4",UUID="GPU-e",GPU_I_ID="1",namespace="bench",pod="llm-2"} 140
+DCGM_FI_DEV_POWER_USAGE{gpu="4",UUID="GPU-e",GPU_I_ID="2",namespace="train",pod="job-1"} 140
+DCGM_FI_DEV_POWER_USAGE{gpu="5",UUID="GPU-f",GPU_I_ID="1",namespace="bench",pod="llm-3"} 150
+DCGM_FI_DEV_POWER_USAGE{gpu="5",UUID="GPU-f",GPU_I_ID="2"} 150
+dcgm_exporter_up{namespace="bench",pod="llm-0"} 1
+"""
+
+
+def test_a_shared_node_forwards_the_gpus_of_matching_pods_only_and_never_a_board_shared_with_another_pod() -> None:
+    chosen = select_pods(parse_page(_SHARED_NODE), parse_pod_patterns(["bench/llm-*"]))
+    kept = [(s.labels["UUID"], s.labels.get("GPU_I_ID")) for s in chosen.page.samples]
+    # GPU-e's instance 1 serves llm-2 but its board serves job-1 too: not the benchmark's; GPU-f's other instance
+    # is unattributed, which shares nothing. A series without a UUID names no GPU and is not forwarded.
+    assert kept == [("GPU-a", None), ("GPU-b", None), ("GPU-f", "1")]
+    assert (chosen.gpus, chosen.labelled, chosen.selected) == (8, 6, 3)
+
+
+def test_a_page_without_pod_labels_selects_nothing_and_says_none_is_labelled() -> None:
+    page = parse_page('DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a"} 40\n'
+                      'DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-b",pod=""} 41\n')
+    chosen = select_pods(page, parse_pod_patterns(["bench/*"]))
+    assert (chosen.page.samples, chosen.gpus, chosen.labelled, chosen.selected) == ([], 2, 0, 0)

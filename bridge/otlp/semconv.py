@@ -9,6 +9,12 @@ The mapping is `SEMCONV` below, and DECISIONS.md's table ("OTLP forwarding").
 Every renamed point gets `hw.type=gpu`, `hw.id` (the GPU's UUID; a MIG instance keeps its `GPU_I_ID` beside it)
 and `hw.vendor=NVIDIA`; the exporter's labels stay. `hw.gpu.memory.*` are UpDownCounters in the conventions and
 go out as gauges (their values are levels, not increments). Other families keep the exporter's names.
+
+With `--gpu-pods` (either naming), every point of a GPU the exporter attributes to a pod also carries the pod as
+the conventions name it (`with_pod_attributes`): `k8s.namespace.name`, `k8s.pod.name` and `k8s.container.name`
+(OpenTelemetry semantic conventions, Kubernetes attributes: https://opentelemetry.io/docs/specs/semconv/resource/k8s/).
+The conventions define them as resource attributes; here they go on the data points, as the exporter's own
+`pod` label does, because one exporter (one resource, its `service.instance.id`) serves the GPUs of many pods.
 """
 
 from __future__ import annotations
@@ -16,7 +22,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from bridge.parse import AnyPage
+from bridge.pods import pod_of_labels
 from bridge.samples import ParsedPage, Sample
+
+K8S_NAMESPACE_NAME = "k8s.namespace.name"
+K8S_POD_NAME = "k8s.pod.name"
+K8S_CONTAINER_NAME = "k8s.container.name"
 
 
 class SemconvMetric(NamedTuple):
@@ -87,3 +98,18 @@ def page_to_semconv(page: AnyPage) -> ParsedPage:
         types[metric.name] = metric.kind
         helps[metric.name] = HELP[metric.name]
     return ParsedPage(samples, types, helps, list(page.dropped))
+
+
+def with_pod_attributes(page: AnyPage) -> ParsedPage:
+    """`page` with the pod of each attributed series as the Kubernetes conventions' attributes (module docstring)."""
+    samples: list[Sample] = []
+    for sample in page.samples:
+        pod = pod_of_labels(sample.labels)
+        if pod is None:
+            samples.append(sample)
+            continue
+        labels = {**sample.labels, K8S_NAMESPACE_NAME: pod.namespace, K8S_POD_NAME: pod.pod}
+        if pod.container:
+            labels[K8S_CONTAINER_NAME] = pod.container
+        samples.append(sample._replace(labels=labels))
+    return ParsedPage(samples, page.types, page.helps, list(page.dropped))

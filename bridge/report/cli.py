@@ -50,6 +50,9 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
 @click.option("--gpu-pods", multiple=True, metavar="NAMESPACE/GLOB",
               help="Only the GPUs the exporter attributes to matching pods, each for the part of the window it "
                    "served them (repeatable).")
+@click.option("--gpu-pod-selector", "gpu_pod_selectors", multiple=True, metavar="NAMESPACE/SELECTOR",
+              help="Only the GPUs of the pods a label selector picks among those the run recorded in --events "
+                   "(a sidecar's --gpu-pod-selector records them; repeatable).")
 @click.option("--require-valid", is_flag=True,
               help="Exit 1 when the measurement verdict is NOT valid (the report is still written).")
 def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, strip_suffix: str | None,
@@ -57,7 +60,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
            events_path: Path | None, counter_mode: str | None, grace_ns: int, output: Path | None,
            profile_export_prefix: str | None, write_csv: bool, show_console: bool,
            metrics_csv: tuple[str, ...], html_path: Path | None, gpu_pods: tuple[str, ...] = (),
-           require_valid: bool = False) -> None:
+           gpu_pod_selectors: tuple[str, ...] = (), require_valid: bool = False) -> None:
     """Rebuild telemetry_data (+ energy, CSV, phase files) from a record log and a window.
 
     The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
@@ -71,7 +74,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     from bridge.report.write import ReportWriteError, output_names, write_report
 
     pod_patterns = parse_pod_patterns(gpu_pods)
-    if pod_patterns and prometheus_url is not None:
+    selecting = bool(pod_patterns or gpu_pod_selectors)
+    if selecting and prometheus_url is not None:
         raise ReportInputError("--gpu-pods needs --jsonl: records read back from a PromQL store carry no pod labels")
     if (jsonl is None) == (prometheus_url is None):
         raise click.UsageError("give one record source: --jsonl FILE or --prometheus URL --run-id ID")
@@ -89,6 +93,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         check_writable(html_path, "--html")
     table = table_with_custom(default_table(), list(metrics_csv))
     run = load_events(events_path) if events_path is not None else RunEvents()
+    if gpu_pod_selectors:
+        pod_patterns = _with_selected_pods(pod_patterns, gpu_pod_selectors, run, events_path)
     if start_ns is None:
         check_one_run(run, events_path)
     if counter_mode is None:
@@ -111,8 +117,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
             source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix)
         built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
                              grace_ns=grace_ns, record_log=jsonl, **kwargs)
-        if pod_patterns:
-            built = _pods_only(built, source, pod_patterns, table=table, counter_mode=counter_mode,
+        if selecting:
+            built = _pods_only(built, source, pod_patterns, run.shared, table=table, counter_mode=counter_mode,
                                grace_ns=grace_ns, **kwargs)
     except WindowError as exc:  # a manifest with no usable phase, …: the input's fault, exit 2
         raise click.UsageError(str(exc)) from None
@@ -121,7 +127,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
                    f"(first: {built.read_errors[0]})", err=True)
     if run.skipped:
         click.echo(f"warning: {run.skipped} unreadable or unknown events were skipped", err=True)
-    if not pod_patterns or built.telemetry_data["pods"]["gpus"]:
+    if not selecting or built.telemetry_data["pods"]["gpus"]:
         check_window_has_records(built, jsonl or prometheus_url or "")
     json_path = output or (jsonl.parent if jsonl else Path(".")) / output_names(profile_export_prefix)[0]
     try:
@@ -176,11 +182,34 @@ def one_run(jsonl: Path, run_id: str | None) -> Path | tuple[list[Any], str]:
     return list(records_of_run(jsonl, chosen, errors)), chosen
 
 
-def _pods_only(built: Any, source: Path, patterns: Any, **kwargs: Any) -> Any:
-    """`--gpu-pods`: the report of the GPUs that served matching pods; the selection's lines on stderr."""
-    from bridge.report.pods import report_for_pods, timelines_of_log
+def _with_selected_pods(patterns: Any, values: tuple[str, ...], run: Any, events_path: Path | None) -> Any:
+    """`--gpu-pod-selector`: `patterns` plus the pods the run recorded that the selectors pick (report/pods.py)."""
+    from bridge.discovery import SELECTOR_FLAG, parse_pod_selector, pod_selector_problems
+    from bridge.report.pods import patterns_of_selectors
 
-    built, selection = report_for_pods(built, timelines_of_log(source), patterns, **kwargs)
+    problems = [line for value in values for line in pod_selector_problems(value)]
+    if problems:
+        raise ReportInputError(problems[0])
+    if not run.pods:
+        where = f"{events_path} records" if events_path is not None else "without --events there are"
+        raise ReportInputError(f"{SELECTOR_FLAG}: {where} no pods (a sidecar run with {SELECTOR_FLAG} records "
+                               "them); give --events FILE of such a run, or --gpu-pods NAMESPACE/GLOB")
+    picked = patterns_of_selectors(run.pods, [parse_pod_selector(value) for value in values])
+    recorded = sorted({f"{p.namespace}/{p.name}" for event in run.pods for p in event.pods})
+    if not picked:
+        click.echo(f"warning: {SELECTOR_FLAG} {', '.join(values)} picks none of the pods the run recorded "
+                   f"({', '.join(recorded)})", err=True)
+    return tuple(dict.fromkeys([*patterns, *picked]))
+
+
+def _pods_only(built: Any, source: Path | list[Any], patterns: Any, shared: Any, **kwargs: Any) -> Any:
+    """`--gpu-pods`: the report of the GPUs that served matching pods (`shared`: the events file's GPUs whose
+    series named several pods at once); the selection's lines on stderr."""
+    from bridge.report.pods import report_for_pods, timelines_of_log, timelines_of_records, with_shared
+
+    # (a log of several runs: `source` is the chosen run's records)
+    timelines = timelines_of_records(source) if isinstance(source, list) else timelines_of_log(source)
+    built, selection = report_for_pods(built, with_shared(timelines, shared), patterns, **kwargs)
     if selection.warning:
         click.echo(f"warning: {selection.warning}", err=True)
     click.echo(f"pods: {selection.summary_line()}", err=True)
@@ -188,8 +217,8 @@ def _pods_only(built: Any, source: Path, patterns: Any, **kwargs: Any) -> Any:
         covered = "; ".join(f"{pod} ({', '.join(gpus)})" for pod, gpus in pods.items()) or "none"
         click.echo(f"pods: {phase}: {covered}", err=True)
     for gpu in selection.shared:
-        click.echo(f"pods: {gpu.series.endpoint} {gpu.series.meta.gpu_uuid} not counted ({gpu.reason}: "
-                   f"{', '.join(gpu.pods)})", err=True)
+        click.echo(f"pods: {gpu.series.endpoint} {gpu.series.meta.gpu_uuid} not counted ({gpu.reason}, "
+                   f"{gpu.sharing}: {', '.join(gpu.pods)})", err=True)
     return built
 
 

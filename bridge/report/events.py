@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bridge.events import Complete, Configured, EndpointState, Refresh, event_from_dict
+from bridge.events import Complete, Configured, EndpointState, GpuShared, PodsResolved, Refresh, event_from_dict
 from bridge.samples import CounterMode, PhaseMark, ScrapeFailure
 
 __all__ = ["EndpointState", "RunEvents", "events_from_dicts", "load_events"]
@@ -30,6 +30,8 @@ class RunEvents:
     counter_mode: CounterMode | None = None  # the live run's mode (the `configured` event), a default for `report`
     run_ids: list[str] = field(default_factory=list)  # of the `configured` events, in order (one per run)
     refreshes: list[Refresh] = field(default_factory=list)  # the exporters' refresh periods as the run saw them
+    pods: list[PodsResolved] = field(default_factory=list)  # what the run's --gpu-pod-selector resolved to
+    shared: list[GpuShared] = field(default_factory=list)  # GPUs whose series named several pods at once
 
 
 def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
@@ -40,6 +42,8 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
     complete: Complete | None = None
     run_ids: list[str] = []
     refreshes: list[Refresh] = []
+    pods: list[PodsResolved] = []
+    shared: list[GpuShared] = []
     skipped = 0
     for obj in objects:
         try:
@@ -55,6 +59,10 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
             states.append(event)
         elif isinstance(event, Refresh):
             refreshes.append(event)
+        elif isinstance(event, PodsResolved):
+            pods.append(event)
+        elif isinstance(event, GpuShared):
+            shared.append(event)
         elif isinstance(event, Configured):
             configured = event
             if event.run_id and event.run_id not in run_ids:
@@ -69,6 +77,7 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
         endpoints_successful=list(configured.endpoints_successful) if configured else None,
         errors=errors, states=states, skipped=skipped,
         counter_mode=configured.counter_mode if configured else None, run_ids=run_ids, refreshes=refreshes,
+        pods=pods, shared=shared,
     )
 
 

@@ -7,12 +7,19 @@ the labels), so the selection is made per sample:
   scrape that shows a matching pod and *out* at the first later scrape that shows another pod or none; a
   GPU's first scrape holds back to the window's start and its last one up to the window's end. So a pod
   restarted under another matching name keeps its GPU, and a GPU handed to another pod leaves at that scrape.
+  Because attribution holds, a timeline needs only the scrapes where a GPU's pods change and its last one:
+  the live run keeps just those (`Timelines`), and gives the same selection as every scrape of the log.
 - Each span is cut out of the window as a phase is (`Window(start, end, grace)` through the same counter
   functions), so its edges are interpolated as phase edges are.
 - A GPU whose UUID, in one scrape, serves a matching pod and another pod too (MIG instances, time-slicing,
   MPS) is not counted: its energy is the whole board's. It is listed apart with reason
-  `gpu_shared_with_other_pods`.
+  `gpu_shared_with_other_pods`, and how it is shared (`mig`, or `time_slicing_or_mps` when one GPU's series
+  named several pods at once). The record log keeps one pod per GPU and scrape; the others come from the events
+  file's `gpu_shared` events (`with_shared`), which the sidecar writes from the pages.
 - In the `aiperf` counter mode a GPU's pod is frozen at its first record, as AIPerf keeps it.
+- `report --gpu-pod-selector NAMESPACE/SELECTOR` selects the pods the run recorded (the events file's `pods`
+  events: every pod the run's selectors resolved to, with its labels) that the selector picks, as
+  `--gpu-pods NAMESPACE/NAME` would (`patterns_of_selectors`): the selector applied offline, as the API applied it.
 - Nothing selected is reported as such (reason `no_gpu_selected`, with `no_pod_labels` or `no_matching_pod`
   telling which fix applies), never by falling back to every GPU.
 
@@ -21,13 +28,16 @@ The reasons are data (`PodSelection.reasons`) for the run's validity verdict; th
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bridge.discovery import PodSelector, selector_matches
 from bridge.endpoints import display_key
-from bridge.pods import PodPattern, PodRef, attribution
+from bridge.events import GpuShared, PodsResolved
+from bridge.pods import FIX, PodPattern, PodRef, attribution, shared_board
 from bridge.record_log import read_dicts
 from bridge.report.energy import energy_totals
 from bridge.report.series import Series
@@ -42,10 +52,6 @@ NO_POD_LABELS = "no_pod_labels"
 NO_MATCHING_POD = "no_matching_pod"
 GPU_SHARED = "gpu_shared_with_other_pods"
 
-FIX = ("dcgm-exporter labels a GPU with its pod only when the pod requests it through the device plugin "
-       "(resources.limits nvidia.com/gpu) or a DRA claim, and the exporter runs in Kubernetes mode "
-       "(DCGM_EXPORTER_KUBERNETES=true) with the kubelet's pod-resources socket mounted "
-       "(/var/lib/kubelet/pod-resources)")
 
 GpuKey = tuple[str, str, str | None]  # (endpoint display key, GPU UUID, MIG instance)
 # one GPU's scrapes in time order: (time, the pods its records at that time name; None for an unattributed one)
@@ -77,6 +83,7 @@ class SharedGpu:
     series: Series
     pods: tuple[str, ...]  # every pod seen on the board while it served a matching one
     reason: str = GPU_SHARED
+    sharing: str = "mig"  # or "time_slicing_or_mps": several pods on the GPU (instance) itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +128,8 @@ class PodSelection:
                       "spans": [{"start_ns": s.start_ns, "end_ns": s.end_ns, "pods": list(s.pods)} for s in g.spans]}
                      for g in self.selected],
             "shared": [{"endpoint": g.series.endpoint, "gpu_uuid": g.series.meta.gpu_uuid,
-                        "gpu_instance_id": g.series.meta.gpu_instance_id, "pods": list(g.pods), "reason": g.reason}
+                        "gpu_instance_id": g.series.meta.gpu_instance_id, "pods": list(g.pods), "reason": g.reason,
+                        "sharing": g.sharing}
                        for g in self.shared],
             "pods_by_phase": {phase: {pod: list(gpus) for pod, gpus in pods.items()}
                               for phase, pods in self.pods_by_phase.items()},
@@ -130,6 +138,13 @@ class PodSelection:
             "energy_j": self.energy_j,
             "reasons": list(self.reasons),
         }
+
+
+def patterns_of_selectors(resolved: Iterable[PodsResolved], selectors: Sequence[PodSelector]) -> tuple[PodPattern, ...]:
+    """The recorded pods each selector picks (by its namespace and labels), as exact `--gpu-pods` patterns."""
+    picked = {(pod.namespace, pod.name) for event in resolved for pod in event.pods for sel in selectors
+              if pod.namespace == sel.namespace and selector_matches(sel.selector, pod.labels)}
+    return tuple(PodPattern(namespace, name) for namespace, name in sorted(picked))
 
 
 # -- the pods each GPU served, per scrape ---------------------------------------------------------------
@@ -154,10 +169,67 @@ def _row_of(obj: Mapping[str, Any]) -> tuple[str, str, str | None, int, Any, Any
 def _timelines(rows: Iterable[tuple[str, str, str | None, int, Any, Any]]) -> dict[GpuKey, Timeline]:
     seen: dict[GpuKey, dict[int, set[PodRef | None]]] = {}
     for endpoint, uuid, instance, t_ns, namespace, pod in rows:
-        ref = PodRef(namespace, pod) if isinstance(namespace, str) and isinstance(pod, str) and namespace and pod \
-            else None
-        seen.setdefault((endpoint, uuid, instance), {}).setdefault(t_ns, set()).add(ref)
+        seen.setdefault((endpoint, uuid, instance), {}).setdefault(t_ns, set()).add(_ref(namespace, pod))
     return {key: [(t, frozenset(pods)) for t, pods in sorted(times.items())] for key, times in seen.items()}
+
+
+def _ref(namespace: Any, pod: Any) -> PodRef | None:
+    return PodRef(namespace, pod) if isinstance(namespace, str) and isinstance(pod, str) and namespace and pod \
+        else None
+
+
+def pods_of_records(endpoint: str, records: Iterable[GpuRecord]) -> dict[GpuKey, frozenset[PodRef | None]]:
+    """The pods each GPU of one page of `endpoint` (its display key) is attributed to."""
+    pods: dict[GpuKey, set[PodRef | None]] = {}
+    for r in records:
+        pods.setdefault((endpoint, r.gpu_uuid, r.gpu_instance_id), set()).add(_ref(r.namespace, r.pod_name))
+    return {key: frozenset(refs) for key, refs in pods.items()}
+
+
+def with_shared(timelines: Mapping[GpuKey, Timeline], shared: Iterable[GpuShared]) -> dict[GpuKey, Timeline]:
+    """`timelines` with the pods the events file says a GPU's series named at once (`gpu_shared`: time-slicing,
+    MPS), of which the record log keeps one per scrape: from each such event to its GPU's next, all of them."""
+    changes: dict[GpuKey, Timeline] = {}
+    for event in shared:
+        pods = frozenset(_ref(*name.split("/", 1)) for name in event.pods if "/" in name)
+        changes.setdefault((display_key(event.endpoint), event.gpu_uuid, event.gpu_instance_id), []).append(
+            (event.time_ns, pods))
+    out = dict(timelines)
+    for key, said in changes.items():
+        timeline = timelines.get(key)
+        if not timeline:
+            continue
+        said.sort(key=lambda change: change[0])
+        times = sorted({t for t, _ in timeline} | {t for t, _ in said})
+        out[key] = [(t, _held(timeline, t) | _said_at(said, t)) for t in times]
+    return out
+
+
+def _said_at(said: Timeline, t_ns: int) -> frozenset[PodRef | None]:
+    at = bisect_right(said, t_ns, key=lambda entry: entry[0]) - 1
+    return said[at][1] if at >= 0 else frozenset()
+
+
+class Timelines:
+    """Each GPU's pods as its scrapes come (the live run), kept as the scrapes where they change plus each GPU's
+    latest: memory that grows with reassignments, not with scrapes. `add` takes a GPU's scrapes in time order."""
+
+    def __init__(self) -> None:
+        self._changes: dict[GpuKey, Timeline] = {}
+        self._latest: dict[GpuKey, int] = {}
+
+    def add(self, key: GpuKey, t_ns: int, pods: frozenset[PodRef | None]) -> None:
+        changes = self._changes.setdefault(key, [])
+        if not changes or changes[-1][1] != pods:
+            changes.append((t_ns, pods))
+        self._latest[key] = t_ns
+
+    def timelines(self) -> dict[GpuKey, Timeline]:
+        out: dict[GpuKey, Timeline] = {}
+        for key, changes in self._changes.items():
+            latest, last = self._latest[key], changes[-1]
+            out[key] = changes + [(latest, last[1])] if latest != last[0] else list(changes)
+        return out
 
 
 # -- the selection -------------------------------------------------------------------------------------
@@ -195,7 +267,7 @@ def select_gpus(series: Sequence[Series], timelines: Mapping[GpuKey, Timeline], 
         timeline = timelines.get((s.endpoint, s.meta.gpu_uuid, s.meta.gpu_instance_id), [])
         if mode == "aiperf":  # AIPerf keeps a GPU's pod as its first record named it (the GpuMetadata it caches)
             timeline = timeline[:1]
-        in_window = [refs for t, refs in timeline if _inside(t, window)] or [refs for _, refs in timeline[-1:]]
+        in_window = _during(timeline, window)
         labelled = labelled or any(r is not None for refs in in_window for r in refs)
         spans = served_spans(timeline, patterns, window)
         if not spans:
@@ -206,7 +278,9 @@ def select_gpus(series: Sequence[Series], timelines: Mapping[GpuKey, Timeline], 
             continue
         board = boards.get((s.endpoint, s.meta.gpu_uuid))
         if board:
-            shared.append(SharedGpu(s, tuple(sorted(str(r) for r in board if r is not None))))
+            several = any(len({r for r in refs if r is not None}) > 1 for refs in in_window)
+            shared.append(SharedGpu(s, tuple(sorted(str(r) for r in board if r is not None)),
+                                    sharing="time_slicing_or_mps" if several else "mig"))
             continue
         selected.append(ServedGpu(s, spans, _energy(s, spans, window.grace_ns, mode)))
     reasons: list[str] = []
@@ -222,20 +296,36 @@ def _inside(t_ns: int, window: Window) -> bool:
     return window.start_ns is not None and window.end_ns is not None and window.start_ns <= t_ns <= window.end_ns
 
 
+def _held(timeline: Timeline, t_ns: int) -> frozenset[PodRef | None]:
+    """The pods a GPU's scrapes attribute it to at `t_ns`: its latest scrape then, or its first one (held back)."""
+    at = bisect_right(timeline, t_ns, key=lambda entry: entry[0]) - 1
+    return timeline[max(at, 0)][1]
+
+
+def _during(timeline: Timeline, window: Window) -> list[frozenset[PodRef | None]]:
+    """The pods a GPU was attributed to during `window`: held at its start, then at each scrape in it."""
+    if window.start_ns is None or not timeline:
+        return [refs for _, refs in timeline[-1:]]
+    return [_held(timeline, window.start_ns), *(refs for t, refs in timeline if _inside(t, window))]
+
+
 def _board_pods(timelines: Mapping[GpuKey, Timeline], patterns: Sequence[PodPattern],
                 window: Window) -> dict[tuple[str, str], set[PodRef | None]]:
-    """Per board (endpoint, UUID): the pods on it at the scrapes in the window where it served a matching pod
-    and another pod too."""
-    boards: dict[tuple[str, str], dict[int, set[PodRef | None]]] = {}
+    """Per board (endpoint, UUID): the pods on it at the moments in the window (its start, and each scrape of one
+    of its GPUs in it) where it served a matching pod and another pod too."""
+    boards: dict[tuple[str, str], list[Timeline]] = {}
     for (endpoint, uuid, _), timeline in timelines.items():
-        for t_ns, refs in timeline:
-            if _inside(t_ns, window):
-                boards.setdefault((endpoint, uuid), {}).setdefault(t_ns, set()).update(refs)
+        if timeline:  # (what a board holds changes only where one of its GPUs' pods change)
+            changes = [entry for n, entry in enumerate(timeline) if n == 0 or timeline[n - 1][1] != entry[1]]
+            boards.setdefault((endpoint, uuid), []).append(changes)
     out: dict[tuple[str, str], set[PodRef | None]] = {}
-    for board, times in boards.items():
-        for on_board in times.values():
-            kinds = {attribution(patterns, r) for r in on_board}
-            if {"selected", "other_pod"} <= kinds:
+    if window.start_ns is None:
+        return out
+    for board, gpus in boards.items():
+        moments = {window.start_ns, *(t for timeline in gpus for t, _ in timeline if _inside(t, window))}
+        for t_ns in moments:
+            on_board = {r for timeline in gpus for r in _held(timeline, t_ns)}
+            if shared_board(patterns, on_board):
                 out.setdefault(board, set()).update(on_board)
     return out
 

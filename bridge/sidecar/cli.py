@@ -218,7 +218,8 @@ def build_session(config: Any, otlp: dict[str, Any]) -> Any:
 @telemetry_options
 @click.option("--gpu-pod-selector", "gpu_pod_selectors", multiple=True, metavar="NAMESPACE/SELECTOR",
               help="In a cluster: the pods a label selector picks, the exporters on their nodes, and only those "
-                   "pods' GPUs in the report (resolved once at start; `kube profile` grants the API access).")
+                   "pods' GPUs in the report (resolved at start, then followed as they move; `kube profile` grants "
+                   "the API access).")
 @click.option("--health-port", type=int, help="Control API port (default 8086).")
 def sidecar(live: bool, **flags: Any) -> None:
     """The container entry point: configure, serve the control API, collect until complete or a signal."""
@@ -231,13 +232,18 @@ def sidecar(live: bool, **flags: Any) -> None:
     if not config.enabled:
         click.echo("GPU telemetry is disabled (--no-gpu-telemetry); nothing to do.")
         return
+    selected = apis = None
     if selectors:
         from bridge.sidecar.pod_discovery import in_cluster_apis, with_selected_pods
 
-        config = with_selected_pods(config, selectors, *in_cluster_apis())
+        apis = in_cluster_apis()
+        selected = with_selected_pods(config, selectors, *apis)
+        config = selected.config
     session = build_session(config, otlp)
     made = missing_folders(Path(session.artifact_dir))
     session.prepare_artifacts()  # an unwritable folder stops start-up (exit 2) before anything is served
+    if selected is not None:  # the selected pods and their labels: `report --gpu-pod-selector` reads them
+        session.events.write_event(selected.event)
     done = threading.Event()  # a signal, or POST /complete
     look = threading.Event()  # done, or the OTLP receiver losing points: the main thread has a look
 
@@ -267,6 +273,11 @@ def sidecar(live: bool, **flags: Any) -> None:
     signal.signal(signal.SIGINT, _signal)
     session.configure()
     session.start()
+    pod_watch: Any = None
+    if selected is not None and apis is not None:  # the pods are followed as they move (sidecar/pod_watch.py)
+        from bridge.sidecar.pod_discovery import follow
+
+        pod_watch = follow(session, selected, *apis)
     view = _live_view(session, live or config.telemetry.dashboard)
     done_file = Path(config.done_file) if config.done_file else None
     if done_file is not None:
@@ -296,6 +307,8 @@ def sidecar(live: bool, **flags: Any) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if view is not None:
         view.stop()
+    if pod_watch is not None:
+        pod_watch.stop()
     outputs = session.complete(await_refresh=finished_by_file)  # not on SIGTERM: the kubelet's grace is short
     server.stop()
     click.echo(f"dcgm-bridge sidecar: run {session.run_id} complete; outputs in {session.artifact_dir}", err=True)

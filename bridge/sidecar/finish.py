@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from bridge.report.build import Records, Report
     from bridge.report.events import RunEvents
     from bridge.report.window import Phase
+    from bridge.sidecar.pod_sinks import PodTimelineSink
 
 logger = logging.getLogger(__name__)
 _MTIME_SLACK_NS = 2_000_000_000  # file times come from a coarse kernel clock, behind time.time_ns()
@@ -73,6 +74,7 @@ class FinishedRun(Protocol):
     records: LineWriter
     events: LineWriter
     started_ns: int | None
+    pod_timelines: PodTimelineSink | None  # --gpu-pods, when this process saw every record
 
 
 def manifest_phases(session: FinishedRun) -> list[Phase] | None:
@@ -135,15 +137,19 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
 
 
 def _pods_only(report: Report, session: FinishedRun, events: Path | RunEvents, kwargs: dict[str, Any]) -> Report:
-    """--gpu-pods: the report of the GPUs that served matching pods (report/pods.py), from the record log's pod
-    labels (the log keeps every GPU); what was left out, in one line."""
+    """--gpu-pods: the report of the GPUs that served matching pods (report/pods.py), from the pods the pages
+    named as the run went (the record log's pod labels, read back, only for a run this process resumed); what
+    was left out, in one line."""
     from bridge.pods import parse_pod_patterns
     from bridge.report.build import event_kwargs
-    from bridge.report.pods import report_for_pods, timelines_of_log
+    from bridge.report.events import load_events
+    from bridge.report.pods import report_for_pods, timelines_of_log, with_shared
 
     patterns = parse_pod_patterns(session.config.gpu_pods)
-    report, selection = report_for_pods(report, timelines_of_log(session.records.path), patterns,
-                                        **event_kwargs(events), **kwargs)
+    live = session.pod_timelines
+    timelines = live.timelines.timelines() if live is not None else timelines_of_log(session.records.path)
+    timelines = with_shared(timelines, (load_events(events) if isinstance(events, Path) else events).shared)
+    report, selection = report_for_pods(report, timelines, patterns, **event_kwargs(events), **kwargs)
     if selection.warning:
         logger.warning("%s", selection.warning)
     logger.info("pods: %s", selection.summary_line())

@@ -3,8 +3,8 @@
     SourcePage ─▶ parse ─▶ normalise ─▶ select (select.py) ─▶ Page ─┬─▶ RecordLogSink   (JSONL line per record)
                                                                     ├─▶ LiveSeriesSink  (the report's spool)
                                                                     ├─▶ LatestRecords   (the live view)
-                                                                    ├─▶ PullPageSink    (pull /metrics page)
-                                                                    ├─▶ OtlpSink        (forwarder queue)
+                                                                    ├─▶ PullPageSink    (pull /metrics page) ┐ gpu-pods:
+                                                                    ├─▶ OtlpSink        (forwarder queue)    ┘ selected
                                                                     └─▶ ListenerSink    (in-process callbacks)
 
 Sources (bridge/samples.py `SourcePage`): the scrape loop's HTTP exporters and local readers, each on a scrape
@@ -12,7 +12,10 @@ thread, calling `Pipeline.on_page(source, page)`; pages enter one at a time whic
 Each sink takes one page at a time (`PageSink.take`). The pipeline also feeds each endpoint's health
 (bridge/health.py: up, unreadable, down) and writes what a page or a failure says about its endpoint to the
 events file: unreadable lines (`parse` errors), failed scrapes, endpoint down and up, a source found a duplicate.
-`Session` (session.py) keeps the state machine and builds one `Pipeline`.
+With `--gpu-pods`, what leaves the sidecar live goes through `PodSelected` (pod_sinks.py, with the sinks that
+keep what the report needs of pods): the pull page and OTLP carry the selected GPUs only, OTLP with the pod as
+attributes; the record log, the spool and the live view keep every GPU. `Session` (session.py) keeps the state
+machine and builds one `Pipeline`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from bridge.fetch import FetchError
 from bridge.health import Health
 from bridge.normalize import CompiledRecords, Normalizer
 from bridge.otlp.export import ExportStats
+from bridge.otlp.semconv import with_pod_attributes
 from bridge.parse import AnyPage, PageParser, TemplatedPage
 from bridge.parse.lines import MAX_SERIES
 from bridge.record_log import LineWriter
@@ -73,6 +77,11 @@ class Page:
         self.phase = phase
         self.start_ns = start_ns
         self.end_ns = end_ns
+
+    def with_parsed(self, parsed: AnyPage) -> Page:
+        """The same scrape with other samples (the pod selection's): for the sinks that read `parsed` only."""
+        return Page(self.url, self.endpoint, self.display, parsed, self.records if self.compiled is None else
+                    self.compiled, self.phase, self.start_ns, self.end_ns)
 
     @property
     def records(self) -> Sequence[GpuRecord]:
@@ -136,7 +145,7 @@ class LiveSeriesSink:
             self.spool.add(page.records, page.display)
 
 
-def _plan_of(page: Page | None) -> int | None:
+def plan_of(page: Page | None) -> int | None:
     """The key of a page's kernel plan (pages of one plan have the same GPUs in the same places), None off the
     kernel path."""
     return page.compiled.plan if page is not None and page.compiled is not None else None
@@ -156,11 +165,11 @@ class LatestRecords:
 
     def take(self, page: Page) -> None:
         first, latest = self._first, self._latest
-        plan = _plan_of(page)
+        plan = plan_of(page)
         with self._lock:
             previous = self._current.get(page.display)
             self._current[page.display] = page
-            if plan is not None and _plan_of(previous) == plan:
+            if plan is not None and plan_of(previous) == plan:
                 return
             if previous is not None and previous.compiled is not None:
                 for index, identity in enumerate(previous.compiled.identities()):
@@ -182,7 +191,7 @@ class LatestRecords:
         out = {}
         for key, (page, index) in held:
             now = current[key[0]]
-            if _plan_of(now) is not None and _plan_of(now) == _plan_of(page):
+            if plan_of(now) is not None and plan_of(now) == plan_of(page):
                 page = now  # a later page of the same plan: the same GPU at the same place
             out[key] = (first[key], page.records[index])
         return out
@@ -201,14 +210,17 @@ class PullPageSink:
 class OtlpSink:
     """Every sample to the OTLP forwarder's queue; staleness markers when an endpoint's series end."""
 
-    def __init__(self, forwarder: Forwarder, run_id: str) -> None:
+    def __init__(self, forwarder: Forwarder, run_id: str, *, pod_attributes: bool = False) -> None:
+        """`pod_attributes`: each attributed series carries its pod as OTel's `k8s.*` attributes (otlp/semconv.py)."""
         self.forwarder = forwarder
         self.run_id = run_id
+        self.pod_attributes = pod_attributes
         self.seen: set[str] = set()  # urls that sent at least one page
 
     def take(self, page: Page) -> None:
         self.seen.add(page.url)
-        self.forwarder.submit(page.display, page.parsed, run_id=self.run_id, phase=page.phase or "none",
+        parsed = with_pod_attributes(page.parsed) if self.pod_attributes else page.parsed
+        self.forwarder.submit(page.display, parsed, run_id=self.run_id, phase=page.phase or "none",
                               ts_ns=page.start_ns)
 
     def mark_stale(self, urls: Iterable[str], phase: str | None, ts_ns: int) -> None:

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,12 +21,13 @@ from bridge.config import Config
 from bridge.endpoints import REFRESH_FIX, candidate_endpoints, display_key, local_source_url
 from bridge.errors import BridgeError, SequenceError
 from bridge.errors import LifecycleError as LifecycleError
-from bridge.events import Complete, Configured, Refresh, event_to_line
+from bridge.events import Complete, Configured, PodsResolved, Refresh, event_to_line
 from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
 from bridge.health import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, Health
 from bridge.kernel import COMPILED
 from bridge.normalize import Normalizer
+from bridge.pods import parse_pod_patterns
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig
@@ -51,6 +52,7 @@ from bridge.sidecar.pipeline import (
     PullPageSink,
     RecordLogSink,
 )
+from bridge.sidecar.pod_sinks import PodSelected, PodTimelineSink, SharedGpuNotes
 from bridge.sidecar.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.sources.runner import SourceFetcher, open_reader
 
@@ -144,11 +146,16 @@ class Session:
         self._record_log = RecordLogSink(self.records)
         self._latest = LatestRecords()
         self._pull = PullPageSink()
-        self._otlp = OtlpSink(forwarder, self.run_id) if forwarder is not None else None
+        self._otlp = OtlpSink(forwarder, self.run_id, pod_attributes=bool(config.gpu_pods)) \
+            if forwarder is not None else None
         self._live_sink = LiveSeriesSink(self.live_series)
-        sinks: list[PageSink] = [self._record_log, self._live_sink, self._latest, self._pull]
-        if self._otlp is not None:
-            sinks.append(self._otlp)
+        sinks: list[PageSink] = [self._record_log, self._live_sink, self._latest, SharedGpuNotes(self.events)]
+        leaving: list[PageSink] = [self._pull] if self._otlp is None else [self._pull, self._otlp]
+        self._pod_selected = PodSelected(parse_pod_patterns(config.gpu_pods), leaving) if config.gpu_pods else None
+        sinks += [self._pod_selected] if self._pod_selected is not None else leaving
+        self.pod_timelines = PodTimelineSink() if config.gpu_pods else None  # the report's pods (--gpu-pods)
+        if self.pod_timelines is not None:
+            sinks.append(self.pod_timelines)
         if listeners:
             sinks.append(ListenerSink(listeners))
         self.disposition: Disposition | None = None  # what the artifact directory held (prepare_artifacts)
@@ -187,6 +194,9 @@ class Session:
             if self.disposition == "finished" or (self.disposition == "resume" and self.records.path.exists()):
                 self.live_series = None
                 self.pipeline.sinks.remove(self._live_sink)  # nothing spools a series the report will not read
+                if self.pod_timelines is not None:  # (nor keeps pods: the report reads them from the log)
+                    self.pipeline.sinks.remove(self.pod_timelines)
+                    self.pod_timelines = None
             if self.live_series is not None:
                 self.live_series.spool_dir = new_spool_dir(self.artifact_dir, self.run_id)
             if self.disposition == "resume":
@@ -232,8 +242,8 @@ class Session:
             for probe in self.probes:
                 if probe.page is not None:  # the first scrapes: which endpoints serve the same GPUs (select.py)
                     self.pipeline.preview(probe.url, probe.page)
-            group = ScrapeGroup(self.fetcher, self.config.collection_interval, monotonic=self._monotonic,
-                                now_ns=self._now_ns)  # one thread scrapes every endpoint
+            group = self._group = ScrapeGroup(self.fetcher, self.config.collection_interval,
+                                              monotonic=self._monotonic, now_ns=self._now_ns)  # one thread for all
             for probe in self.probes:
                 # Defaults are only scraped when they answer; a user URL is scraped even when the probe
                 # failed, so an exporter that comes up late is still collected (and shown as down).
@@ -319,6 +329,27 @@ class Session:
             # The report's imports (numpy, the builder, the writers: ~0.2 CPU-s) are paid now, once, off the
             # shutdown path: under a 25m limit the grace period is 0.75 CPU-s for everything at the end.
             threading.Thread(target=_import_report_modules, name="report imports", daemon=True).start()
+
+    def follow_pods(self, urls: Sequence[str], pods: Sequence[str], event: PodsResolved) -> list[str]:
+        """What the pod watch found (sidecar/pod_watch.py): `pods` (NAMESPACE/NAME) join the selection, live and the
+        report's; exporter endpoints not scraped yet are from now on; the pods go to the events file. The URLs
+        added."""
+        with self._lock:
+            if self.state not in ("configured", "collecting"):
+                return []
+            self.events.write_event(event)
+            new = [pod for pod in pods if pod not in self.config.gpu_pods]
+            if new and self._pod_selected is not None:
+                self.config = replace(self.config, gpu_pods=(*self.config.gpu_pods, *new))
+                self._pod_selected.patterns = parse_pod_patterns(self.config.gpu_pods)
+            added = [url for url in dict.fromkeys(urls) if url not in self.loops]
+            with self._group.cond:  # (its thread reads its endpoints under it)
+                for url in added:
+                    self.loops[url] = ScrapeLoop(url, self.fetcher, self.config.collection_interval, self._take_page,
+                                                 self.pipeline.on_failure, monotonic=self._monotonic,
+                                                 now_ns=self._now_ns, group=self._group, stats=self.health.of(url))
+                self._group.wake()
+            return added
 
     # -- phase marks -------------------------------------------------------------------------------
     def mark_phase(self, name: Any, kind: Any, event: Any, time_ns: Any) -> PhaseMark:

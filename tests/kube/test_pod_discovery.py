@@ -96,3 +96,22 @@ def test_label_selectors_the_api_accepts_are_accepted(value: str) -> None:
 def test_a_bad_selector_is_named_with_what_a_selector_looks_like(value: str, message: str) -> None:
     (problem,) = pod_selector_problems(value)
     assert problem.startswith(f"--gpu-pod-selector {value!r}:") and message in problem
+
+
+LABELS = {"app": "llama", "tier": "serve"}
+
+
+@pytest.mark.parametrize(("selector", "selected"), [
+    ("app=llama", True), ("app==llama", True), ("app!=llama", False), ("app!=mistral", True),
+    ("zone!=a", True),  # `!=` selects a pod without the key, as the API server does
+    ("zone=a", False), ("app", True), ("!app", False), ("!zone", True),
+    ("tier in (serve, batch)", True), ("tier in (batch)", False), ("tier notin (serve)", False),
+    ("zone notin (a)", True), ("zone in (a)", False),
+    ("app=llama,tier in (batch)", False), ("app=llama, tier in (serve,batch), !zone", True),
+])
+def test_a_recorded_pods_labels_are_selected_offline_as_the_api_server_selects_them(selector: str,
+                                                                                    selected: bool) -> None:
+    from bridge.discovery import selector_matches
+
+    assert pod_selector_problems(f"bench/{selector}") == []
+    assert selector_matches(selector, LABELS) is selected

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bridge.cli import main
+from bridge.events import GpuShared
 from bridge.pods import parse_pod_patterns
 from bridge.report.build import build_report
 from bridge.report.pods import (
@@ -18,9 +19,12 @@ from bridge.report.pods import (
     NO_GPU_SELECTED,
     NO_MATCHING_POD,
     NO_POD_LABELS,
+    Timelines,
+    pods_of_records,
     report_for_pods,
     select_gpus,
     timelines_of_records,
+    with_shared,
 )
 from bridge.report.window import Phase, explicit_window
 from bridge.samples import GpuRecord
@@ -188,3 +192,70 @@ def test_gpu_pods_with_a_promql_store_is_refused_in_one_line() -> None:
     assert result.exit_code == 2
     assert result.output.strip() == ("Error: --gpu-pods needs --jsonl: records read back from a PromQL store carry "
                                      "no pod labels")
+
+
+def _changes_only(records: list[GpuRecord]) -> Timelines:
+    """The pods the live run keeps (the sidecar's `PodTimelineSink`): page by page, changes and the latest only."""
+    kept = Timelines()
+    for t_ns in sorted({r.timestamp_ns for r in records}):
+        page = [r for r in records if r.timestamp_ns == t_ns]
+        for key, pods in pods_of_records("127.0.0.1:19401", page).items():
+            kept.add(key, t_ns, pods)
+    return kept
+
+
+MIG = [("GPU-m/1", 0, 0.0004), ("GPU-m/2", 0, 0.0004)]
+
+
+@pytest.mark.parametrize("owner, gpus, instance", [
+    (lambda uuid, _: OWNER[uuid], GPUS, None),
+    (lambda uuid, _: None, GPUS, None),
+    (lambda _, s: ("other", "train-0") if 4 <= s < 7 else ("bench", "llama-0" if s < 4 else "llama-0-b"), GPUS, None),
+    (lambda _, s: ("bench", "llama-0") if s < 11 else ("other", "x"), GPUS[:1], None),
+    (lambda uuid, _: {"GPU-m/1": ("bench", "llama-0"), "GPU-m/2": ("other", "train-0")}[uuid], MIG,
+     {"GPU-m/1": "1", "GPU-m/2": "2"}),
+    (lambda uuid, s: ("bench", "llama-0") if uuid == "GPU-m/1" else (("other", "t") if 3 <= s < 5 else None), MIG,
+     {"GPU-m/1": "1", "GPU-m/2": "2"}),
+])
+def test_the_changes_the_live_run_keeps_select_what_every_scrape_of_the_log_selects(owner: Any, gpus: Any,
+                                                                                     instance: Any) -> None:
+    records = scrapes(owner, gpus, instance=instance)
+    built = build_report(records, window=explicit_window(*WINDOW))
+    every = select_gpus(built.series, timelines_of_records(records), BENCH, built.window, "interpolated")
+    live = select_gpus(built.series, _changes_only(records).timelines(), BENCH, built.window, "interpolated")
+    assert live.to_dict() == every.to_dict()
+    assert sum(len(t) for t in _changes_only(records).timelines().values()) <= 4 * len(gpus)
+
+
+def test_a_gpu_time_sliced_with_another_pod_is_apart_while_the_events_say_so_and_counted_after() -> None:
+    # The log names the benchmark's pod only (one pod per GPU and scrape); the events say GPU-a also served
+    # other/job-0 from T0 + 2 s until T0 + 6 s: the board is shared, so it is not counted at all in this window...
+    records = scrapes(lambda uuid, _: OWNER[uuid], GPUS[:1])
+    said = [GpuShared("http://127.0.0.1:19401/metrics", T0 + 2 * S, "GPU-a", None, ("bench/llama-0", "other/job-0")),
+            GpuShared("http://127.0.0.1:19401/metrics", T0 + 6 * S, "GPU-a", None, ())]
+    built = build_report(records, window=explicit_window(*WINDOW))
+    every = select_gpus(built.series, with_shared(timelines_of_records(records), said), BENCH, built.window,
+                        "interpolated")
+    assert every.selected == () and [(g.sharing, g.pods) for g in every.shared] == [
+        ("time_slicing_or_mps", ("bench/llama-0", "other/job-0"))]
+    # ...the changes the live run keeps give the same...
+    live = select_gpus(built.series, with_shared(_changes_only(records).timelines(), said), BENCH, built.window,
+                       "interpolated")
+    assert live.to_dict() == every.to_dict()
+    # ...and in a window after the sharing ended, the GPU is the benchmark's again.
+    later = explicit_window(T0 + 7 * S, T0 + 10 * S)
+    after = select_gpus(build_report(records, window=later).series, with_shared(timelines_of_records(records), said),
+                        BENCH, later, "interpolated")
+    assert [g.series.meta.gpu_uuid for g in after.selected] == ["GPU-a"] and after.shared == ()
+
+
+def test_report_gpu_pods_on_a_log_of_two_runs_selects_in_the_run_it_reports(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    ours = [replace(r, run_id="run-2") for r in scrapes(lambda uuid, _: OWNER[uuid])]
+    earlier = [replace(r, run_id="run-1", timestamp_ns=r.timestamp_ns - 3600 * S) for r in scrapes(lambda u, _: None)]
+    log = write_log(tmp_path / "gpu_telemetry_export.jsonl", earlier + ours)
+    result, doc = _report_cli(log, tmp_path, "bench/llama-0", "bench/llama-1")
+    assert result.exit_code == 0, result.output
+    assert "reporting run run-2" in result.output
+    assert doc["nvidia_total_gpu_energy"]["avg"] == pytest.approx(7000)  # J: the same two GPUs as in one run

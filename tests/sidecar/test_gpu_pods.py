@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 from click.testing import CliRunner
 
@@ -71,3 +72,96 @@ def test_a_bad_gpu_pods_value_stops_the_command_in_one_line_before_anything_runs
     assert result.exit_code == 2, result.output
     assert "--gpu-pods 'no-slash'" in result.output and result.output.count("\n") == 1
     assert not (tmp_path / "out" / "gpu_telemetry_export.jsonl").exists()
+
+
+def test_the_runs_report_from_the_pods_it_saw_live_equals_report_gpu_pods_on_its_record_log(tmp_path: Path) -> None:
+    # A shared node: one GPU per pod, the benchmark's pods are llm-server-0 and -1.
+    with SimulatedExporter(SimulatorConfig(gpus=4, seed=43, pod_labels="mapped")) as exporter:
+        session = _run(tmp_path / "run", exporter.url, ("llm-bench/llm-server-[01]",))
+    assert session.pod_timelines is not None  # the report took the pods the pages named, not the log's
+    assert session.outputs is not None and session.outputs.report is not None
+    live = session.outputs.report
+    out = tmp_path / "offline.json"
+    result = CliRunner().invoke(main, ["report", "--jsonl", str(session.records.path), "--events",
+                                       str(session.events.path), "--gpu-pods", "llm-bench/llm-server-[01]",
+                                       "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    offline = orjson.loads(out.read_bytes())["telemetry_data"]
+    assert offline["pods"] == live.telemetry_data["pods"]
+    assert [g["pods"] for g in offline["pods"]["gpus"]] == [["llm-bench/llm-server-0"], ["llm-bench/llm-server-1"]]
+    assert offline["pods"]["not_selected"]["other_pod"] == 2
+
+
+def _recorded_pods(session: Session) -> None:
+    """What a sidecar's --gpu-pod-selector records at start (sidecar/cli.py): the pods, their labels."""
+    from bridge.events import PodsResolved, ResolvedPod
+
+    pods = tuple(ResolvedPod("llm-bench", f"llm-server-{n}", "gpu-node-a", {"app": "llm", "shard": str(n)})
+                 for n in range(4))
+    session.events.write_event(PodsResolved(1, ("llm-bench/app=llm",), pods))
+
+
+def _report(session: Session, out: Path, *flags: str) -> dict:
+    result = CliRunner().invoke(main, ["report", "--jsonl", str(session.records.path), "--events",
+                                       str(session.events.path), *flags, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return dict(orjson.loads(out.read_bytes())["telemetry_data"])
+
+
+def test_report_applies_a_pod_selector_offline_to_the_pods_the_run_recorded(tmp_path: Path) -> None:
+    with SimulatedExporter(SimulatorConfig(gpus=4, seed=44, pod_labels="mapped")) as exporter:
+        config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[],
+                        artifact_dir=str(tmp_path / "run"), collection_interval=0.05, scrape_timeout=1.0,
+                        connect_timeout=0.5, run_id="pods-selector", shutdown_delay=3.0)
+        session = Session(config, default_table())
+        session.prepare_artifacts()
+        _recorded_pods(session)
+        session.configure()
+        scrape_synchronously(session, 4)
+        session.complete()
+    by_selector = _report(session, tmp_path / "a.json", "--gpu-pod-selector", "llm-bench/shard in (0, 1)")
+    by_glob = _report(session, tmp_path / "b.json", "--gpu-pods", "llm-bench/llm-server-[01]")
+    assert by_selector["pods"]["patterns"] == ["llm-bench/llm-server-0", "llm-bench/llm-server-1"]
+    assert by_selector["pods"]["gpus"] == by_glob["pods"]["gpus"]
+    assert [g["pods"] for g in by_selector["pods"]["gpus"]] == [["llm-bench/llm-server-0"], ["llm-bench/llm-server-1"]]
+    none = _report(session, tmp_path / "c.json", "--gpu-pod-selector", "llm-bench/app=mistral")
+    assert none["pods"]["gpus"] == [] and "no_gpu_selected" in none["measurement"]["reasons"]
+
+
+def test_report_with_a_pod_selector_but_no_recorded_pods_says_what_to_give_in_one_line(tmp_path: Path) -> None:
+    with SimulatedExporter(SimulatorConfig(gpus=1, seed=45, pod_labels="mapped")) as exporter:
+        session = _run(tmp_path, exporter.url, ())
+    result = CliRunner().invoke(main, ["report", "--jsonl", str(session.records.path), "--events",
+                                       str(session.events.path), "--gpu-pod-selector", "llm-bench/app=llm"])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and "records no pods" in result.output and "--gpu-pods" in result.output
+
+
+def test_pods_the_watch_finds_join_the_selection_and_their_new_exporter_is_scraped_from_then_on(
+        tmp_path: Path) -> None:
+    from bridge.events import PodsResolved, ResolvedPod
+
+    with SimulatedExporter(SimulatorConfig(gpus=2, seed=46, pod_labels="mapped")) as first, \
+            SimulatedExporter(SimulatorConfig(gpus=1, seed=47, pod_labels="mapped", namespace="other")) as second:
+        config = Config(telemetry=TelemetryItems(urls=[first.url]), default_endpoints=[],
+                        artifact_dir=str(tmp_path), collection_interval=0.05, scrape_timeout=1.0, connect_timeout=0.5,
+                        run_id="pods-follow", shutdown_delay=3.0, gpu_pods=("llm-bench/llm-server-0",))
+        session = Session(config, default_table())
+        session.configure()
+        scrape_synchronously(session, 2)
+        assert b"llm-server-1" not in session.exposition()
+        moved = PodsResolved(7, ("llm-bench/app=llm",), (ResolvedPod("llm-bench", "llm-server-1", "b", {}),))
+        added = session.follow_pods([first.url, second.url], ["llm-bench/llm-server-0", "llm-bench/llm-server-1"],
+                                    moved)
+        scrape_synchronously(session, 2)
+        assert b'pod="llm-server-1"' in session.exposition()  # forwarded live from now on
+        session.complete()
+    assert added == [second.url]
+    logged = {(d["namespace"], d["pod_name"]) for d in read_dicts(session.records.path)}
+    assert logged == {("llm-bench", "llm-server-0"), ("llm-bench", "llm-server-1"), ("other", "llm-server-0")}
+    recorded = [d for d in read_dicts(session.events.path) if d["type"] == "pods"]
+    assert [(d["time_ns"], [p["name"] for p in d["pods"]]) for d in recorded] == [(7, ["llm-server-1"])]
+    assert session.outputs is not None and session.outputs.report is not None
+    pods = session.outputs.report.telemetry_data["pods"]
+    assert [g["pods"] for g in pods["gpus"]] == [["llm-bench/llm-server-0"], ["llm-bench/llm-server-1"]]
+    assert pods["not_selected"]["other_pod"] == 1  # the new exporter's GPU serves another namespace's pod

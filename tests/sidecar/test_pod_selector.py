@@ -18,11 +18,15 @@ def test_the_selected_pods_are_the_reports_selection_and_their_nodes_exporters_a
     api = RecordingApi()
     config = Config(telemetry=TelemetryItems(urls=["http://given:9400/metrics"],
                                              discovery=["k8s://gpu-operator/nvidia-dcgm-exporter"]))
-    resolved = with_selected_pods(config, ["bench/app=llama"], api, api)
+    resolved, pods, *_ = with_selected_pods(config, ["bench/app=llama"], api, api, now_ns=lambda: 1234)
     assert resolved.telemetry.urls == ["http://given:9400/metrics", "http://10.0.1.5:9400/metrics",
                                        "http://10.0.2.7:9400/metrics"]
     assert resolved.telemetry.discovery == []
     assert resolved.gpu_pods == ("bench/llama-0", "bench/llama-1")
+    # what the events file records, so `report --gpu-pod-selector` can apply the selector offline
+    assert (pods.time_ns, pods.selectors) == (1234, ("bench/app=llama",))
+    assert [(p.namespace, p.name, p.node, p.labels["app"]) for p in pods.pods] == [
+        ("bench", "llama-0", "gpu-node-a", "llama"), ("bench", "llama-1", "gpu-node-b", "llama")]
 
 
 def test_a_selector_the_api_refuses_is_a_configuration_error_naming_the_fix() -> None:
