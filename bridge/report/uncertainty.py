@@ -153,7 +153,7 @@ def _timing_term(lo: NDArray[np.float64], hi: NDArray[np.float64], tau: NDArray[
     if grid is not None:
         pivot = grid.pivot_ns - base
         turn = grid.period_ns / grid.period * abs(r1 * (edges[1] - pivot) - r0 * (edges[0] - pivot))
-        return abs(r1 - r0) * grid.phase_ns / 2 + turn
+        return math.hypot(abs(r1 - r0) * grid.phase_ns / 2, turn)  # (the phase at a period, and the period)
     halves = []
     for edge, r in zip(edges, (r0, r1), strict=True):
         i = _interval(tau, edge)
