@@ -351,7 +351,7 @@ def _held_out() -> list[Window27]:
 @pytest.mark.slow
 def test_the_uncertainty_covers_the_error_on_the_development_set() -> None:
     valid = _assert_the_uncertainty_is_honest(_acceptance_windows(DEVELOPMENT_SEEDS[:3], ("model", "analytic")))
-    assert _median_ratio(valid) <= 10
+    assert _median_ratio(valid) <= 6  # (measured: 5.5)
 
 
 @pytest.mark.slow
@@ -359,17 +359,18 @@ def test_acceptance_the_uncertainty_covers_the_error_on_held_out_seeds_and_curve
     """Issue 27: >= 200 GPU windows over refresh periods 0-30 s and 20-300 s windows, on held-out seeds of the
     simulator's model and the held-out settling-steps family: where the verdict calls the window valid,
     `uncertainty` covers the true error in >= 95 %, `bound` in every window; with fresh values over >= 60 s windows
-    the uncertainty is at most 0.1 % of the energy. (Measured at the commit: 98.9 % covered.)"""
+    the uncertainty is at most 0.1 % of the energy. (Measured at the commit: 98.4 % covered, median ratio 5.8.)"""
     windows = _held_out()
     assert len(windows) >= 200
     valid = _assert_the_uncertainty_is_honest(windows)
-    assert _median_ratio(valid) <= 15  # the issue asks for 5: see the strict xfail below
+    assert _median_ratio(valid) <= 6  # the issue asks for 5: see the strict xfail below
 
 
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="issue 27 asks for a median uncertainty of at most 5x the median error; on "
-                                       "the held-out set it is ~10x (the edge's shape term is read from refreshes "
-                                       "twice as far apart as the edge's own; the timing term is a range)")
+                                       "the held-out set it is 5.8x: the 10-30 s refreshes' shape term, read from "
+                                       "refreshes twice as far apart as the edge's own, states ~10x their error "
+                                       "(DECISIONS.md 'Tightness, measured')")
 def test_acceptance_the_median_uncertainty_is_at_most_5x_the_median_error() -> None:
     valid = [w for w in _held_out() if w.valid]
     assert _median_ratio(valid) <= 5
