@@ -112,3 +112,16 @@ def test_the_sidecar_counts_differing_pages_in_the_events_error_summary_and_verd
     verdict = report.telemetry_data["measurement"]
     assert verdict["valid"] is False and verdict["reasons"] == ["duplicate_series"]
     assert verdict["duplicate_series_pages"] == 3 and "collectors" in verdict["fixes"]["duplicate_series"]
+
+
+@pytest.mark.parametrize(("mode", "kept"), [("interpolated", 300.0), ("aiperf", 250.0)])
+def test_a_page_without_a_template_follows_the_same_rule(mode: str, kept: float) -> None:
+    """Samples with timestamps make a page no template can repeat (parse/lines.py): the looped rules, the same
+    choice and count."""
+    body = page(300.0, 250.0).replace(b" 300.0\n", b" 300.0 1800000000000\n")
+    parsed = parse_page(body)
+    assert not hasattr(parsed, "template")
+    normalizer = Normalizer(default_table(), keep=duplicate_rule(mode))  # type: ignore[arg-type]
+    (gpu,) = normalizer.records(parsed, source_url=URL, timestamp_ns=1)
+    assert gpu.telemetry_data["nvidia_power_usage"] == kept
+    assert [d.differing for d in normalizer.take_duplicates()] == [1]
