@@ -7,7 +7,9 @@ sidecar's final_refresh_wait does). Three readings of the same records, side by 
 - `scrape-timed`: the counter read at our scrape times (the interpolated rule before issue 15);
 - `refresh-timed`: the report (bridge/report/refresh.py), with the bound it gives;
 - `aiperf`: AIPerf 0.13's counter rule.
-Printed: the largest and mean |error| of each, and whether the bound covered every run's error. Then the cost:
+Printed: the largest and mean |error| of each, whether the bound covered every run's error, and the expected
+error the report states (`uncertainty`): its median over the median |error| and how many runs it covered. Then
+the cost:
 the report of one 1-hour GPU at 3 Hz with a 30 s refresh against the same with fresh values (a ratio).
 
     .venv/bin/python bench/bench_energy.py
@@ -72,23 +74,27 @@ def scrape_timed(records: list[GpuRecord], start: int, end: int) -> float:
 
 def accuracy() -> None:
     print(f"   {'refresh':>8} {'window':>7} | {'scrape-timed max/mean':>22} | {'refresh-timed max/mean':>23} | "
-          f"{'bound covers':>12} | {'aiperf max':>10}")
+          f"{'bound covers':>12} | {'uncertainty/err, covers':>23} | {'aiperf max':>10}")
     for refresh_s in (0, 1, 10, 30):
         for window_s in (20, 60, 300):
             old, new, aiperf, covered = [], [], [], True
+            errors, stated = [], []
             for seed in range(SEEDS):
                 records, start, end, truth = run(refresh_s, window_s, seed)
                 window = explicit_window(start, end)
                 built = build_report(records, window=window)
                 energy, bound = built.energy.total_energy_j or 0.0, built.energy.bound_j or 0.0
                 covered = covered and abs(energy - truth) <= bound
+                errors.append(abs(energy - truth))
+                stated.append(built.energy.uncertainty_j or 0.0)
                 new.append(abs(energy / truth - 1))
                 old.append(abs(scrape_timed(records, start, end) / truth - 1))
                 theirs = build_report(records, window=window, counter_mode="aiperf").energy.total_energy_j or 0.0
                 aiperf.append(abs(theirs / truth - 1))
             print(f"   {refresh_s:>6} s {window_s:>5} s | {max(old):>10.3%} {statistics.mean(old):>10.3%} | "
                   f"{max(new):>11.3%} {statistics.mean(new):>10.3%} | {'yes' if covered else 'NO':>12} | "
-                  f"{max(aiperf):>10.2%}")
+                  f"{statistics.median(stated) / statistics.median(errors):>10.1f}x "
+                  f"{sum(e <= u for e, u in zip(errors, stated, strict=True)):>6}/{SEEDS:<5} | {max(aiperf):>10.2%}")
 
 
 def cost() -> None:

@@ -6,7 +6,10 @@ Rules (NVIDIA/dcgm-exporter's labels: `internal/pkg/rendermetrics/render_metrics
   the other GPUs their data (AIPerf drops the whole scrape);
 - blank sentinels and empty label values mean "absent", never zero; NaN/±Inf are absent too;
 - under MIG, device-level fields repeat on every instance series: they belong to the parent GPU only;
-- NvLink / NvSwitch / CPU entity lines are not GPUs (they are still forwarded as OTLP, not here).
+- NvLink / NvSwitch / CPU entity lines are not GPUs (they are still forwarded as OTLP, not here);
+- the same series twice on one page (metric name and label set; an exporter bug, two collectors): `keep="first"`
+  (the default) keeps the first, as Prometheus does; `keep="last"` is AIPerf's (compat mode: its dict keeps the
+  last). Either way the pages whose duplicates differ are counted (`take_duplicates`); identical ones are not.
 
 Speed: the rules above only depend on a page's structure (names and label sets) and on which values are
 absent. So they are compiled once per page template (parse/template.py) into a `_Plan` — per record, its report
@@ -27,14 +30,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from itertools import count
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from bridge import kernel  # without the compiled kernel every page takes `Normalizer.records`
 from bridge.fields import BLANK_VALUES, FieldSpec, FieldTable, is_blank_label, is_blank_value, spec_for_family
 from bridge.parse import AnyPage, PageTemplate, TemplatedPage
 from bridge.parse.template import pack_ints
 from bridge.record_log import LineProgram, line_pieces, line_program
-from bridge.samples import GpuMeta, GpuRecord
+from bridge.samples import CounterMode, GpuMeta, GpuRecord
 
 _BLANKS = tuple(sorted(BLANK_VALUES))
 
@@ -128,6 +131,7 @@ class _Plan(NamedTuple):
     candidate_at: bytes  # the same, as the kernel reads them (int32)
     entries: tuple[PlanEntry, ...]
     ratios: tuple[tuple[int, str], ...] = ()  # (position, family) of present `_RATIO` samples: 0-1 by name
+    duplicates: tuple[tuple[int, int, str], ...] = ()  # (first, later position, name): one series twice on a page
 
 
 class CompiledRecords(NamedTuple):
@@ -182,6 +186,27 @@ class UnitAnomaly(NamedTuple):
                 f"(said once per family per run)")
 
 
+DUPLICATE_SERIES_MESSAGE = ("the page holds a series (metric name and labels) twice with different values: the "
+                            "first is kept (AIPerf's compat mode keeps the last); check the exporter's collectors")
+
+
+class DuplicateSeries(NamedTuple):
+    """A page that held one series (metric name and label set) twice with different values."""
+
+    source_url: str
+    differing: int  # the differing duplicates on the page
+    name: str  # the first of them
+
+
+def duplicate_rule(mode: CounterMode) -> Literal["first", "last"]:
+    """Which of a series found twice on a page a run keeps: the first (as Prometheus), the last in AIPerf's mode."""
+    return "last" if mode == "aiperf" else "first"
+
+
+def _differ(a: float, b: float) -> bool:
+    return a != b and not (math.isnan(a) and math.isnan(b))
+
+
 def _present(value: float) -> bool:
     return not (math.isnan(value) or math.isinf(value) or is_blank_value(value))
 
@@ -190,9 +215,11 @@ class Normalizer:
     """Keeps, per label set, the GPU metadata it implies (label mappings repeat across scrapes), and one
     compiled plan per page template (and set of absent values)."""
 
-    def __init__(self, table: FieldTable, max_cached: int = 50_000) -> None:
+    def __init__(self, table: FieldTable, max_cached: int = 50_000, keep: Literal["first", "last"] = "first") -> None:
         self.table = table
         self.max_cached = max_cached
+        self.keep = keep  # which of a series found twice on a page fills its key (module doc)
+        self._duplicates: list[DuplicateSeries] = []
         self._meta: dict[int, tuple[Mapping[str, str], GpuMeta | None]] = {}
         self._specs: dict[str, FieldSpec | None] = {}
         self._plans: dict[tuple[PageTemplate, frozenset[int]], _Plan] = {}
@@ -208,6 +235,16 @@ class Normalizer:
         """The unit anomalies found since the last call (each family at most once per Normalizer, i.e. per run)."""
         out, self._anomalies = self._anomalies, []
         return out
+
+    def take_duplicates(self) -> list[DuplicateSeries]:
+        """The pages with differing duplicate series since the last call."""
+        out, self._duplicates = self._duplicates, []
+        return out
+
+    def _check_duplicates(self, plan: _Plan, value: Callable[[int], float], source_url: str) -> None:
+        differing = [name for first, later, name in plan.duplicates if _differ(value(first), value(later))]
+        if differing:
+            self._duplicates.append(DuplicateSeries(source_url, len(differing), differing[0]))
 
     def _check_ratios(self, plan: _Plan, value: Callable[[int], float], source_url: str) -> None:
         for position, family in plan.ratios:
@@ -247,6 +284,8 @@ class Normalizer:
             plan = self._compile(names, labels, lambda i: _present(values[i]))
         if plan.ratios:
             self._check_ratios(plan, values.__getitem__, source_url)
+        if plan.duplicates:
+            self._check_duplicates(plan, values.__getitem__, source_url)
         get = values.__getitem__
         out = []
         for entry in plan.entries:
@@ -272,6 +311,8 @@ class Normalizer:
             program = self._programs[key] = self._line_program(plan, *key[1:])
         if plan.ratios:
             self._check_ratios(plan, page.value_getter(), source_url)
+        if plan.duplicates:
+            self._check_duplicates(plan, page.value_getter(), source_url)
         lines, rows = kernel.records_of(*program, page.raw, timestamp_ns, scrape_end_ns)
         return CompiledRecords(plan.key, plan.entries, lines, rows, source_url, timestamp_ns, run_id, phase,
                                scrape_end_ns)
@@ -320,6 +361,8 @@ class Normalizer:
         parent_fallback: dict[GpuIdentity, dict[str, tuple[int, float]]] = {}
         candidates: list[int] = []
         ratios: list[tuple[int, str]] = []
+        first_of: dict[tuple[str, frozenset[tuple[str, str]]], int] = {}
+        duplicates: list[tuple[int, int, str]] = []
         for position, (name, label_set) in enumerate(zip(names, labels, strict=True)):
             spec = self.spec_for(name)
             if spec is None:
@@ -330,6 +373,11 @@ class Normalizer:
             candidates.append(position)
             if not present(position):
                 continue
+            first = first_of.setdefault((name, frozenset(label_set.items())), position)
+            if first != position:
+                duplicates.append((first, position, name))
+                if self.keep == "first":
+                    continue
             if name.endswith("_RATIO"):
                 ratios.append((position, name))
             slot = (position, spec.scale)
@@ -358,7 +406,8 @@ class Normalizer:
             for identity, data in slots.items()
             if data
         )
-        return _Plan(next(self._plan_numbers), tuple(candidates), pack_ints(candidates), entries, tuple(ratios))
+        return _Plan(next(self._plan_numbers), tuple(candidates), pack_ints(candidates), entries, tuple(ratios),
+                     tuple(duplicates))
 
 
 def _record(meta: GpuMeta, data: dict[str, float], source_url: str, timestamp_ns: int, run_id: str | None,

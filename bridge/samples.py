@@ -119,9 +119,11 @@ PHASE_KINDS: tuple[PhaseKind, ...] = get_args(PhaseKind)
 PhaseEvent = Literal["start", "end"]
 PHASE_EVENTS: tuple[PhaseEvent, ...] = get_args(PhaseEvent)
 FetchErrorKind = Literal["connect", "timeout", "http_status", "content_type", "too_large", "truncated", "empty"]
-# a failed scrape, a page whose lines could not be read, or a value contradicting its name's unit (issue 14)
-FailureKind = Literal[FetchErrorKind, "parse", "unit"]
-FAILURE_KINDS: tuple[FailureKind, ...] = (*get_args(FetchErrorKind), "parse", "unit")
+# a failed scrape, a page whose lines could not be read, a value contradicting its name's unit (issue 14), or a
+# page holding one series twice with different values (issue 27; not a failed scrape: its page was used)
+FailureKind = Literal[FetchErrorKind, "parse", "unit", "duplicate_series"]
+FAILURE_KINDS: tuple[FailureKind, ...] = (*get_args(FetchErrorKind), "parse", "unit", "duplicate_series")
+NOT_FAILED_SCRAPES: frozenset[str] = frozenset({"duplicate_series"})  # kinds whose scrape brought its sample
 EndpointStateKind = Literal["up", "down", "duplicate"]  # duplicate: serves the same GPUs as another (select.py)
 ENDPOINT_STATES: tuple[EndpointStateKind, ...] = get_args(EndpointStateKind)
 SessionState = Literal["created", "configured", "collecting", "completed"]

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any
 
-from bridge.samples import MetricKind
+from bridge.samples import NOT_FAILED_SCRAPES, MetricKind
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -131,7 +131,7 @@ def scrape_health(report: Report, display: str) -> tuple[int, int, float]:
     """(failed scrapes, scrapes due, longest gap between good scrapes in s) of one endpoint in the window: the
     failures are the error summary's, the good scrapes the distinct record times of the endpoint's GPUs."""
     failed = sum(int(e.get("count", 0)) for e in report.telemetry_data.get("error_summary", [])
-                 if e.get("error_details", {}).get("type") != "endpoint_down"
+                 if e.get("error_details", {}).get("type") not in ("endpoint_down", *NOT_FAILED_SCRAPES)
                  and str(e.get("error_details", {}).get("message", "")).startswith(f"{display}: "))
     import numpy as np
 

@@ -30,7 +30,7 @@ from bridge.report.refresh import (
     VENDOR_KEYS,
     Cadence,
     energy_keys,
-    series_cadence,
+    source_cadence,
     window_delta,
 )
 from bridge.report.series import Series
@@ -166,7 +166,7 @@ def gpu_energy(s: Series, window: Window) -> GpuEnergy:
     window holds fewer than two of its refreshes)."""
     assert window.start_ns is not None and window.end_ns is not None
     start, end = window.start_ns, window.end_ns
-    cadence = series_cadence(s.timestamps, s.values)
+    cadence = source_cadence(s.endpoint, s.timestamps, s.values)
     refreshes = None if cadence.fresh else refreshes_inside(s.timestamps, cadence, start, end)
     energy_key, power_key = energy_keys(s.values)
     power = s.values.get(power_key)
@@ -263,7 +263,7 @@ def _interpolated_totals(series: Sequence[Series], window: Window) -> EnergyTota
     slowest: float | None = None
     at_least = False
     for s in series:
-        cadence = series_cadence(s.timestamps, s.values)
+        cadence = source_cadence(s.endpoint, s.timestamps, s.values)
         period = None if cadence.fresh else cadence.period_s
         if energy_keys(s.values)[0] in s.values and period is not None and period >= (slowest or 0.0):
             slowest, at_least = period, cadence.at_least

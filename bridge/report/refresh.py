@@ -30,7 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from bridge.report.uncertainty import GridSpread, fresh_uncertainty, refreshed_uncertainty
+from bridge.report.uncertainty import GridSpread, fresh_uncertainty, lag_allowance, refreshed_uncertainty
+from bridge.sources import COUNTER_UPDATE_S
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,7 +75,8 @@ class Cadence:
     at_least: bool = False  # the period is a lower bound: fewer than two new values were seen
     # How far the fitted grid can move while every bracket still holds one of its instants (ns; None: no grid, or
     # one the brackets do not all agree with): its phase at the chosen period, and its period, turning the grid
-    # about `pivot_ns` (the middle of the brackets).
+    # about `pivot_ns` (the middle of the brackets); where the energy's clock sets the period, its period spread
+    # is that clock's two standard errors.
     phase_spread_ns: float | None = None
     period_spread_ns: float | None = None
     pivot_ns: float | None = None
@@ -157,14 +159,29 @@ def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64], *, counting: bo
     lo = ts[previous].astype(np.float64)
     hi = ts[new].astype(np.float64)
     mids = (lo + hi) / 2
-    period = float(np.median(np.diff(mids)))
+    durations = None if energy is None or power is None else _durations(energy[new], power[new])
+    period = _rough_period(mids, durations)
     cadence = Cadence(scrapes, refreshes, period, new=new)
     if cadence.fresh or period <= 0:
         return cadence
-    durations = None
-    if energy is not None and power is not None:
-        durations = _durations(energy[new], power[new])
     return _fit_grid(cadence, lo, hi, mids, durations)
+
+
+def _rough_period(mids: NDArray[np.float64], durations: NDArray[np.float64] | None) -> float:
+    """The period the grid fit starts from: the energy's own clock (the median time between refreshes that the
+    energy drawn and the power say) where it lies within the brackets' spacings, else their median spacing. (With
+    scrapes a little faster than the refresh, 333 ms against 500 ms, the brackets lie one or two scrape intervals
+    apart, never one period: the fit, which searches within 10 % of where it starts, then finds no grid or a wrong
+    one. A counter that disagrees with its gauge says nothing of the period.)"""
+    import numpy as np
+
+    gaps = np.diff(mids)
+    if durations is not None:
+        finite = durations[np.isfinite(durations)]
+        clock = float(np.median(finite)) if finite.size >= 2 else math.nan
+        if float(np.min(gaps)) <= clock <= float(np.max(gaps)):
+            return clock
+    return float(np.median(gaps))
 
 
 def _durations(energy: NDArray[np.float64], power: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -229,8 +246,10 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
         measured = _measured_period(durations, steps)
         # The energy's clock, where the brackets agree and it is the sharper of the two (the brackets leave the
         # period anywhere in [low, high]; the energy's durations wander with power swings between refreshes).
+        # Its spread is then its own: two standard errors (~95 %), within the brackets' range.
         if measured is not None and low <= measured[0] <= high and measured[1] < (high - low) / math.sqrt(12):
             period = measured[0]
+            period_spread = min(2 * measured[1], max(high - period, period - low))
     phase = (np.max(lo0 - period * j) + np.min(hi0 - period * j)) / 2
     grid = phase + period * j
     slack = 1e6  # 1 ms: times are request starts
@@ -287,6 +306,17 @@ def series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float6
         _CADENCES.clear()
     _CADENCES[key] = (weakref.ref(ts), cadence)
     return cadence
+
+
+def source_cadence(endpoint: str, ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
+    """`series_cadence`, except for a local reader whose counter's update period is known (bridge.sources
+    `COUNTER_UPDATE_S`: NVML's 100 ms): the values it holds between updates are that hold, not a DCGM refresh,
+    and its reads are timed by their scrape (fresh), the hold covered by the uncertainty's lag term. Timed as a
+    refresh grid instead, an H200's counter read every 73 ms found no grid (its updates drift against any fixed
+    period) and understated the cool-down's error (bench/RESULTS.md, "A real GPU")."""
+    if endpoint in COUNTER_UPDATE_S:
+        return Cadence(int(ts.size), int(ts.size), None)
+    return series_cadence(ts, values)
 
 
 def _series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
@@ -425,6 +455,9 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
         edge_bounds = fresh_edge_bounds(ts, values[key], start, end)
         if edge_bounds is None:
             return WindowDelta(fresh)
+        if lag_s:  # each reading lags its time by up to lag_s: the truth at an edge can be that much further on
+            edge_bounds = (edge_bounds[0] + lag_allowance(ts, values[key], power, start, lag_s),
+                           edge_bounds[1] + lag_allowance(ts, values[key], power, end, lag_s))
         expected = fresh_uncertainty(ts, values[key], power, start, end, edge_bounds, ENERGY_RESOLUTION_MJ, lag_s)
         return WindowDelta(fresh, sum(edge_bounds), expected)
     timed = refreshed_delta(ts, values[key], cadence, start, end, None if power is None else power * 1e-6,  # W → MJ/s

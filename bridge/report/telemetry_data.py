@@ -24,7 +24,7 @@ from bridge.report.refresh import (
     endpoint_cadence,
     field_periods,
     refreshes_in,
-    series_cadence,
+    source_cadence,
     window_delta,
 )
 from bridge.report.series import GpuMeta, Series
@@ -280,7 +280,7 @@ def series_metrics(s: Series, labels: Sequence[MetricLabel], window: Window, mod
     deltas = counter_deltas_interpolated(s.timestamps, matrix[g:c], start, end, grace, scratch=scratch)
     results: dict[str, dict[str, Any] | None] = {label.key: result for label, result in zip(gauges, stats, strict=True)}
     if mode == "interpolated":
-        cadence = series_cadence(s.timestamps, s.values)
+        cadence = source_cadence(s.endpoint, s.timestamps, s.values)
         results.update(refreshed_counters(s, counters, cadence, window, deltas))
         if not cadence.fresh:  # what the gauges rest on: how many distinct DCGM refreshes the window holds
             refreshes = refreshes_in(s.timestamps, matrix[:c], start, end)
@@ -365,7 +365,7 @@ def build_block(series: Sequence[Series], window: Window, table: FieldTable, mod
                 gpus[keys[s.meta.identity]] = gpu_entry(s, labels, window, mode, scratch)
         endpoints[endpoint] = {"gpus": gpus}
         if mode == "interpolated":
-            cadences = [series_cadence(s.timestamps, s.values) for s in members]
+            cadences = [source_cadence(s.endpoint, s.timestamps, s.values) for s in members]
             cadence = endpoint_cadence(cadences)
             speaker = members[cadences.index(cadence)]
             endpoints[endpoint]["refresh"] = refresh_summary(cadence, field_periods(speaker.timestamps,

@@ -9,14 +9,23 @@ between the readings around it. The truth is nearly always much closer, and how 
   residual |ΔE − (P₀ + P₁)·h/2| of the intervals around it (what a line misses: the power's curvature, and
   readings not quite at their scrape time when DCGM refreshes a little slower than instantly). For linear
   power the two edges' errors have known signs that can add: the edges add in full.
-- A slow refresh, read by cubic Hermite interpolation with the power gauge as the slope (exact for linear
-  power). The shape term: the reader's own error on the refreshes near the edge, each read from its two
-  neighbours alone as if it were missing (a leave-one-out check at twice the refresh spacing); the largest of
-  them. The timing term: each refresh is timed at the fitted grid's instant in its bracket, and the grid can
-  still move by its phase spread and its period spread (the ranges every bracket allows): a phase error moves
-  both edges alike and cancels but for the power's change across the window, a period error turns the grid
-  about its pivot; with no agreed grid, each edge can sit anywhere in half its bracket. The edges' shape
-  terms and the timing term are independent: they add in quadrature.
+- A slow refresh, read by cubic Hermite interpolation with the power gauge as the slope (exact for power that
+  is quadratic between two refreshes). The shape term has two parts, in quadrature:
+  - what the refreshes resolve: the reader's own error on the refreshes near the edge, each read from its two
+    neighbours alone as if it were missing (a leave-one-out check at twice the spacing, at the middle; the
+    largest of them), carried to the edge by the Hermite error's own form f⁗·h⁴·x²(1−x)²/24: at fraction x
+    of a spacing half as wide, x²(1−x)² of the check;
+  - what they miss: a power that swings between refreshes shows as a gauge reading away from the mean of the
+    counter's rates either side (equal to within the power's curvature when the refreshes follow it); its
+    largest size D near the edge enters the reader through the slopes (the Hermite slope basis: at most
+    D·h·x(1−x)) and through the energy it moves inside the interval (a swing of size D that the counter's
+    interval mean does not see, at its slowest one period per interval: D·h·(1 − cos 2πx)/2π).
+  Without a gauge (a linear reading) the check stands as it is. The timing term: each refresh is timed at the
+  fitted grid's instant in its bracket, and the grid can still move by its phase spread and its period spread
+  (the ranges every bracket allows, or two standard errors of the energy's clock where that sets the period):
+  a phase error moves both edges alike and cancels but for the power's change across the window, a period
+  error turns the grid about its pivot; with no agreed grid, each edge can sit anywhere in half its bracket.
+  The edges' shape terms, the phase term and the period term are independent: they add in quadrature.
 - The counter's lag, for a source whose update period is known (bridge.sources.COUNTER_UPDATE_S: NVML's counter
   updates every 100 ms, measured on an H200 by scripts/check-gpu.sh): a read returns the last update, so each
   edge's reading lags by up to one period, and their difference by up to period × the higher edge power, in
@@ -91,6 +100,19 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], power
     return min(math.hypot(sum(edges), lag) + 2 * resolution, sum(edge_bounds))
 
 
+def lag_allowance(ts: NDArray[np.int64], counter: NDArray[np.float64], power_w: NDArray[np.float64] | None,
+                  edge: int, lag_s: float) -> float:
+    """How much further on the truth at `edge` can be than readings that lag by up to `lag_s` say (the counter's
+    unit, MJ): `lag_s` × the highest power around the edge. Widens a lagging source's hard bound."""
+    import numpy as np
+
+    valid = np.flatnonzero(~np.isnan(counter))
+    if not lag_s or valid.size == 0:
+        return 0.0
+    p = None if power_w is None else power_w[valid] * 1e-6  # W → MJ/s
+    return lag_s * _rate_near(ts[valid], counter[valid], p, edge)
+
+
 def _rate_near(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.float64] | None, edge: int) -> float:
     """The highest power at the readings around `edge` (MJ/s): the gauge's, else the counter's mean rate between
     them; 0 outside the readings."""
@@ -145,7 +167,7 @@ def refreshed_uncertainty(tau: NDArray[np.float64], cum: NDArray[np.float64], ra
     rates: list[float | None] = []
     for edge, bound in zip(edges, bounds, strict=True):
         interval = _interval(tau, edge)
-        shape = None if interval is None else _shape_term(tau, cum, interval, read)
+        shape = None if interval is None else _shape_term(tau, cum, rate, interval, edge, read)
         if interval is None or shape is None:
             shapes.append(bound)  # beyond the refreshes seen, or too few of them: only the hard bound is known
             rates.append(None)
@@ -177,7 +199,7 @@ def _timing_term(lo: NDArray[np.float64], hi: NDArray[np.float64], tau: NDArray[
     if grid is not None:
         pivot = grid.pivot_ns - base
         turn = grid.period_ns / grid.period * abs(r1 * (edges[1] - pivot) - r0 * (edges[0] - pivot))
-        return abs(r1 - r0) * grid.phase_ns / 2 + turn
+        return math.hypot(abs(r1 - r0) * grid.phase_ns / 2, turn)  # (the phase at a period, and the period)
     halves = []
     for edge, r in zip(edges, (r0, r1), strict=True):
         i = _interval(tau, edge)
@@ -186,14 +208,44 @@ def _timing_term(lo: NDArray[np.float64], hi: NDArray[np.float64], tau: NDArray[
     return math.hypot(*halves)
 
 
-def _shape_term(tau: NDArray[np.float64], cum: NDArray[np.float64], i: int, read: Reader) -> float | None:
-    """How far a reading inside interval i can be off for the power's shape between refreshes: the reader's own
-    error on the refreshes nearby, each read from its two neighbours alone as if it were missing (see the module
-    doc). None with fewer than three refreshes."""
+def _shape_term(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None, i: int,
+                edge: float, read: Reader) -> float | None:
+    """How far a reading at `edge`, inside interval i, can be off for the power's shape between refreshes (see the
+    module doc). None with fewer than three refreshes."""
+    check = _leave_one_out(tau, cum, i, read)
+    unresolved = _unresolved_power(tau, cum, rate, i)
+    if check is None or unresolved is None:
+        return check  # no gauge to tell a smooth power from one the refreshes miss: the check as it stands
+    h = float(tau[i + 1] - tau[i])
+    x = min(max((edge - float(tau[i])) / h, 0.0), 1.0)
+    smooth = check * (x * (1 - x)) ** 2
+    missed = unresolved * h * (x * (1 - x) + (1 - math.cos(2 * math.pi * x)) / (2 * math.pi))
+    return math.hypot(smooth, missed)
+
+
+def _leave_one_out(tau: NDArray[np.float64], cum: NDArray[np.float64], i: int, read: Reader) -> float | None:
+    """The reader's own error on the refreshes near interval i, each read from its two neighbours alone as if it
+    were missing (at twice the spacing, at the middle); the largest of them. None with fewer than three refreshes."""
     n = tau.size
     errors = [abs(float(cum[k]) - read(k - 1, k + 1, float(tau[k])))
               for k in range(max(i - 2, 1), min(i + 4, n - 1))]
     return max(errors) if errors else None
+
+
+def _unresolved_power(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
+                      i: int) -> float | None:
+    """The power the refreshes near interval i do not resolve (counter units per ns): the largest difference
+    between the gauge at a refresh and the mean of the counter's rates over the intervals either side of it
+    (equal, to the power's curvature, for a power the refreshes follow). None without a gauge there."""
+    if rate is None:
+        return None
+    found = []
+    for k in range(max(i - 1, 1), min(i + 3, tau.size - 1)):
+        before = float(cum[k] - cum[k - 1]) / float(tau[k] - tau[k - 1] or math.inf)
+        after = float(cum[k + 1] - cum[k]) / float(tau[k + 1] - tau[k] or math.inf)
+        if math.isfinite(rate[k]):
+            found.append(abs(float(rate[k]) - (before + after) / 2))
+    return max(found) if found else None
 
 
 def trapezoid_error_j(grid_ns: NDArray[np.float64], curve_w: NDArray[np.float64]) -> float:

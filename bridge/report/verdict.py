@@ -25,6 +25,7 @@ from bridge.report.refresh import MIN_REFRESHES_PER_WINDOW
 from bridge.report.sanity import CounterCheck
 from bridge.report.series import Series
 from bridge.report.window import Window
+from bridge.samples import NOT_FAILED_SCRAPES
 
 if TYPE_CHECKING:
     from bridge.samples import ScrapeFailure
@@ -56,6 +57,9 @@ FIXES: Mapping[str, str] = {
     "no_matching_pod": "no GPU is attributed to a pod matching --gpu-pods: check the NAMESPACE/GLOB",
     "gpu_shared_with_other_pods": "a GPU served a matching and another pod at once (MIG, time-slicing, MPS): it "
                                   "is listed under pods.shared and not counted",
+    "duplicate_series": "a page held one series (metric name and labels) twice with different values (the first "
+                        "was used, the last with --counter-mode aiperf; see error_summary): check the exporter's "
+                        "collectors and its custom-metrics file",
     "no_hash": "the report stores no SHA-256 of its record log: rebuild it with `dcgm-bridge report`",
     "hash_mismatch": "the record log's bytes are not those the report was built from: rebuild the report",
     "numbers_differ": "a number in the report differs from the one the record log gives: rebuild the report",
@@ -143,8 +147,12 @@ def measurement(series: Sequence[Series], keys: Mapping[tuple[str, tuple[str, st
     amd_gpus = amd_energy.gpus if amd_energy is not None else ()
     by_gpu = {(g.endpoint, g.identity): g for g in (*energy.gpus, *amd_gpus)}
     failures: dict[str, int] = {}
+    duplicates = 0
     for failure in errors:
         if window.start_ns <= failure.time_ns <= window.end_ns:
+            if failure.kind in NOT_FAILED_SCRAPES:
+                duplicates += failure.kind == "duplicate_series"
+                continue
             key = display_key(failure.endpoint)
             failures[key] = failures.get(key, 0) + 1
     gpus: dict[str, dict[str, Any]] = {}
@@ -156,8 +164,12 @@ def measurement(series: Sequence[Series], keys: Mapping[tuple[str, tuple[str, st
         reasons.update(dict.fromkeys(entry["reasons"]))
     if not series:
         reasons["no_data"] = None
+    if duplicates:
+        reasons["duplicate_series"] = None
     out: dict[str, Any] = {"valid": not reasons, "reasons": list(reasons),
                            "fixes": {code: FIXES[code] for code in reasons}}
+    if duplicates:
+        out["duplicate_series_pages"] = duplicates  # pages in the window that held a series twice, differing
     if energy.gpus:
         out["energy_source"] = energy.source
         out["power_from_samples"] = energy.power_from_samples

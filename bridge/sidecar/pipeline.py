@@ -29,7 +29,7 @@ from bridge.endpoints import display_key
 from bridge.events import EndpointState
 from bridge.fetch import FetchError
 from bridge.health import Health
-from bridge.normalize import CompiledRecords, Normalizer
+from bridge.normalize import DUPLICATE_SERIES_MESSAGE, CompiledRecords, Normalizer
 from bridge.otlp.export import ExportStats
 from bridge.otlp.semconv import with_pod_attributes
 from bridge.parse import AnyPage, PageParser, TemplatedPage
@@ -395,6 +395,12 @@ class Pipeline:
             logger.warning("%s: %s", display_key(anomaly.source_url), anomaly.message())
             time_ns = page.start_ns if page.endpoint == anomaly.source_url else 0
             self.events.write_event(ScrapeFailure(anomaly.source_url, time_ns, "unit", anomaly.message()))
+        for duplicate in self.normalizer.take_duplicates():  # one event per page: the report counts them
+            if self._notes.due(duplicate.source_url, "duplicate series", page.start_ns):
+                logger.warning("%s: %s (%s)", display_key(duplicate.source_url), DUPLICATE_SERIES_MESSAGE,
+                               duplicate.name)
+            self.events.write_event(ScrapeFailure(duplicate.source_url, page.start_ns, "duplicate_series",
+                                                  DUPLICATE_SERIES_MESSAGE))
         if page.parsed.dropped:
             self._note_dropped(page)
         for sink in self.sinks:

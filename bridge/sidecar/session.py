@@ -26,7 +26,7 @@ from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_f
 from bridge.fields import FieldTable
 from bridge.health import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, Health
 from bridge.kernel import COMPILED
-from bridge.normalize import Normalizer
+from bridge.normalize import Normalizer, duplicate_rule
 from bridge.pods import parse_pod_patterns
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
 from bridge.redact import redact_url
@@ -162,7 +162,8 @@ class Session:
         self.started_ns: int | None = None  # when configure began: a phase manifest older than this is not ours
         self.preference = preference_order([*config.telemetry.urls, *map(local_source_url, config.telemetry.local)],
                                            candidate_endpoints([], config.default_endpoints))
-        self.pipeline = Pipeline(Normalizer(table), sinks, self.events, run_id=self.run_id,
+        normalizer = Normalizer(table, keep=duplicate_rule(config.counter_mode))  # a series twice on one page
+        self.pipeline = Pipeline(normalizer, sinks, self.events, run_id=self.run_id,
                                  phase=lambda: self.phase, otlp=self._otlp, max_series=config.max_series,
                                  max_gpus=config.max_gpus, health=self.health, preference=self.preference,
                                  on_duplicate=self._retire)

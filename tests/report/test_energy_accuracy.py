@@ -8,7 +8,6 @@ integral is known in closed form (independent of the simulator's code).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import random
 from typing import NamedTuple
@@ -343,15 +342,10 @@ def _median_ratio(valid: list[Window27]) -> float:
     return float(np.median([w.uncertainty for w in valid]) / (np.median([w.error for w in valid]) + 2e-3))
 
 
-@functools.cache
-def _held_out() -> list[Window27]:
-    return _acceptance_windows(ACCEPTANCE_SEEDS, ("model", "steps"))
-
-
 @pytest.mark.slow
 def test_the_uncertainty_covers_the_error_on_the_development_set() -> None:
     valid = _assert_the_uncertainty_is_honest(_acceptance_windows(DEVELOPMENT_SEEDS[:3], ("model", "analytic")))
-    assert _median_ratio(valid) <= 10
+    assert _median_ratio(valid) <= 5  # (measured: 3.0)
 
 
 @pytest.mark.slow
@@ -359,17 +353,24 @@ def test_acceptance_the_uncertainty_covers_the_error_on_held_out_seeds_and_curve
     """Issue 27: >= 200 GPU windows over refresh periods 0-30 s and 20-300 s windows, on held-out seeds of the
     simulator's model and the held-out settling-steps family: where the verdict calls the window valid,
     `uncertainty` covers the true error in >= 95 %, `bound` in every window; with fresh values over >= 60 s windows
-    the uncertainty is at most 0.1 % of the energy. (Measured at the commit: 98.9 % covered.)"""
-    windows = _held_out()
+    the uncertainty is at most 0.1 % of the energy; the median uncertainty is at most 5x the median error (plus the
+    counter's resolution). (Measured at the commit: 98.9 % covered, median ratio 4.7.)"""
+    windows = _acceptance_windows(ACCEPTANCE_SEEDS, ("model", "steps"))
     assert len(windows) >= 200
     valid = _assert_the_uncertainty_is_honest(windows)
-    assert _median_ratio(valid) <= 15  # the issue asks for 5: see the strict xfail below
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 27 asks for a median uncertainty of at most 5x the median error; on "
-                                       "the held-out set it is ~10x (the edge's shape term is read from refreshes "
-                                       "twice as far apart as the edge's own; the timing term is a range)")
-def test_acceptance_the_median_uncertainty_is_at_most_5x_the_median_error() -> None:
-    valid = [w for w in _held_out() if w.valid]
     assert _median_ratio(valid) <= 5
+
+
+def test_on_a_10_s_refresh_a_power_the_refreshes_miss_is_stated_and_one_they_follow_is_not() -> None:
+    """The simulator's load moves over minutes with a small 5-20 s ripple; the analytic curve swings every 1.3 s
+    and 7 s, which a 10 s refresh cannot follow. Both uncertainties cover their errors; the followed power's is
+    well below the missed one's (the gauge disagrees with the counter's rates around it only for the second)."""
+    stated: dict[str, list[float]] = {"model": [], "analytic": []}
+    for family, values in stated.items():
+        for seed in range(4):
+            records, start, end, truth = _refreshed_run(10, 120, seed, truth_of=family)
+            energy = build_report(records, window=explicit_window(start, end, GRACE)).energy
+            assert energy.total_energy_j is not None and energy.uncertainty_j is not None
+            assert abs(energy.total_energy_j - truth) <= energy.uncertainty_j, (family, seed)
+            values.append(energy.uncertainty_j)
+    assert np.median(stated["model"]) < np.median(stated["analytic"]) / 2

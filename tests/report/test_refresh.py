@@ -47,3 +47,18 @@ def test_a_field_on_a_slower_grid_of_its_own_is_listed_and_a_seldom_changing_one
     fields = field_periods(ts, values, cadence)
     assert fields.keys() == {"nvidia_sm_active"}
     assert fields["nvidia_sm_active"] == pytest.approx(8.0, rel=0.1)
+
+
+def test_a_refresh_a_little_slower_than_the_scrapes_takes_its_period_from_the_energys_clock():
+    """500 ms refreshes seen by 333 ms scrapes: new values come one or two scrape intervals apart, never one period
+    apart, so the brackets alone start the grid fit from the wrong period; the energy drawn over the power says
+    0.5 s, and the grid follows."""
+    ts = np.arange(0, 60 * S, 333 * MS, dtype=np.int64) + 10 * S
+    refresh = np.floor((ts - 123 * MS) / (500 * MS))
+    power = 300.0 + 20.0 * np.sin(refresh / 5.0)
+    energy = 1000.0 + np.cumsum(np.concatenate(([0.0], np.diff(refresh)))) * 0.5 * power * 1e-6  # MJ
+    cadence = series_cadence(ts, {"nvidia_energy_consumption": energy, "nvidia_power_usage": power})
+    assert not cadence.fresh and cadence.phase_ns is not None
+    assert cadence.period_s == pytest.approx(0.5, rel=0.01)
+    off = (cadence.phase_ns - 123 * MS) % (500 * MS)
+    assert min(off, 500 * MS - off) < 50 * MS
