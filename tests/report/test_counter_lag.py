@@ -83,3 +83,17 @@ def test_a_lag_the_readings_cannot_show_is_covered_by_the_term_alone() -> None:
         assert total is not None and stated is not None
         assert abs(abs(total - truth) - 40.0) < 1.0  # the lag's error, as modelled
         assert (abs(total - truth) <= stated) is covered, (url, total - truth, stated)
+
+
+def test_a_pynvml_counters_held_values_are_its_hold_not_a_refresh_grid() -> None:
+    """Reads faster than the counter's update see it hold: for NVML that is the known 100 ms hold (timed by
+    scrape, the lag term covering it); the same readings from an exporter are a DCGM refresh to be timed."""
+    import numpy as np
+
+    from bridge.report.refresh import source_cadence
+
+    ts = np.array([BASE + k * 50 * MS for k in range(40)], dtype=np.int64)
+    energy = np.array([math.floor(k / 2) * 5e-6 for k in range(40)])  # a new value every other read
+    values = {"nvidia_energy_consumption": energy, "nvidia_power_usage": np.full(40, 100.0)}
+    assert source_cadence(NVML_SOURCE, ts, values).fresh
+    assert not source_cadence("http://127.0.0.1:19401/metrics", ts, values).fresh
