@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import resource
 import signal
 import threading
@@ -49,7 +50,7 @@ SCRAPES = 3
 
 
 def session_for(urls: list[str], out: Path, **overrides: Any) -> Session:
-    settings: dict[str, Any] = {"collection_interval": 0.05, "scrape_timeout": 0.3, "connect_timeout": 0.3,
+    settings: dict[str, Any] = {"collection_interval": 0.1, "scrape_timeout": 0.3, "connect_timeout": 0.3,
                                 "run_id": "faults", "shutdown_delay": 5.0, **overrides}
     forwarder = settings.pop("forwarder", None)
     opener = settings.pop("opener", None)
@@ -112,10 +113,11 @@ def assert_healthy_endpoint_lost_nothing(session: Session, healthy: SimulatedExp
     tick missed because the scrape thread was held up never enters those)."""
     scrapes = scrape_times(session, healthy.url, gpus)
     interval_ns = session.config.collection_interval * NS
-    # Tick k of the grid starts at scrapes[1] + k × interval (scrapes[0] is the baseline, at configure); a
-    # scrape within a quarter interval of one is its tick's (boundary scrapes fall between and are extra).
+    # Tick k of the grid starts at scrapes[1] + k × interval (scrapes[0] is the baseline, at configure); a scrape
+    # from a quarter interval before a tick to before three quarters after it is its tick's: a busy machine may
+    # start one late, and a tick is lost only when no scrape starts for it at all (the loop never queues one).
     offsets = [(t - scrapes[1]) / interval_ns for t in scrapes[1:]]
-    covered = {round(x) for x in offsets if abs(x - round(x)) <= 0.25}
+    covered = {math.floor(x + 0.25) for x in offsets}
     missing = sorted(set(range(max(covered) + 1)) - covered)
     assert len(covered) >= SCRAPES
     assert not missing, f"ticks {missing} of 0-{max(covered)} have no scrape (offsets {[round(x, 2) for x in offsets]})"
