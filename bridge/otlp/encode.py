@@ -217,7 +217,7 @@ class EndpointEncoder:
                     t = ts_ns if ts_ms is None else ts_ms * 1_000_000
                     complex_samples.append((kind, name, labels, value, t))
                 continue
-            series = smap.get(id(labels))
+            series = smap.get(id(labels))  # (by id: each entry holds its labels, starttime.py says why)
             if series is None or series.labels is not labels:
                 series = self._new_series(smap, name, labels)
             target = None
