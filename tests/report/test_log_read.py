@@ -92,3 +92,23 @@ def test_a_log_without_run_ids_has_none(tmp_path: Path, which: str) -> None:
     path.write_bytes(lines(None, 500))
     with reader(which):
         assert read_log(path).run_ids == []
+
+
+def test_pods_of_a_log_of_two_runs_are_read_from_the_log(tmp_path: Path) -> None:
+    """`--gpu-pods` reads the pods' timelines from the log file; for a log of several runs it was once handed the
+    chosen run's records instead, and `report` ended in a traceback."""
+    from click.testing import CliRunner
+
+    from bridge.cli import main
+
+    def run(run_id: str, start: int) -> bytes:
+        return b"".join(record_to_line(dataclasses.replace(
+            rec(T0 + (start + i) * S, {"nvidia_power_usage": 100.0, "nvidia_energy_consumption": 1.0 + i / 10_000},
+                namespace="team", pod_name="trainer-0"), run_id=run_id)) for i in range(30))
+
+    path = tmp_path / "gpu_telemetry_export.jsonl"
+    path.write_bytes(run("r0", 0) + run("r1", 100))
+    result = CliRunner().invoke(main, ["report", "--jsonl", str(path), "--start-ns", str(T0 + 101 * S),
+                                       "--end-ns", str(T0 + 128 * S), "--gpu-pods", "team/trainer-*"])
+    assert result.exit_code == 0, result.output
+    assert "reporting run r1" in result.output and "pods: 1 GPU" in result.output
