@@ -220,7 +220,7 @@ class Normalizer:
         self.max_cached = max_cached
         self.keep = keep  # which of a series found twice on a page fills its key (module doc)
         self._duplicates: list[DuplicateSeries] = []
-        self._meta: dict[int, tuple[Mapping[str, str], GpuMeta | None]] = {}
+        self._meta: dict[frozenset[tuple[str, str]], GpuMeta | None] = {}  # a label set's items -> its GPU
         self._specs: dict[str, FieldSpec | None] = {}
         self._plans: dict[tuple[PageTemplate, frozenset[int]], _Plan] = {}
         self._plan_numbers = count()
@@ -263,13 +263,12 @@ class Normalizer:
             return spec
 
     def _meta_for(self, labels: Mapping[str, str]) -> GpuMeta | None:
-        entry = self._meta.get(id(labels))
-        if entry is not None and entry[0] is labels:
-            return entry[1]
+        key = frozenset(labels.items())  # (by value: a fraction of `meta_of`'s cost, bench/NOTES.md)
+        if key in self._meta:
+            return self._meta[key]
         if len(self._meta) > self.max_cached:
             self._meta.clear()
-        meta = meta_of(labels)
-        self._meta[id(labels)] = (labels, meta)  # holding `labels` keeps its id from being reused
+        meta = self._meta[key] = meta_of(labels)
         return meta
 
     def records(self, page: AnyPage, *, source_url: str, timestamp_ns: int, run_id: str | None = None,

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, Protocol, cast
 
 import orjson
 
@@ -143,14 +143,25 @@ _BATCH_BYTES = 64 * 1024
 MAX_LINE_BYTES = 1 << 20
 
 
-def line_batches(path: Path, errors: list[str] | None = None) -> Iterator[bytes]:
+class Digest(Protocol):
+    """A hashlib object (`hashlib.sha256()`): what `line_batches` feeds the file's bytes to."""
+
+    def update(self, data: bytes, /) -> None: ...
+
+
+def line_batches(path: Path, errors: list[str] | None = None, digest: Digest | None = None) -> Iterator[bytes]:
     """Runs of complete lines, each ending with its newline, of about _BATCH_BYTES (a longer line is a run
     of its own); a trailing partial line is skipped.
 
     Linear in the bytes read, whatever they hold: each byte is copied a bounded number of times, and at most
     one line of MAX_LINE_BYTES is held. A longer line is skipped — given as an empty line, so the lines
-    after it keep their numbers — and described in `errors` by its byte offset (and logged)."""
-    chunks = _gunzip_chunks(path) if path.suffix == ".gz" else _raw_chunks(path)
+    after it keep their numbers — and described in `errors` by its byte offset (and logged).
+
+    `digest`, when given, is fed every byte of the file as stored (gzip included) as it is read, so the log's
+    hash costs no second read; it holds the whole file once the batches are exhausted (a gzip stream that
+    breaks off is read to the end of the file all the same)."""
+    raw = _raw_chunks(path, digest)
+    chunks = _gunzip_chunks(path, raw) if path.suffix == ".gz" else raw
     head: list[bytes] = []  # the current line's bytes so far (pieces without a newline)
     held = 0  # their length
     skipping = False  # the current line is past MAX_LINE_BYTES: dropped up to its newline
@@ -175,6 +186,8 @@ def line_batches(path: Path, errors: list[str] | None = None) -> Iterator[bytes]
             skipping, head, held = False, ([chunk[end:]] if end < len(chunk) else []), len(chunk) - end
             yield from _runs(data)
         offset += len(chunk)
+    for _ in raw:  # what is left after a broken gzip stream: no lines, but bytes of the file
+        pass
 
 
 def _runs(data: bytes) -> Iterator[bytes]:
@@ -198,18 +211,20 @@ def _note_long_line(path: Path, start: int, size: int, errors: list[str] | None)
     logger.warning("%s", message)
 
 
-def _raw_chunks(path: Path) -> Iterator[bytes]:
+def _raw_chunks(path: Path, digest: Digest | None = None) -> Iterator[bytes]:
     with open(path, "rb") as f:
         while chunk := f.read(_BATCH_BYTES):
+            if digest is not None:
+                digest.update(chunk)
             yield chunk
 
 
-def _gunzip_chunks(path: Path) -> Iterator[bytes]:
-    """Decompress every gzip member (each writer session appends one), in pieces of at most _BATCH_BYTES (a
-    small piece of a compressed run of zeros is megabytes); a stream cut short by a kill yields everything
-    that was sync-flushed before the cut."""
+def _gunzip_chunks(path: Path, raw: Iterator[bytes]) -> Iterator[bytes]:
+    """Decompress every gzip member (each writer session appends one) of the file's `raw` chunks, in pieces of
+    at most _BATCH_BYTES (a small piece of a compressed run of zeros is megabytes); a stream cut short by a
+    kill yields everything that was sync-flushed before the cut."""
     decoder = zlib.decompressobj(wbits=31)
-    for chunk in _raw_chunks(path):
+    for chunk in raw:
         while chunk:
             try:
                 piece = decoder.decompress(chunk, _BATCH_BYTES)
@@ -218,13 +233,14 @@ def _gunzip_chunks(path: Path) -> Iterator[bytes]:
                 return
             if piece:
                 yield piece
-            if decoder.unconsumed_tail:
+            if decoder.eof:  # the member ended; the next one starts in `unused_data` (looked at before the tail:
+                # a call cut short by the size limit leaves that input in `unconsumed_tail` too, read again forever)
+                chunk = decoder.unused_data
+                decoder = zlib.decompressobj(wbits=31)
+            elif decoder.unconsumed_tail:
                 chunk = decoder.unconsumed_tail
-                continue
-            if not decoder.eof:
+            else:
                 break
-            chunk = decoder.unused_data
-            decoder = zlib.decompressobj(wbits=31)
     try:
         rest = decoder.flush()  # what the last call held back (a stream cut short: as far as it goes)
     except zlib.error:
@@ -233,10 +249,12 @@ def _gunzip_chunks(path: Path) -> Iterator[bytes]:
         yield rest
 
 
-def read_dict_batches(path: Path, errors: list[str] | None = None) -> Iterator[list[dict[str, Any]]]:
-    """The JSON objects of a log's lines (as `read_dicts`), a list per run of lines (`dicts_of_lines`)."""
+def read_dict_batches(path: Path, errors: list[str] | None = None,
+                      digest: Digest | None = None) -> Iterator[list[dict[str, Any]]]:
+    """The JSON objects of a log's lines (as `read_dicts`), a list per run of lines (`dicts_of_lines`); `digest`
+    as `line_batches`'."""
     number = 0  # lines before this run
-    for batch in line_batches(path, errors):
+    for batch in line_batches(path, errors, digest):
         yield dicts_of_lines(batch, number, path, errors)
         number += batch.count(b"\n")
 

@@ -96,6 +96,15 @@ UCUM_BY_NAME_SUFFIX = (("_BYTES_PER_SECOND", "By/s"), ("_JOULES_TOTAL", "J"), ("
 
 
 
+class _Hole(bytearray):
+    """A point's placeholder while a plan is compiled (`_compile`): as long as the point's tail, so the framing
+    measures it as the point, and knowing which sample and series fill it."""
+
+    def __init__(self, size: int, slot: tuple[int, int, Series]) -> None:
+        super().__init__(size)
+        self.slot = slot  # (sample position, kind, series)
+
+
 class _Family:
     """One metric of the page being encoded."""
 
@@ -145,7 +154,7 @@ class EndpointEncoder:
         self._head = resource_bytes(resource) + bytes((T_RM_SCOPE_METRICS,))
         self._scope = scope_bytes()
         self._meta: dict[tuple[str, int, str], bytes] = {}  # Metric name, description, unit, metadata
-        self._labels: dict[int, tuple[Mapping[str, str], frozenset[str], bytes]] = {}
+        self._labels: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], bytes] = {}  # (labels, ctx keys) -> bytes
         self._complex: dict[tuple[str, tuple[tuple[str, str], ...]], Series] = {}
         self._heads: dict[str, bytes] = {}  # name -> its last Metric head
         self._kinds: dict[str, int] = {}  # as last seen: a vanished family keeps its type
@@ -208,7 +217,7 @@ class EndpointEncoder:
                     t = ts_ns if ts_ms is None else ts_ms * 1_000_000
                     complex_samples.append((kind, name, labels, value, t))
                 continue
-            series = smap.get(id(labels))
+            series = smap.get(id(labels))  # (by id: each entry holds its labels, starttime.py says why)
             if series is None or series.labels is not labels:
                 series = self._new_series(smap, name, labels)
             target = None
@@ -281,7 +290,6 @@ class EndpointEncoder:
         template = page.template
         plan = PagePlan(template, ctx, self.buffers)
         families: dict[str, _Family] = {}
-        holes: dict[int, tuple[int, int, Series]] = {}  # id(placeholder) -> (position, kind, series)
         blanks: list[int] = []
         prev_name: str | None = None
         kind = SKIP
@@ -316,10 +324,8 @@ class EndpointEncoder:
                     target = self._family_of(families, series.out_name, kind).points
             if series.ctx is not ctx or series.last_ts != ts_ns:
                 return None
-            hole = bytearray(SUM_FIXED if kind else GAUGE_FIXED)  # the whole point tail, for the framing
-            holes[id(hole)] = (position, kind, series)
             target.append(series.prefix)
-            target.append(hole)  # type: ignore[arg-type]  # measured by len(), replaced below
+            target.append(_Hole(SUM_FIXED if kind else GAUGE_FIXED, (position, kind, series)))  # type: ignore[arg-type]
         pieces: list[bytes] = []
         size = 0
         for fam in families.values():
@@ -329,10 +335,10 @@ class EndpointEncoder:
         slots: list[tuple[int, int, Series]] = []
         run = bytearray()
         for piece in self._framed(pieces, size):
-            slot = holes.get(id(piece))
-            if slot is None:
+            if not isinstance(piece, _Hole):
                 run += piece
             else:
+                slot = piece.slot
                 if slot[1]:  # a sum: its start time is part of the constant before the time
                     run += PACK_START(0x11, slot[2].start)
                 constants.append(bytes(run))
@@ -368,13 +374,14 @@ class EndpointEncoder:
         series.ctx = ctx
 
     def _label_bytes(self, labels: Mapping[str, str], ctx: PointContext, tag: int = T_NDP_ATTR) -> bytes:
-        """Attribute bytes of exporter labels; cached per mapping, which every family of a GPU shares."""
-        cached = self._labels.get(id(labels)) if tag == T_NDP_ATTR else None
-        if cached is not None and cached[0] is labels and cached[1] == ctx.keys:
-            return cached[2]
+        """Attribute bytes of exporter labels; cached per label set (by value), which every family of a GPU shares."""
+        key = (frozenset(labels.items()), ctx.keys)
+        cached = self._labels.get(key) if tag == T_NDP_ATTR else None
+        if cached is not None:
+            return cached
         data = attributes(tag, _attribute_items(labels, ctx.keys))
         if tag == T_NDP_ATTR:
-            self._labels[id(labels)] = (labels, ctx.keys, data)
+            self._labels[key] = data
         return data
 
     def _new_family(self, name: str, types: Mapping[str, str]) -> _Family:

@@ -16,9 +16,10 @@ restarted with fewer fields, a sentinel value) gets one NoRecordedValue point; `
 returns those series exactly once until they come back.
 
 The table is keyed by `id(labels)`: the parser hands out the same read-only label Mapping for the
-same series scrape after scrape. Each entry keeps a reference to its labels, so the id cannot be
-reused by another object while the entry exists; a foreign mapping with a recycled id is detected
-by the `is` check in `SeriesTable.get`.
+same series scrape after scrape, and looking a series up by value (hashing its labels) would cost
+every point of a page what the lookup is for. Each entry holds its labels (`Series.labels`), so the
+id cannot be reused by another object while the entry exists, and an entry leaves the table with
+the reference; the `is` check in `SeriesTable.get` (and encode.py's loop) refuses any other mapping.
 """
 
 from __future__ import annotations
@@ -137,6 +138,6 @@ class SeriesTable:
             if not fam:
                 del self.families[name]
         self.size -= removed
-        live = {id(s) for fam in self.families.values() for s in fam.values()}
-        self.identities = {k: s for k, s in self.identities.items() if id(s) in live}
+        live = {s for fam in self.families.values() for s in fam.values()}  # (a Series hashes by identity)
+        self.identities = {k: s for k, s in self.identities.items() if s in live}
         return removed

@@ -22,6 +22,7 @@ from bridge.fields import FieldTable
 from bridge.report.energy import EnergyTotals, energy_totals, has_energy, vendor_series
 from bridge.report.events import EndpointState, RunEvents, load_events
 from bridge.report.phases import PhaseFile, phase_files
+from bridge.report.runs import LogRead, read_log
 from bridge.report.sanity import CounterCheck, sanitize
 from bridge.report.series import Series, SeriesAccumulator
 from bridge.report.telemetry_data import (
@@ -33,7 +34,7 @@ from bridge.report.telemetry_data import (
     label_for,
     ordered_keys,
 )
-from bridge.report.verdict import measurement, window_and_hash
+from bridge.report.verdict import file_sha256, measurement, window_and_hash
 from bridge.report.window import DEFAULT_GRACE_NS, Phase, Window, phases_from_marks, window_from_phases
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE, CounterMode, GpuRecord, PhaseMark, ScrapeFailure
 from bridge.select import describe, duplicate_reason, kept_of, select_series
@@ -51,7 +52,7 @@ class SeriesSource(Protocol):
     def finish(self) -> list[Series]: ...
 
 
-Records = Path | Iterable[GpuRecord] | SeriesSource
+Records = Path | LogRead | Iterable[GpuRecord] | SeriesSource
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def build_report(
     errors: Sequence[ScrapeFailure] = (),
     endpoint_states: Sequence[EndpointState] = (),
     tz: tzinfo | None = None,
-    record_log: Path | None = None,
+    record_log: Path | LogRead | None = None,
     record_log_run: str | None = None,
 ) -> Report:
     """Build the whole report.
@@ -108,14 +109,17 @@ def build_report(
     `requests_end_ns` ends the profiling window when known (else the last profiling end mark); a run with
     no profiling phase reports all data. `endpoints_configured=None` takes the record log's source URLs,
     `endpoints_successful=None` those that produced records. `tz` is for tests (default: local time).
-    `record_log` (default: `records` when it is a path): the file whose SHA-256 the verdict stores, for
-    `dcgm-bridge validate`; `record_log_run`, the run the records were taken from when the log holds several.
+    `record_log` (default: `records` when it is a record log): the file whose SHA-256 the verdict stores, for
+    `dcgm-bridge validate` (hashed as it was read when it is a `LogRead`, or the log `records` was read from; else
+    read here for it); `record_log_run`, the run the records were taken from when the log holds several.
     """
     if counter_mode not in COUNTER_MODES:
         raise ValueError(f"counter_mode must be one of {', '.join(COUNTER_MODES)}, got {counter_mode!r}")
     from bridge.fields import default_table
 
     table = table or default_table()
+    if isinstance(records, Path):
+        records = read_log(records)  # one pass: the series, the unreadable lines and the SHA-256
     read_errors: list[str] = []
     series, count = _series_of(records, read_errors)
     # The selection stage, as live (bridge/select.py): the series of an endpoint that duplicates another's GPUs
@@ -146,8 +150,7 @@ def build_report(
     if resolved.start_ns is not None and resolved.end_ns is not None:  # after error_summary
         block.data["measurement"] = measurement(series, identity_keys(series), resolved, energy, checks, errors,
                                                 amd_energy)
-        log = record_log if record_log is not None else records if isinstance(records, Path) else None
-        block.data["measurement"].update(window_and_hash(resolved, log, record_log_run))
+        block.data["measurement"].update(window_and_hash(resolved, *_log_hash(records, record_log), record_log_run))
     return Report(
         telemetry_data=block.data,
         energy=energy,
@@ -182,14 +185,28 @@ def build_report_from_events(records: Records, events: Path | RunEvents, **kwarg
     return build_report(records, **{**event_kwargs(events), **kwargs})
 
 
-def _series_of(records: Records, read_errors: list[str]) -> tuple[list[Series], int]:
+def _series_of(records: LogRead | Iterable[GpuRecord] | SeriesSource, read_errors: list[str]
+               ) -> tuple[list[Series], int]:
+    if isinstance(records, LogRead):
+        read_errors.extend(records.errors)
     if isinstance(records, SeriesSource):
         return records.finish(), records.records
-    if isinstance(records, Path):
-        acc = SeriesAccumulator().add_path(records, read_errors)
-    else:
-        acc = SeriesAccumulator().add_all(records)
+    acc = SeriesAccumulator().add_all(records)
     return acc.finish(), acc.records
+
+
+def _log_hash(records: object, record_log: Path | LogRead | None) -> tuple[str | None, str | None]:
+    """The record log's file name and SHA-256 (None when there is no log, or it cannot be read): from the pass
+    that read it when the report was built from it, else by reading it now."""
+    if record_log is None and isinstance(records, LogRead):
+        record_log = records
+    if isinstance(record_log, Path) and isinstance(records, LogRead) and records.path == record_log:
+        record_log = records
+    if isinstance(record_log, LogRead):
+        return record_log.path.name, record_log.sha256
+    if record_log is None:
+        return None, None
+    return record_log.name, file_sha256(record_log)
 
 
 def _found_here(series: Sequence[Series], duplicates: dict[str, str], dropped_live: dict[str, str]

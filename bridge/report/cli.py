@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bridge.errors import ReportInputError
 from bridge.pods import parse_pod_patterns
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE
+
+if TYPE_CHECKING:
+    from bridge.report.runs import LogRead
+    from bridge.samples import GpuRecord
 
 GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
 
@@ -70,6 +74,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     from bridge.report.build import build_report
     from bridge.report.console import render_console
     from bridge.report.events import RunEvents, load_events
+    from bridge.report.runs import read_log
     from bridge.report.window import WindowError, explicit_window, load_manifest
     from bridge.report.write import ReportWriteError, output_names, write_report
 
@@ -110,15 +115,17 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
             check_times(start_ns, end_ns)
         elif phase_manifest is not None:
             kwargs["phases"] = load_manifest(phase_manifest)
-        source: Any = jsonl if jsonl is None else one_run(jsonl, run_id)
-        if isinstance(source, tuple):
-            source, kwargs["record_log_run"] = source
+        log = read_log(jsonl) if jsonl is not None else None  # the one pass over the log (its hash too)
+        source: Any = None
+        if log is not None:
+            source, kwargs["record_log_run"] = one_run(log, run_id)
         if prometheus_url is not None:
             source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix)
         built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
-                             grace_ns=grace_ns, record_log=jsonl, **kwargs)
-        if selecting:
-            built = _pods_only(built, source, pod_patterns, run.shared, table=table, counter_mode=counter_mode,
+                             grace_ns=grace_ns, record_log=log, **kwargs)
+        if selecting:  # (records of one run of several, else the log's pods read from its file)
+            pods_source: Any = source if isinstance(source, list) else jsonl
+            built = _pods_only(built, pods_source, pod_patterns, run.shared, table=table, counter_mode=counter_mode,
                                grace_ns=grace_ns, **kwargs)
     except WindowError as exc:  # a manifest with no usable phase, …: the input's fault, exit 2
         raise click.UsageError(str(exc)) from None
@@ -164,14 +171,15 @@ def exit_on_verdict(telemetry_data: dict[str, Any], require_valid: bool, *, echo
         raise SystemExit(1)
 
 
-def one_run(jsonl: Path, run_id: str | None) -> Path | tuple[list[Any], str]:
-    """The record log, or, when it holds several runs (or --run-id names one), that run's records only: the
-    newest unless --run-id says which. Says so in one line."""
-    from bridge.report.runs import records_of_run, run_ids_in
+def one_run(log: LogRead, run_id: str | None) -> tuple[LogRead | list[GpuRecord], str | None]:
+    """The record log as read, or, when it holds several runs (or --run-id names one), that run's records only
+    (read again: the first pass told which runs there are): the newest unless --run-id says which. Says so in one
+    line."""
+    from bridge.report.runs import records_of_run
 
-    ids = run_ids_in(jsonl)
+    jsonl, ids = log.path, log.run_ids
     if run_id is None and len(ids) <= 1:
-        return jsonl
+        return log, None
     if run_id is not None and run_id not in ids:
         raise ReportInputError(f"--run-id {run_id}: not in {jsonl} (its runs: {', '.join(ids) or 'none'})")
     chosen = run_id or ids[-1]

@@ -28,7 +28,7 @@ import math
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bridge.report.uncertainty import GridSpread, fresh_uncertainty, lag_allowance, refreshed_uncertainty
 from bridge.sources import COUNTER_UPDATE_S
@@ -289,7 +289,9 @@ def _root(f: Callable[[float], float], inside: float, outside: float) -> float:
     return (inside + outside) / 2
 
 
-_CADENCES: dict[int, tuple[Any, Cadence]] = {}  # id(timestamps) -> (a weak reference to them, their cadence)
+# id(timestamps) -> their cadence. An entry is removed when its array is freed (`weakref.finalize`), so an id that
+# numpy reuses for a new array never finds the old array's cadence (numpy arrays are not hashable: no value key).
+_CADENCES: dict[int, Cadence] = {}
 
 
 def series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
@@ -298,13 +300,13 @@ def series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float6
     series' timestamp array lives: the report asks for it per metric block, per endpoint, for the energy and
     per phase."""
     key = id(ts)
-    held = _CADENCES.get(key)
-    if held is not None and held[0]() is ts:
-        return held[1]
-    cadence = _series_cadence(ts, values)
-    if len(_CADENCES) > 4096:
-        _CADENCES.clear()
-    _CADENCES[key] = (weakref.ref(ts), cadence)
+    cadence = _CADENCES.get(key)
+    if cadence is None:
+        cadence = _series_cadence(ts, values)
+        if len(_CADENCES) > 4096:
+            _CADENCES.clear()
+        _CADENCES[key] = cadence
+        weakref.finalize(ts, _CADENCES.pop, key, None)
     return cadence
 
 

@@ -1,33 +1,48 @@
-"""A record log that holds more than one run (runs appended to one file before runs rotated their files, or
-logs concatenated by hand): `report` builds one run from it, the newest or `--run-id`'s, and says so."""
+"""A record log read once for a report (its series, unreadable lines, SHA-256 and run ids in the one pass); and a
+log that holds more than one run (runs appended to one file before runs rotated their files, or logs concatenated
+by hand): `report` builds one run from it, the newest or `--run-id`'s, and says so."""
 
 from __future__ import annotations
 
-import re
+import hashlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from bridge.record_log import line_batches, read_records
+from bridge.record_log import read_records
+from bridge.report.series import Series, SeriesAccumulator
 from bridge.samples import GpuRecord
 
-# Our record lines are written by orjson (no spaces); a run id is a plain string (bridge/config.py checks it).
-_RUN_ID = re.compile(rb'"run_id":"([^"\\]*)"')
+
+@dataclass(frozen=True)
+class LogRead:
+    """A record log as one pass read it: every record as series (`build_report` takes it as their source), the
+    lines it could not read, the SHA-256 of its bytes as written (gzip included: what `dcgm-bridge validate`
+    checks) and its run ids in the order they first appear (the last is the newest run appended)."""
+
+    path: Path
+    series: SeriesAccumulator
+    errors: list[str]
+    sha256: str
+
+    @property
+    def run_ids(self) -> list[str]:
+        return self.series.run_ids
+
+    @property
+    def records(self) -> int:
+        return self.series.records
+
+    def finish(self) -> list[Series]:
+        return self.series.finish()
 
 
-def run_ids_in(path: Path) -> list[str]:
-    """The run ids of a record log, in the order they first appear (the last is the newest run appended)."""
-    seen: dict[str, None] = {}
-    for batch in line_batches(path):
-        if len(seen) == 1 and _only(batch, next(iter(seen))):  # the common case, at the speed of bytes.count
-            continue
-        for match in _RUN_ID.finditer(batch):
-            seen.setdefault(match.group(1).decode("utf-8", "replace"), None)
-    return list(seen)
-
-
-def _only(batch: bytes, run_id: str) -> bool:
-    """Every run id in `batch` is `run_id`."""
-    return batch.count(b'"run_id":"') == batch.count(b'"run_id":"' + run_id.encode() + b'"')
+def read_log(path: Path) -> LogRead:
+    """Read a record log (plain or .gz, ours or AIPerf's) once. Raises OSError when it cannot be read."""
+    digest = hashlib.sha256()
+    errors: list[str] = []
+    series = SeriesAccumulator().add_path(path, errors, digest)
+    return LogRead(path, series, errors, digest.hexdigest())
 
 
 def records_of_run(path: Path, run_id: str, errors: list[str]) -> Iterator[GpuRecord]:

@@ -25,7 +25,7 @@ import orjson
 
 from bridge import kernel
 from bridge.endpoints import display_key
-from bridge.record_log import dict_to_record, dicts_of_lines, line_batches, read_dict_batches
+from bridge.record_log import Digest, dict_to_record, dicts_of_lines, line_batches, read_dict_batches
 from bridge.samples import GpuRecord
 
 # A line shape the kernel reads (bridge/_kernel.c `scan_lines`): its literal segments, the token of each of
@@ -313,15 +313,24 @@ class SeriesAccumulator:
         # (telemetry_source_url, gpu_uuid, gpu_instance_id) as a line carries them -> its series: the
         # reader's shortcut past the key resolution for lines in our own format.
         self._as_read: dict[tuple[Any, Any, Any], SeriesRows] = {}
+        self._run_ids: dict[str, None] = {}
 
     @property
     def records(self) -> int:
         return sum(len(rows.ts) for rows in self._rows.values())
 
+    @property
+    def run_ids(self) -> list[str]:
+        """The run ids of the lines read (a JSON object's `run_id` string; the records' `run_id`), in the order
+        they first appear: the last is the newest run appended to a log."""
+        return list(self._run_ids)
+
     def add(self, record: GpuRecord) -> None:
         key = (endpoint_of(self._display, record.telemetry_source_url), record.gpu_uuid, record.gpu_instance_id)
         rows = self._rows.get(key) or SeriesRows(record)
         rows.add(record.timestamp_ns, record.telemetry_data)
+        if record.run_id is not None:
+            self._run_ids.setdefault(record.run_id, None)
         self._rows[key] = rows  # (a new series only once it holds its first record)
         if rows.missing:
             rows.fill(partial(getattr, record))
@@ -353,18 +362,19 @@ class SeriesAccumulator:
         if isinstance(as_read[0], str) and as_read[0] and isinstance(as_read[1], str) and as_read[1]:
             self._as_read[as_read] = rows  # the same key as above, whatever else the line carries
 
-    def add_path(self, path: Path, errors: list[str] | None = None) -> SeriesAccumulator:
+    def add_path(self, path: Path, errors: list[str] | None = None, digest: Digest | None = None
+                 ) -> SeriesAccumulator:
         """Every record of a record log (plain or .gz, ours or AIPerf's); unreadable lines are skipped and
-        described in `errors`.
+        described in `errors`; `digest` is fed the file's bytes as they are read (`record_log.line_batches`).
 
         With the compiled kernel, a line whose shape (its text around its numbers) is one this reader has
         seen is read straight into its series' rows (`_add_path_compiled`); any other line, and every line
         without the kernel, is decoded by orjson and taken by `_add_objs`.
         """
         if kernel.running():  # (the compiled kernel: lines of a known shape straight to rows)
-            return self._add_path_compiled(path, errors)
+            return self._add_path_compiled(path, errors, digest)
         number = 0  # records (JSON objects) before this batch
-        for batch in read_dict_batches(path, errors):
+        for batch in read_dict_batches(path, errors, digest):
             self._add_objs(batch, number, path, errors)
             number += len(batch)
         return self
@@ -376,7 +386,12 @@ class SeriesAccumulator:
         A line in our format whose series and key set are already known is one row: its values taken in the
         block's key order and written as float64 into the series' rows; any other line goes through
         `add_dict`. (A failed write leaves the rows as they were: they only count once `used` moves on.)
+        Every line's run id is noted, whether or not it is a record.
         """
+        for obj in batch:
+            run_id = obj.get("run_id")
+            if isinstance(run_id, str):
+                self._run_ids.setdefault(run_id, None)
         as_read = self._as_read
         add_dict = self.add_dict
         went: list[SeriesRows | None] = []
@@ -407,17 +422,19 @@ class SeriesAccumulator:
             went.append(rows)
         return went
 
-    def _add_path_compiled(self, path: Path, errors: list[str] | None) -> SeriesAccumulator:
+    def _add_path_compiled(self, path: Path, errors: list[str] | None, digest: Digest | None) -> SeriesAccumulator:
         """`add_path` with the kernel: each batch of lines is read by `scan_lines` while its lines have a
         registered shape; from the first line that has none, the rest of the batch is decoded and taken as
         without the kernel, and its lines in our own format (`orjson.dumps` of the decoded line gives the
         line back) register their shapes for the batches after. Rows read by the kernel are handed to their
-        series before any decoded line is taken, so every series keeps its lines' order."""
+        series before any decoded line is taken, so every series keeps its lines' order. A shape's text
+        outside its numbers is literal, run id included: a line the kernel takes carries the run id of the
+        decoded line that registered its shape, already noted."""
         shapes: dict[int, list[LineTarget]] = {}
         targets: list[tuple[LineTarget, SeriesRows, tuple[str, ...]]] = []
-        tries: dict[int, int] = {}  # id(series rows) -> lines given (or refused) a shape
+        tries: dict[SeriesRows, int] = {}  # series rows (by identity; held here) -> lines given (or refused) a shape
         lines = records = 0  # before this batch
-        for batch in line_batches(path, errors):
+        for batch in line_batches(path, errors, digest):
             position, taken = kernel.scan_lines(batch, 0, shapes)
             records += taken
             lines += taken  # (a taken line is one line)
@@ -430,8 +447,8 @@ class SeriesAccumulator:
                 raw = rest.split(b"\n")[:-1]
                 if len(raw) == len(objs):  # every line one object: each decoded line beside its text
                     for line, obj, rows in zip(raw, objs, went, strict=True):
-                        if rows is not None and tries.get(id(rows), 0) < _MAX_SHAPES:
-                            tries[id(rows)] = tries.get(id(rows), 0) + 1
+                        if rows is not None and tries.get(rows, 0) < _MAX_SHAPES:
+                            tries[rows] = tries.get(rows, 0) + 1
                             _register(line, obj, rows, shapes, targets)
                 _drop_stale(shapes, targets)
                 lines += rest.count(b"\n")

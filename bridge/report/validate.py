@@ -45,8 +45,8 @@ def validate_run(artifact_dir: Path) -> Validation:
     from bridge.record_log import EVENTS_FILE, EXPORT_FILE
     from bridge.report.build import build_report_from_events
     from bridge.report.energy import vendor_energy_metrics
-    from bridge.report.runs import records_of_run
-    from bridge.report.verdict import FIXES, file_sha256
+    from bridge.report.runs import read_log, records_of_run
+    from bridge.report.verdict import FIXES
     from bridge.report.window import explicit_window
 
     events = _first(artifact_dir, EVENTS_FILE)
@@ -54,6 +54,10 @@ def validate_run(artifact_dir: Path) -> Validation:
     if log is None:
         raise ReportInputError(f"validate: no {EXPORT_FILE} (or .gz) beside {events}: nothing to rebuild from")
     report_path, doc = _find_report(artifact_dir, log.name)
+    try:
+        read = read_log(log)  # one pass: the hash and the records
+    except (ValueError, TypeError, OSError) as exc:
+        raise ReportInputError(f"validate: cannot rebuild the report from {log}: {exc}") from None
     stored: dict[str, Any] = doc["telemetry_data"]
     verdict = stored.get("measurement") if isinstance(stored.get("measurement"), dict) else {}
     reasons: list[str] = []
@@ -62,13 +66,13 @@ def validate_run(artifact_dir: Path) -> Validation:
     if not stored_hash:
         reasons.append("no_hash")
         lines.append("  the report stores no SHA-256 of the record log")
-    elif stored_hash != file_sha256(log):
+    elif stored_hash != read.sha256:
         reasons.append("hash_mismatch")
         lines.append("  SHA-256 differs from the one the report stores")
     else:
         lines.append("  SHA-256 matches the report's")
     kwargs: dict[str, Any] = {"counter_mode": stored.get("summary", {}).get("counter_mode") or "interpolated",
-                              "record_log": log}
+                              "record_log": read}
     window = verdict.get("window") if isinstance(verdict, dict) else None
     try:
         if isinstance(window, dict) and window.get("start_ns") is not None and window.get("end_ns") is not None:
@@ -77,7 +81,7 @@ def validate_run(artifact_dir: Path) -> Validation:
         run = (verdict.get("record_log") or {}).get("run_id") if isinstance(verdict, dict) else None
         if isinstance(run, str):  # the log holds several runs: the report was built from this one
             kwargs["record_log_run"] = run
-        rebuilt = build_report_from_events(list(records_of_run(log, run, [])) if isinstance(run, str) else log,
+        rebuilt = build_report_from_events(list(records_of_run(log, run, [])) if isinstance(run, str) else read,
                                            events, **kwargs)
     except (ValueError, TypeError, OSError) as exc:
         raise ReportInputError(f"validate: cannot rebuild the report from {log}: {exc}") from None

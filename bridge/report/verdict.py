@@ -180,18 +180,17 @@ def measurement(series: Sequence[Series], keys: Mapping[tuple[str, tuple[str, st
     return out
 
 
-def window_and_hash(window: Window, record_log: Path | None, run_id: str | None = None) -> dict[str, Any]:
-    """What `dcgm-bridge validate` needs to redo the report: the window, and the SHA-256 of the record log's bytes
-    as written (gzip included; none when the log cannot be read), with the run taken from it when it holds
-    several."""
+def window_and_hash(window: Window, file: str | None, sha256: str | None, run_id: str | None = None
+                    ) -> dict[str, Any]:
+    """What `dcgm-bridge validate` needs to redo the report: the window, and the record log's file name and the
+    SHA-256 of its bytes as written (gzip included; none when there is no log or it could not be read), with the
+    run taken from it when it holds several."""
     out: dict[str, Any] = {"window": {"start_ns": window.start_ns, "end_ns": window.end_ns,
                                       "grace_ns": window.grace_ns}}
-    if record_log is not None:
-        digest = file_sha256(record_log)
-        if digest is not None:
-            out["record_log"] = {"file": record_log.name, "sha256": digest}
-            if run_id is not None:
-                out["record_log"]["run_id"] = run_id
+    if file is not None and sha256 is not None:
+        out["record_log"] = {"file": file, "sha256": sha256}
+        if run_id is not None:
+            out["record_log"]["run_id"] = run_id
     return out
 
 

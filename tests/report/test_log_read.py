@@ -1,0 +1,114 @@
+"""`report` reads a record log once: the series, the SHA-256 that `validate` checks and the run ids all come from
+the one pass (report/runs.py `read_log`), by the compiled reader and the pure-Python one alike."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bridge import kernel
+from bridge.record_log import record_to_line
+from bridge.report.runs import read_log
+from tests.report.helpers import T0, S, rec
+
+PATHS = ["compiled", "python"]
+
+
+@contextlib.contextmanager
+def reader(which: str) -> Iterator[None]:
+    if which == "compiled":
+        assert kernel.running(), "the C extension is not built: `make .venv/.test`"
+        yield
+    else:
+        with kernel.python_path():
+            yield
+
+
+def lines(run_id: str | None, count: int, start: int = 0) -> bytes:
+    return b"".join(record_to_line(dataclasses.replace(
+        rec(T0 + (start + i) * S, {"nvidia_power_usage": 100.0 + i % 7, "nvidia_temperature": 60 + i % 3}),
+        run_id=run_id)) for i in range(count))
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_the_hash_is_of_the_file_as_stored_plain_or_gzip(tmp_path: Path, which: str) -> None:
+    body = lines("r1", 3000)
+    plain = tmp_path / "gpu_telemetry_export.jsonl"
+    plain.write_bytes(body)
+    members = tmp_path / "members.jsonl.gz"  # one gzip member per writer session
+    members.write_bytes(gzip.compress(body[:100_000]) + gzip.compress(body[100_000:]))
+    with reader(which):
+        for path in (plain, members):
+            read = read_log(path)
+            assert read.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+            assert read.records == 3000 and read.errors == []
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_a_gzip_log_of_two_writer_sessions_is_read_to_its_end(tmp_path: Path, which: str) -> None:
+    """The first member ends in a read cut short by the reader's size limit (this log's did): the reader once
+    took the input after it from the decoder's unconsumed tail, which an ended member never empties, forever."""
+    body = lines("r1", 300)
+    assert len(body) > 100_000
+    path = tmp_path / "gpu_telemetry_export.jsonl.gz"
+    path.write_bytes(gzip.compress(body[:100_000]) + gzip.compress(body[100_000:]))
+    with reader(which):
+        assert read_log(path).records == 300
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_a_gzip_stream_that_breaks_off_is_hashed_to_the_end_of_the_file(tmp_path: Path, which: str) -> None:
+    """Reading stops at corrupt gzip data; the hash still covers every byte after it (it is the file's)."""
+    path = tmp_path / "gpu_telemetry_export.jsonl.gz"
+    path.write_bytes(gzip.compress(lines("r1", 50)) + b"\x1f\x8b\x08\x00 not deflate at all" + b"\0" * 300_000)
+    with reader(which):
+        read = read_log(path)
+    assert read.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert read.records == 50
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_run_ids_come_in_the_order_they_first_appear_whoever_reads_the_line(tmp_path: Path, which: str) -> None:
+    """Thousands of lines of one shape: the compiled reader takes all but the first few without decoding them, and
+    the run id is part of a shape's literal text, so a run appended later is still told apart."""
+    path = tmp_path / "gpu_telemetry_export.jsonl"
+    path.write_bytes(lines("older", 2000) + lines(None, 10, 2000) + lines("newer", 2000, 2010)
+                     + lines("older", 5, 4010) + b'{"run_id":"not-a-record"}\n')
+    with reader(which):
+        read = read_log(path)
+    assert read.run_ids == ["older", "newer", "not-a-record"]
+    assert read.records == 4015 and len(read.errors) == 1  # the object without a timestamp
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_a_log_without_run_ids_has_none(tmp_path: Path, which: str) -> None:
+    path = tmp_path / "aiperf.jsonl"  # AIPerf's own log carries no run id
+    path.write_bytes(lines(None, 500))
+    with reader(which):
+        assert read_log(path).run_ids == []
+
+
+def test_pods_of_a_log_of_two_runs_are_read_from_the_log(tmp_path: Path) -> None:
+    """`--gpu-pods` reads the pods' timelines from the log file; for a log of several runs it was once handed the
+    chosen run's records instead, and `report` ended in a traceback."""
+    from click.testing import CliRunner
+
+    from bridge.cli import main
+
+    def run(run_id: str, start: int) -> bytes:
+        return b"".join(record_to_line(dataclasses.replace(
+            rec(T0 + (start + i) * S, {"nvidia_power_usage": 100.0, "nvidia_energy_consumption": 1.0 + i / 10_000},
+                namespace="team", pod_name="trainer-0"), run_id=run_id)) for i in range(30))
+
+    path = tmp_path / "gpu_telemetry_export.jsonl"
+    path.write_bytes(run("r0", 0) + run("r1", 100))
+    result = CliRunner().invoke(main, ["report", "--jsonl", str(path), "--start-ns", str(T0 + 101 * S),
+                                       "--end-ns", str(T0 + 128 * S), "--gpu-pods", "team/trainer-*"])
+    assert result.exit_code == 0, result.output
+    assert "reporting run r1" in result.output and "pods: 1 GPU" in result.output
