@@ -45,29 +45,21 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
     pods: list[PodsResolved] = []
     shared: list[GpuShared] = []
     skipped = 0
+    lists: dict[type, list[Any]] = {PhaseMark: marks, ScrapeFailure: errors, EndpointState: states,
+                                    Refresh: refreshes, PodsResolved: pods, GpuShared: shared}
     for obj in objects:
         try:
             event = event_from_dict(obj)
         except ValueError:
             skipped += 1
             continue
-        if isinstance(event, PhaseMark):
-            marks.append(event)
-        elif isinstance(event, ScrapeFailure):
-            errors.append(event)
-        elif isinstance(event, EndpointState):
-            states.append(event)
-        elif isinstance(event, Refresh):
-            refreshes.append(event)
-        elif isinstance(event, PodsResolved):
-            pods.append(event)
-        elif isinstance(event, GpuShared):
-            shared.append(event)
+        if type(event) in lists:
+            lists[type(event)].append(event)
         elif isinstance(event, Configured):
             configured = event
             if event.run_id and event.run_id not in run_ids:
                 run_ids.append(event.run_id)
-        else:
+        elif isinstance(event, Complete):
             complete = event
     return RunEvents(
         marks,

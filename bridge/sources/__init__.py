@@ -12,6 +12,7 @@ records, the report, per-phase files, OTLP and the pull `/metrics` page need not
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from bridge.errors import ConfigError
@@ -36,22 +37,35 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def start_library(item: str, library: str, error: type[BaseException], start: Callable[[], object],
-                  find: Callable[[], list[GpuT]], close: Callable[[], None], *, vendor: str, start_fix: str,
-                  remote_fix: str) -> list[GpuT]:
+@dataclass(frozen=True, slots=True)
+class Library:
+    """What a local reader's start-up errors say: the `--gpu-telemetry` item, the library's name, the vendor,
+    the fix when the library does not start, and where remote GPUs of that vendor are read instead."""
+
+    item: str
+    name: str
+    vendor: str
+    start_fix: str
+    remote_fix: str
+
+
+def start_library(library: Library, error: type[BaseException], start: Callable[[], object],
+                  find: Callable[[], list[GpuT]], close: Callable[[], None]) -> list[GpuT]:
     """Start a vendor library and find its GPUs; each way it can fail is one SourceError naming the fix (the
     library shut down again where it had started)."""
+    item, name = library.item, library.name
     try:
         start()
     except error as exc:
-        raise SourceError(f"--gpu-telemetry {item}: {library} did not start ({one_line(exc)}): {start_fix}") from None
+        raise SourceError(f"--gpu-telemetry {item}: {name} did not start ({one_line(exc)}): {library.start_fix}"
+                          ) from None
     try:
         gpus = find()
     except error as exc:
         close()
-        raise SourceError(f"--gpu-telemetry {item}: {library} cannot list the GPUs ({one_line(exc)})") from None
+        raise SourceError(f"--gpu-telemetry {item}: {name} cannot list the GPUs ({one_line(exc)})") from None
     if not gpus:
         close()
-        raise SourceError(f"--gpu-telemetry {item}: {library} sees no {vendor} GPU on this machine; for remote GPUs "
-                          f"{remote_fix}")
+        raise SourceError(f"--gpu-telemetry {item}: {name} sees no {library.vendor} GPU on this machine; for remote "
+                          f"GPUs {library.remote_fix}")
     return gpus

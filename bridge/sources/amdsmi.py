@@ -27,11 +27,13 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from bridge.sources import AMDSMI_SOURCE, SourceError, start_library
+from bridge.sources import AMDSMI_SOURCE, Library, SourceError, start_library
 from bridge.sources.page import Reading, render_page
 
 EXTRA = ("pip install 'dcgm-bridge[amd]' (the amdsmi version must match the installed ROCm), or ROCm's own wheel "
          "from /opt/rocm/share/amd_smi")
+LIBRARY = Library("amdsmi", "amdsmi", "AMD", start_fix="is the amdgpu driver loaded and ROCm installed?",
+                  remote_fix="pass their device-metrics-exporter URLs")
 _HELP = {
     "gpu_package_power": "Current socket power in Watts",
     "gpu_energy_consumed": "Accumulated energy consumed by the GPU in uJ",
@@ -70,14 +72,13 @@ class AmdSmiReader:
 
     @classmethod
     def open(cls, smi: ModuleType | None = None, hostname: str | None = None) -> AmdSmiReader:
-        smi = smi or import_amdsmi()
-        reader = cls(smi, hostname or socket.gethostname())
-        reader._gpus = start_library(
-            "amdsmi", "amdsmi", smi.AmdSmiException, smi.amdsmi_init,
-            lambda: [(h, reader._labels(i, h)) for i, h in enumerate(smi.amdsmi_get_processor_handles())],
-            reader.close, vendor="AMD", start_fix="is the amdgpu driver loaded and ROCm installed?",
-            remote_fix="pass their device-metrics-exporter URLs")
+        reader = cls(smi or import_amdsmi(), hostname or socket.gethostname())
+        reader._gpus = start_library(LIBRARY, reader.smi.AmdSmiException, reader.smi.amdsmi_init, reader._find,
+                                     reader.close)
         return reader
+
+    def _find(self) -> list[tuple[Any, dict[str, str]]]:
+        return [(handle, self._labels(i, handle)) for i, handle in enumerate(self.smi.amdsmi_get_processor_handles())]
 
     def close(self) -> None:
         with contextlib.suppress(self.smi.AmdSmiException):

@@ -34,12 +34,14 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from bridge.sources import NVML_SOURCE, SourceError, one_line, start_library
+from bridge.sources import NVML_SOURCE, Library, SourceError, one_line, start_library
 from bridge.sources.page import Reading, render_page
 
 logger = logging.getLogger(__name__)
 
 EXTRA = "pip install 'dcgm-bridge[nvml]'"
+LIBRARY = Library("pynvml", "NVML", "NVIDIA", start_fix="is the NVIDIA driver (libnvidia-ml.so.1) installed on this "
+                                                       "machine?", remote_fix="pass their dcgm-exporter URLs")
 _MIB = 1 << 20
 _HELP = {
     "DCGM_FI_DEV_POWER_USAGE": "Power draw (in W).",
@@ -95,14 +97,12 @@ class NvmlReader:
     @classmethod
     def open(cls, nvml: ModuleType | None = None, hostname: str | None = None) -> NvmlReader:
         """Initialise NVML and find the GPUs; SourceError (one line) when the library or a GPU is missing."""
-        nvml = nvml or import_pynvml()
-        reader = cls(nvml, hostname or socket.gethostname())
-        reader._gpus = start_library(
-            "pynvml", "NVML", nvml.NVMLError, nvml.nvmlInit,
-            lambda: [reader._discover(index) for index in range(nvml.nvmlDeviceGetCount())],
-            reader.close, vendor="NVIDIA", remote_fix="pass their dcgm-exporter URLs",
-            start_fix="is the NVIDIA driver (libnvidia-ml.so.1) installed on this machine?")
+        reader = cls(nvml or import_pynvml(), hostname or socket.gethostname())
+        reader._gpus = start_library(LIBRARY, reader.nvml.NVMLError, reader.nvml.nvmlInit, reader._find, reader.close)
         return reader
+
+    def _find(self) -> list[_Gpu]:
+        return [self._discover(index) for index in range(self.nvml.nvmlDeviceGetCount())]
 
     def close(self) -> None:
         with contextlib.suppress(self.nvml.NVMLError):
