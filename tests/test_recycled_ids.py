@@ -1,16 +1,20 @@
-"""CPython gives a freed object's address (its id()) to the next object of its size at once. A cache keyed by id()
-would hand that new object the freed one's entry: each cache that once was, or still is, keyed by identity is
-checked here with a new object built at a freed one's address (`at_freed_address`), its content different."""
+"""CPython gives a freed object's address (its id()) to the next object of its size. A cache keyed by id() would
+hand that new object the freed one's entry: each cache that once was, or still is, keyed by identity is checked
+here with a new object whose id() is the old one's. The collision is forced (the module's `id` made to give one
+number for every object), not waited for from the allocator, so the check is the same on every run.
+"""
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable
 from types import MappingProxyType
-from typing import TypeVar
 
 import numpy as np
+import pytest
 
+import bridge.normalize
+import bridge.otlp.encode
+import bridge.otlp.starttime
+import bridge.report.refresh
 from bridge.fields import default_table
 from bridge.normalize import Normalizer
 from bridge.otlp.encode import EndpointEncoder
@@ -18,21 +22,15 @@ from bridge.report.refresh import series_cadence
 from bridge.samples import ParsedPage, Sample
 from tests.otlp.test_encode import RESOURCE, attrs, ctx, decode, metrics_of, points
 
-T = TypeVar("T")
 S = 1_000_000_000
 POWER = "DCGM_FI_DEV_POWER_USAGE"
 
 
-def at_freed_address(old_id: int, make: Callable[[int], T]) -> T:
-    """`make(k)` for k = 1, 2, … until one lands where the object of id `old_id` was (that object must be gone)."""
-    gc.collect()
-    held = []
-    for k in range(1, 1000):
-        new = make(k)
-        if id(new) == old_id:
-            return new
-        held.append(new)  # (kept, so the next one takes another address)
-    raise AssertionError("no new object at the freed address: is the old one still held somewhere?")
+@pytest.fixture
+def one_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every object has the same id() in the modules that key caches (a freed object's address, always reused)."""
+    for module in (bridge.normalize, bridge.otlp.encode, bridge.otlp.starttime, bridge.report.refresh):
+        monkeypatch.setattr(module, "id", lambda _obj: 42, raising=False)
 
 
 def labels(k: int) -> MappingProxyType[str, str]:
@@ -43,34 +41,32 @@ def page(*label_sets: MappingProxyType[str, str]) -> ParsedPage:
     return ParsedPage([Sample(POWER, lab, 300.0) for lab in label_sets], {POWER: "gauge"}, {}, [])
 
 
+@pytest.mark.usefixtures("one_id")
 def test_the_normaliser_gives_a_label_set_at_a_freed_ones_address_its_own_gpu() -> None:
     normalizer = Normalizer(default_table())
     old = labels(0)
     (first,) = normalizer.records(page(old), source_url="http://n:9400/metrics", timestamp_ns=S)
-    old_id = id(old)
     del old
-    new = at_freed_address(old_id, labels)
+    new = labels(1)
     (second,) = normalizer.records(page(new), source_url="http://n:9400/metrics", timestamp_ns=2 * S)
     assert first.gpu_uuid != second.gpu_uuid == new["UUID"]
 
 
+@pytest.mark.usefixtures("one_id")
 def test_the_otlp_encoder_sends_a_label_set_at_a_freed_ones_address_with_its_own_attributes() -> None:
     """The encoder's series table is keyed by the labels' id() (per point, on the hot path) and holds each entry's
-    labels: only once a series is evicted (4,096 series and more, not on the page) can its labels be freed, and
-    then the new mapping at their address is a new series with its own attributes."""
+    labels: a new mapping under an old one's id is a new series with its own attributes."""
     encoder = EndpointEncoder(RESOURCE)
-    crowd = [labels(k) for k in range(5000, 9200)]
     old = labels(0)
-    encoder.encode(page(old, *crowd), ctx(), S)
-    encoder.encode(page(crowd[0]), ctx(), 2 * S)  # the rest are not on this page: evicted
-    old_id = id(old)
-    del old  # (the crowd stays alive here: only this mapping's address is free)
-    new = at_freed_address(old_id, labels)
+    encoder.encode(page(old), ctx(), S)
+    del old
+    new = labels(1)
     encoded = encoder.encode(page(new), ctx(), 3 * S)
     sent = [p for p in points(metrics_of(decode(encoded.chunk))[POWER]) if not p.flags]  # (not staleness markers)
     assert [attrs(p)["UUID"] for p in sent] == [new["UUID"]]
 
 
+@pytest.mark.usefixtures("one_id")
 def test_a_new_timestamp_array_at_a_freed_ones_address_gets_its_own_cadence() -> None:
     def one_hz(k: int) -> np.ndarray:
         return np.arange(60, dtype=np.int64) * S + k
@@ -80,7 +76,14 @@ def test_a_new_timestamp_array_at_a_freed_ones_address_gets_its_own_cadence() ->
 
     old = np.arange(60, dtype=np.int64) * (5 * S)  # a 5 s refresh
     slow = series_cadence(old, power(old))
-    old_id = id(old)
-    del old
-    new = at_freed_address(old_id, one_hz)
+    del old  # (its cache entry goes with it)
+    new = one_hz(1)
     assert series_cadence(new, power(new)) != slow
+
+
+@pytest.mark.usefixtures("one_id")
+def test_a_live_arrays_cadence_is_its_own_while_it_lives() -> None:
+    """The guard's other half: while the first array lives, its entry is its own (the forced id is the same)."""
+    ts = np.arange(60, dtype=np.int64) * (5 * S)
+    assert series_cadence(ts, {"nvidia_power_usage": 300.0 + (ts // S % 7).astype(np.float64)}) is \
+        series_cadence(ts, {"nvidia_power_usage": 300.0 + (ts // S % 7).astype(np.float64)})
