@@ -361,6 +361,28 @@ def test_acceptance_the_uncertainty_covers_the_error_on_held_out_seeds_and_curve
     assert _median_ratio(valid) <= 5
 
 
+# Seeds nobody looked at while the model was written or tuned (ACCEPTANCE_SEEDS were looked at while it was tuned
+# for tightness: DECISIONS.md, "Tightness, measured"). Chosen once, at the end of that work; not to be tuned on.
+FRESH_SEEDS = (*range(31001, 31006), *range(47001, 47006))
+
+
+@pytest.mark.slow
+def test_on_seeds_never_looked_at_the_uncertainty_is_honest() -> None:
+    """Coverage >= 95 % of valid windows and the bound in all, on 400 windows of fresh seeds (measured: 96.8 % and
+    99.5 % on the two halves)."""
+    windows = _acceptance_windows(FRESH_SEEDS, ("model", "steps"))
+    assert len(windows) >= 400
+    _assert_the_uncertainty_is_honest(windows)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 27's <= 5x on seeds never looked at: 7.75x and 5.43x on the two halves "
+                                       "(the 2 s period term and the missed-power part at 10-30 s)")
+def test_on_seeds_never_looked_at_the_median_uncertainty_is_at_most_5x_the_median_error() -> None:
+    windows = _acceptance_windows(FRESH_SEEDS, ("model", "steps"))
+    assert _median_ratio([w for w in windows if w.valid]) <= 5
+
+
 def test_on_a_10_s_refresh_a_power_the_refreshes_miss_is_stated_and_one_they_follow_is_not() -> None:
     """The simulator's load moves over minutes with a small 5-20 s ripple; the analytic curve swings every 1.3 s
     and 7 s, which a 10 s refresh cannot follow. Both uncertainties cover their errors; the followed power's is
