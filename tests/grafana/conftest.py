@@ -81,7 +81,9 @@ class Store:
 
         Prometheus evaluates at the time it stamps: any evaluation at or after `since_s` saw it. vmalert
         stamps (and queries at) whole seconds, up to a second from when it runs, so its evaluation is
-        known by what it recorded: the newest sample it saw, the step's own (`step_s`)."""
+        known by what it recorded: the newest sample it saw, the step's own (`step_s`), and by its stamp, a
+        whole second after `since_s` (so it ran after the step's flush: one that ran while only part of the step's
+        points were searchable recorded some GPUs at the step before, and failed a total on a busy machine)."""
         self.flush()
         now = time.time()
         stamp = self.instant(f"max(timestamp({RECORDED}))", now)
@@ -89,7 +91,7 @@ class Store:
         if not stamp or not newest:
             return None
         at, seen = float(stamp[0]["value"][1]), float(newest[0]["value"][1])
-        return at if (seen >= step_s if self.vmalert else at >= since_s) else None
+        return at if (seen >= step_s and at >= since_s + 1.0 if self.vmalert else at >= since_s) else None
 
     def _get(self, path: str, params: list[tuple[str, str]]) -> Any:
         response = _HTTP.request("GET", f"{self.base}{path}?{urllib.parse.urlencode(params)}")
