@@ -27,6 +27,8 @@ from typing import Any, NoReturn
 from bridge import kernel  # the compiled kernel (bridge/_kernel.c); the Python below is the reference
 from bridge.samples import Dropped, ParsedPage, Sample
 
+SAMPLE_BYTES = 120  # a Sample tuple, its float and its list slot (its name and labels are the template's)
+
 
 class PageTemplate:
     """A page's structure: its lines but the sample values, the heads of its samples, its HELP/TYPE.
@@ -239,6 +241,18 @@ class TemplatedPage:
         """How many values (sample lines) the page has."""
         raw = self._raw
         return len(self.values) if raw is None else len(raw) >> 3
+
+    @property
+    def held_bytes(self) -> int:
+        """About what the page holds of its own (its template is shared): its values in whichever forms are
+        filled (8 bytes each as the kernel gives them, 32 as Python floats in a tuple), its samples once built."""
+        count = self.value_count
+        held = 0 if self._raw is None else len(self._raw)
+        if self._values is not None:
+            held += 32 * count
+        if self._samples is not None:
+            held += SAMPLE_BYTES * count
+        return held
 
     def value_getter(self) -> Callable[[int], float]:
         """values[i] from whichever form the page holds (a few values: no tuple of all of them built)."""
