@@ -33,7 +33,7 @@ _PACK_VALUE = struct.Struct("<d").pack
 PACK_START = struct.Struct("<BQ").pack  # 0x11 start
 _PACK_U64_INTO = struct.Struct("<Q").pack_into
 _POINT_TAIL = 18  # 0x19 time 0x21 value
-POOL_SIZE = 8  # idle chunk buffers kept an endpoint: a batch a second holds ~3 pages of an endpoint at 3 Hz
+POOL_SIZE = 3  # idle chunk buffers kept an endpoint: a batch a second holds ~3 pages of an endpoint at 3 Hz
 
 
 class PagePlan:

@@ -38,7 +38,7 @@ class PageTemplate:
     """
 
     __slots__ = ("nlines", "literal_at", "literals", "sample_at", "prefixes", "cuts", "names", "labels",
-                 "types", "helps", "dropped", "openmetrics", "detected", "segments", "flat", "__weakref__")
+                 "types", "helps", "dropped", "openmetrics", "detected", "flat", "__weakref__")
 
     nlines: int
     literal_at: tuple[int, ...]
@@ -53,8 +53,7 @@ class PageTemplate:
     dropped: tuple[Dropped, ...]
     openmetrics: bool  # how its page was read
     detected: bool  # whether its page had a `# EOF` line (what auto-detection finds)
-    segments: tuple[bytes, ...] | None
-    flat: tuple[bytes, bytes] | None  # the segments as the kernel reads them: one text, their lengths (int32)
+    flat: tuple[bytes, bytes] | None  # `segments` as the kernel reads them: one text, their lengths (int32)
 
     def __init__(self, lines: list[str], sample_at: Sequence[int], prefixes: Sequence[str], names: Sequence[str],
                  labels: Sequence[Mapping[str, str]], types: Mapping[str, str], helps: Mapping[str, str],
@@ -67,9 +66,8 @@ class PageTemplate:
             "cuts": tuple(slice(len(prefix), None) for prefix in prefixes), "names": tuple(names),
             "labels": tuple(labels), "types": MappingProxyType(dict(types)), "helps": MappingProxyType(dict(helps)),
             "dropped": tuple(dropped), "openmetrics": openmetrics, "detected": detected,
-            "segments": _segments(lines, sample_at, prefixes),
         }
-        segments = fields["segments"]
+        segments = _segments(lines, sample_at, prefixes)  # kept once, joined (`flat`): one copy of the page a template
         fields["flat"] = None if segments is None else (b"".join(segments), pack_ints(map(len, segments)))
         for name, value in fields.items():
             object.__setattr__(self, name, value)
@@ -78,6 +76,18 @@ class PageTemplate:
         raise AttributeError(f"a PageTemplate is immutable (setting {name!r})")
 
     __delattr__ = __setattr__  # type: ignore[assignment]
+
+    @property
+    def segments(self) -> tuple[bytes, ...] | None:
+        """The page's bytes between its values, cut from `flat` (what the Python path reads)."""
+        if self.flat is None:
+            return None
+        text, lengths = self.flat
+        out, at = [], 0
+        for length in array("i", lengths):
+            out.append(text[at: at + length])
+            at += length
+        return tuple(out)
 
     def page_of_bytes(self, body: bytes) -> TemplatedPage | None:
         """`values_of` on the raw bytes, without decoding or splitting the page: the bytes between the
