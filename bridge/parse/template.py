@@ -37,7 +37,7 @@ class PageTemplate:
     so a page that matches the template costs them no per-sample lookups either.
     """
 
-    __slots__ = ("nlines", "literal_at", "literals", "sample_at", "prefixes", "cuts", "names", "labels",
+    __slots__ = ("nlines", "literal_at", "literals", "sample_at", "prefixes", "names", "labels",
                  "types", "helps", "dropped", "openmetrics", "detected", "flat", "__weakref__")
 
     nlines: int
@@ -45,7 +45,6 @@ class PageTemplate:
     literals: tuple[str, ...]
     sample_at: tuple[int, ...]
     prefixes: tuple[str, ...]
-    cuts: tuple[slice, ...]
     names: tuple[str, ...]
     labels: tuple[Mapping[str, str], ...]
     types: Mapping[str, str]
@@ -62,8 +61,7 @@ class PageTemplate:
         literal_at = tuple(i for i in range(len(lines)) if i not in samples)
         fields: dict[str, Any] = {
             "nlines": len(lines), "literal_at": literal_at, "literals": tuple(lines[i] for i in literal_at),
-            "sample_at": tuple(sample_at), "prefixes": tuple(prefixes),
-            "cuts": tuple(slice(len(prefix), None) for prefix in prefixes), "names": tuple(names),
+            "sample_at": tuple(sample_at), "prefixes": tuple(prefixes), "names": tuple(names),
             "labels": tuple(labels), "types": MappingProxyType(dict(types)), "helps": MappingProxyType(dict(helps)),
             "dropped": tuple(dropped), "openmetrics": openmetrics, "detected": detected,
         }
@@ -139,7 +137,8 @@ class PageTemplate:
         sample_lines = list(map(lines.__getitem__, self.sample_at))
         if not all(map(str.startswith, sample_lines, self.prefixes)):
             return None
-        tokens: list[str] = list(map(getitem, sample_lines, self.cuts))
+        cuts = (slice(len(prefix), None) for prefix in self.prefixes)  # (rare: a text page, or one with \r\n)
+        tokens: list[str] = list(map(getitem, sample_lines, cuts))
         if "_" in "".join(tokens):  # float() reads "1_000"; the exposition format does not
             return None
         try:
