@@ -138,11 +138,13 @@ def print_estimate(model: object, millicores: float, rss: float) -> None:
 
     cpu_m = float(quantity_value(model.cpu_quantity)) * 1000  # type: ignore[attr-defined]
     mem_mib = float(quantity_value(model.memory_quantity)) / 2**20  # type: ignore[attr-defined]
-    ok = millicores <= cpu_m <= TARGET_ESTIMATE_RATIO * millicores and rss <= mem_mib <= TARGET_ESTIMATE_RATIO * rss
+    # (a figure at AIPerf's 25m / 192Mi floor may be any multiple of a small sidecar's use)
+    ok = millicores <= cpu_m <= max(25.0, TARGET_ESTIMATE_RATIO * millicores) and \
+        rss <= mem_mib <= max(192.0, TARGET_ESTIMATE_RATIO * rss)
     print(f"  kube profile gives      CPU {cpu_m:.0f}m ({cpu_m / millicores:.2f}x measured; modelled use "
           f"{model.cpu_m:.0f}m), memory {mem_mib:.0f} MiB ({mem_mib / rss:.2f}x the peak measured; modelled "  # type: ignore[attr-defined]
-          f"{model.memory_mib:.0f} MiB, a full OTLP queue included)   target within {TARGET_ESTIMATE_RATIO:g}x, "  # type: ignore[attr-defined]
-          f"never below: {procs.verdict(ok)}")
+          f"{model.memory_mib:.0f} MiB, a full OTLP queue included)   target within {TARGET_ESTIMATE_RATIO:g}x "  # type: ignore[attr-defined]
+          f"(or the floor), never below: {procs.verdict(ok)}")
 
 
 # -- accelerated: the pipeline in this process on a manual clock ---------------------------------------------

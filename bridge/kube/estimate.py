@@ -28,14 +28,15 @@ DEFAULT_DURATION_S = 600.0
 # fit). Its memory does not grow with the run's length: the live report's series are spooled to disk, the OTLP
 # queue is a byte budget. Refit when bench/RESULTS.md's scale row moves.
 MODEL_SOURCE = "bench/bench_scale.py, 2026-12-04 (bench/NOTES.md, Resource model)"
-MEMORY_BASE_MIB = 56.0  # the interpreter, its libraries, the HTTP servers, the threads
-MEMORY_MIB_PER_GPU = 0.13  # a GPU (or MIG instance) on a page: template, plans, live series, libcurl's share
-MEMORY_MIB_PER_GPU_OTLP = 0.07  # with OTLP on: the encoder's series and plans, chunk buffers
+MEMORY_BASE_MIB = 53.0  # the interpreter, its libraries, the HTTP servers, the threads
+MEMORY_MIB_PER_GPU = 0.145  # a GPU (or MIG instance) on a page: template, plans, live series, the page's bytes
+MEMORY_MIB_PER_GPU_OTLP = 0.06  # with OTLP on: the encoder's series and plans, chunk buffers
 OTLP_QUEUE_MIB = 16.0  # the OTLP queue's byte budget (otlp/config.py), full only while the receiver is away
-MEMORY_HEADROOM = 1.25
-MEMORY_STEP_MIB = 16
+MEMORY_HEADROOM = 1.2
+MEMORY_STEP_MIB = 8
 SIDECAR_MEMORY_FLOOR_MIB = 192  # AIPerf's default limit
-CPU_MS_PER_GPU_SCRAPE = 0.049  # all the sidecar's work per GPU a scrape (GET, parse, records, live series, OTLP)
+CPU_BASE_M = 2.5  # wake-ups, the control server, the record log's flusher
+CPU_MS_PER_GPU_SCRAPE = 0.036  # all the sidecar's work per GPU a scrape (GET, parse, records, live series, OTLP)
 CPU_OTLP_SHARE = 0.18  # the part of it that OTLP is (its export thread)
 CPU_HEADROOM = 1.3
 CPU_WARN_FRACTION = 0.8
@@ -77,7 +78,7 @@ def sidecar_model(*, endpoints: int, gpus_per_endpoint: int, collection_interval
     MIG off) every `collection_interval_s`."""
     gpus = endpoints * gpus_per_endpoint * max(1, mig)
     rate = 1.0 / max(collection_interval_s, 0.01)
-    cpu = gpus * rate * CPU_MS_PER_GPU_SCRAPE * (1.0 if otlp else 1.0 - CPU_OTLP_SHARE)
+    cpu = CPU_BASE_M + gpus * rate * CPU_MS_PER_GPU_SCRAPE * (1.0 if otlp else 1.0 - CPU_OTLP_SHARE)
     memory = MEMORY_BASE_MIB + gpus * (MEMORY_MIB_PER_GPU + (MEMORY_MIB_PER_GPU_OTLP if otlp else 0.0))
     return SidecarModel(gpus, round(endpoints * rate, 3), otlp, cpu, memory + (OTLP_QUEUE_MIB if otlp else 0.0))
 
@@ -102,7 +103,8 @@ def sidecar_cpu(*, endpoints: int, gpus_per_endpoint: int, collection_interval_s
     model = sidecar_model(endpoints=endpoints, gpus_per_endpoint=gpus_per_endpoint,
                           collection_interval_s=collection_interval_s, otlp=otlp)
     work = (f"{_count(endpoints, 'endpoint')} x {_count(gpus_per_endpoint, 'GPU')} x "
-            f"{CPU_MS_PER_GPU_SCRAPE:g} ms per GPU-scrape / {collection_interval_s:g} s = {model.cpu_m:.0f}m")
+            f"{CPU_MS_PER_GPU_SCRAPE:g} ms per GPU-scrape / {collection_interval_s:g} s + {CPU_BASE_M:g}m = "
+            f"{model.cpu_m:.0f}m")
     if model.cpu_quantity == f"{SIDECAR_CPU_FLOOR_M}m":
         return SidecarCpu(model.cpu_quantity, f"the {SIDECAR_CPU_FLOOR_M}m floor ({work})")
     return SidecarCpu(model.cpu_quantity, f"the model: {work}, x {CPU_HEADROOM:g} headroom; "
