@@ -24,10 +24,10 @@ RECORD_KIB = 4  # one parsed request record held by the records manager
 DEFAULT_GPUS_PER_ENDPOINT = 8
 DEFAULT_DURATION_S = 600.0
 # The sidecar's resources: a model fitted to bench/bench_scale.py's measurements at 8, 16, 32 and 64 endpoints
-# x 8 GPUs at 3 Hz, with and without OTLP and with MIG (bench/NOTES.md "Resource model" has the figures and the
+# x 8 GPUs at 3 Hz, with and without OTLP and with MIG (bench/NOTES.md, "Issue 34", has the figures and the
 # fit). Its memory does not grow with the run's length: the live report's series are spooled to disk, the OTLP
 # queue is a byte budget. Refit when bench/RESULTS.md's scale row moves.
-MODEL_SOURCE = "bench/bench_scale.py, 2026-12-04 (bench/NOTES.md, Resource model)"
+MODEL_SOURCE = "bench/bench_scale.py, 2026-12-04 (bench/NOTES.md, issue 34)"
 MEMORY_BASE_MIB = 53.0  # the interpreter, its libraries, the HTTP servers, the threads
 MEMORY_MIB_PER_GPU = 0.145  # a GPU (or MIG instance) on a page: template, plans, live series, the page's bytes
 MEMORY_MIB_PER_GPU_OTLP = 0.06  # with OTLP on: the encoder's series and plans, chunk buffers
@@ -66,7 +66,7 @@ class SidecarModel:
         return f"{max(SIDECAR_MEMORY_FLOOR_MIB, sized)}Mi"
 
     def line(self) -> str:
-        return (f"gpu-telemetry sidecar model: {self.gpus} GPUs, {self.scrapes_per_s:g} pages/s, OTLP "
+        return (f"gpu-telemetry sidecar model: {self.gpus} GPUs, {self.scrapes_per_s:.0f} pages/s, OTLP "
                 f"{'on' if self.otlp else 'off'}: {self.cpu_m:.0f}m CPU, {self.memory_mib:.0f} MiB peak -> "
                 f"{self.cpu_quantity}, {self.memory_quantity} (x{CPU_HEADROOM:g} / x{MEMORY_HEADROOM:g} headroom, "
                 f"floors {SIDECAR_CPU_FLOOR_M}m / {SIDECAR_MEMORY_FLOOR_MIB}Mi; fitted to {MODEL_SOURCE})")
@@ -209,9 +209,10 @@ def estimate_controller(*, concurrency: int | None, request_count: int | None, s
     cpu = None
     memory = None
     if telemetry_enabled:
+        sized = (f"the model's peak x {MEMORY_HEADROOM:g}, at least {SIDECAR_MEMORY_FLOOR_MIB}Mi; "
+                 "AIPERF_K8S_GPU_TELEMETRY_MANAGER_MEMORY overrides")
         memory = SidecarCpu(telemetry_memory, "from AIPERF_K8S_GPU_TELEMETRY_MANAGER_MEMORY") if telemetry_memory \
-            else SidecarCpu(model.memory_quantity, f"the model's peak x {MEMORY_HEADROOM:g}, at least "
-                                                   f"{SIDECAR_MEMORY_FLOOR_MIB}Mi; the variable overrides")
+            else SidecarCpu(model.memory_quantity, sized)
         limit = int(quantity_value(memory.quantity) / MIB)
         cpu = sidecar_cpu(endpoints=telemetry_urls, gpus_per_endpoint=gpus_per_endpoint,
                           collection_interval_s=collection_interval_s, override=telemetry_cpu, otlp=otlp)
