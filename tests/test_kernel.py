@@ -141,7 +141,7 @@ def test_segment_lengths_past_their_text_are_refused_not_read() -> None:
 def _python(segments: tuple[bytes, ...], body: bytes) -> tuple[float, ...] | None:
     """The reference for an arbitrary segment tuple (values_of_bytes_python reads a template's own)."""
     template = object.__new__(PageTemplate)
-    object.__setattr__(template, "segments", segments)
+    object.__setattr__(template, "flat", (b"".join(segments), pack_ints(map(len, segments))))  # (segments from it)
     return PageTemplate.values_of_bytes_python(template, body)
 
 

@@ -134,10 +134,11 @@ def resolve(opts: ProfileOptions, env: Mapping[str, str], *, job_id: str | None 
         concurrency=opts.concurrency, request_count=opts.request_count, streaming=opts.streaming,
         telemetry_enabled=telemetry.enabled, telemetry_urls=len(telemetry.urls) + len(discovery),
         gpus_per_endpoint=opts.gpus_per_endpoint, collection_interval_s=interval, duration_s=opts.duration,
-        telemetry_memory=telemetry.memory if telemetry.enabled else None,
+        otlp=any(name.startswith("OTEL_EXPORTER_OTLP") and name.endswith("ENDPOINT") for name, _ in telemetry.env),
+        telemetry_memory=env.get(MEMORY_ENV) if telemetry.enabled else None,
         telemetry_cpu=env.get(CPU_ENV) if telemetry.enabled else None)
-    if estimate.telemetry_cpu is not None:
-        telemetry = replace(telemetry, cpu=estimate.telemetry_cpu.quantity)
+    if estimate.telemetry_cpu is not None and estimate.telemetry_memory is not None:
+        telemetry = replace(telemetry, cpu=estimate.telemetry_cpu.quantity, memory=estimate.telemetry_memory.quantity)
     warnings += estimate.warnings()
     benchmark = Benchmark(
         model=opts.model, url=opts.url, endpoint_type=opts.endpoint_type, endpoint=opts.endpoint,
@@ -181,7 +182,7 @@ def _telemetry(opts: ProfileOptions, env: Mapping[str, str], problems: list[str]
     if items.dashboard:
         warnings.append("--gpu-telemetry dashboard: ignored on Kubernetes (the sidecar has no terminal)")
     cpu: str = env.get(CPU_ENV) or DEFAULT_CPU  # the floor until resolve() sizes it to the endpoints
-    memory: str = env.get(MEMORY_ENV) or DEFAULT_MEMORY
+    memory: str = env.get(MEMORY_ENV) or DEFAULT_MEMORY  # the floor too, until resolve() sizes it
     problems += validate.check_quantity(CPU_ENV, cpu, minimum=MIN_SIDECAR_CPU, unit="cpu")
     problems += validate.check_quantity(MEMORY_ENV, memory, minimum=MIN_SIDECAR_MEMORY, unit="memory")
     passed: dict[str, str] = {}

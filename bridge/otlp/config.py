@@ -55,7 +55,10 @@ class OtlpConfig:
     export_interval_s: float = 1.0
     max_batch_points: int = 8192
     max_batch_bytes: int = 3_500_000  # below gRPC servers' usual 4 MiB receive limit
-    max_queue_points: int = 100_000  # pages waiting, in points; beyond it the oldest page is dropped
+    # Pages waiting (and the batch in flight), by what they hold of their own (export.held_bytes); beyond it the
+    # oldest page is dropped. 16 MiB: ~30 s of 64 endpoints x 8 GPUs at 3 Hz (bench/NOTES.md, "OTLP queue").
+    max_queue_bytes: int = 16 * 2**20
+    max_queue_points: int | None = None  # an additional bound in points (--otlp-max-queue-points), off by default
     retry_initial_backoff_s: float = 0.5
     retry_max_backoff_s: float = 10.0
     # Mapping.
@@ -165,7 +168,7 @@ def resolve_config(
         client_certificate=pick(client_certificate, "CLIENT_CERTIFICATE"),
         client_key=pick(client_key, "CLIENT_KEY"),
         export_interval_s=export_interval_s or defaults.export_interval_s,
-        max_queue_points=max_queue_points or defaults.max_queue_points,
+        max_queue_points=max_queue_points,
         max_batch_points=max_batch_points or defaults.max_batch_points,
         units="ucum" if unit_mode == "ucum" else "none",
         names="semconv" if name_mode == "semconv" else "exporter",

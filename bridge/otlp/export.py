@@ -1,6 +1,6 @@
 """The OTLP forwarder: a bounded queue of pages, a batching thread, retries; never in the scrape's way.
 
-    scrape loop ──submit(page)──▶ [queue, bounded in points] ──▶ export thread: encode pages of a batch
+    scrape loop ──submit(page)──▶ [queue, bounded in bytes] ───▶ export thread: encode pages of a batch
                                    oldest pages dropped when full      → one request → send, retry
                                                                           (backoff + jitter, Retry-After)
 
@@ -12,7 +12,9 @@
   RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ABORTED, …) are retried with exponential backoff and
   jitter, or after the receiver's Retry-After / RetryInfo. A batch is retried until it succeeds or
   until the queue bound pushes it out: the bound, not a timer, decides what is lost, so a receiver
-  outage loses nothing while the data fits in the queue.
+  outage loses nothing while the data fits in the queue. The bound is a byte budget (`max_queue_bytes`: what
+  the waiting pages hold of their own, `held_bytes`), so the queue's memory is the same at 8 or 64 endpoints and
+  whatever form the pages are in; `max_queue_points`, when set, bounds the points as well.
 - A non-retryable rejection (400, gRPC INVALID_ARGUMENT) drops the batch and logs the receiver's
   message, at most once per `log_interval_s` (with the count of the ones not logged).
 - An encoded page may hold a buffer of its endpoint's pool (EncodedPage.lease, points.py): the batch gives
@@ -41,6 +43,7 @@ from bridge.otlp.resource import endpoint_attributes
 from bridge.otlp.semconv import page_to_semconv
 from bridge.otlp.transport import Sender, SendResult, make_sender, secrets_of
 from bridge.parse import AnyPage, TemplatedPage
+from bridge.parse.template import SAMPLE_BYTES
 from bridge.redact import redact_url, scrub
 from bridge.relabel import NO_RELABEL, RelabelConfig
 from bridge.samples import ParsedPage
@@ -48,11 +51,19 @@ from bridge.samples import ParsedPage
 logger = logging.getLogger(__name__)
 
 _MAX_RETRY_AFTER_S = 60.0  # a longer Retry-After is capped: the queue bound decides what is lost
+_ITEM_BYTES = 256  # a queued page's item and page objects, beside what `held_bytes` counts
+
+
+def held_bytes(page: AnyPage, points: int) -> int:
+    """What a queued page holds of its own, in bytes (what the queue's byte budget counts)."""
+    own = page.held_bytes if isinstance(page, TemplatedPage) else points * SAMPLE_BYTES
+    return _ITEM_BYTES + own
 
 @dataclass(frozen=True)
 class ExportStats:
     queue_depth_points: int = 0  # waiting + in flight
     queue_depth_pages: int = 0
+    queue_depth_bytes: int = 0  # what the waiting and in-flight pages hold (the bound: max_queue_bytes)
     sent_points: int = 0
     sent_requests: int = 0
     retried_requests: int = 0  # attempts that failed retryably and were tried again
@@ -74,6 +85,7 @@ class _Item(NamedTuple):
     phase: str
     ts_ns: int
     points: int
+    size: int  # held_bytes
 
 
 def failure_text(status: str, message: str) -> str:
@@ -123,6 +135,9 @@ class OtlpForwarder:
         self._wake = threading.Condition(self._lock)
         self._queued_points = 0
         self._inflight_points = 0
+        self._queued_bytes = 0  # (carried pages are counted there too, as the points are)
+        self._inflight_bytes = 0
+        self._carry_bytes = 0
         self._inflight_pages = 0
         self._drop_inflight = False
         self._counted_at_close = False  # close gave up on the batch in flight and counted it as dropped
@@ -152,12 +167,13 @@ class OtlpForwarder:
         try:
             # A templated page's samples are built only on demand (parse/template.py): count its values instead.
             points = page.value_count if isinstance(page, TemplatedPage) else len(page.samples)
-            item = _Item(endpoint, page, run_id, phase or "none", ts_ns, points)
+            item = _Item(endpoint, page, run_id, phase or "none", ts_ns, points, held_bytes(page, points))
             with self._lock:
                 if self._closing:
                     return
                 self._queue.append(item)
                 self._queued_points += item.points
+                self._queued_bytes += item.size
                 self._enforce_bound()
                 if self._queued_points >= self.config.max_batch_points:
                     self._wake.notify()
@@ -173,6 +189,7 @@ class OtlpForwarder:
             return ExportStats(
                 queue_depth_points=self._queued_points + self._inflight_points,
                 queue_depth_pages=len(self._queue) + self._inflight_pages,
+                queue_depth_bytes=self._queued_bytes + self._inflight_bytes,
                 last_error=self._last_error,
                 **self._counts,
             )
@@ -220,13 +237,13 @@ class OtlpForwarder:
                 # Still being sent when we stop waiting: lost as far as this run knows (a late answer is ignored).
                 self._counts["dropped_points"] += self._inflight_points
                 self._counts["dropped_pages"] += self._inflight_pages
-                self._inflight_points = self._inflight_pages = 0
+                self._inflight_points = self._inflight_pages = self._inflight_bytes = 0
                 self._counted_at_close = True
             if left:
                 self._counts["dropped_points"] += left
                 self._counts["dropped_pages"] += len(self._queue) + len(carried)
                 self._queue.clear()
-                self._queued_points = 0
+                self._queued_points = self._queued_bytes = self._carry_bytes = 0
         for encoded in carried:
             encoded.release()
         try:
@@ -339,6 +356,8 @@ class OtlpForwarder:
                 item = self._queue.popleft()
                 self._queued_points -= item.points
                 self._inflight_points += item.points
+                self._queued_bytes -= item.size
+                self._inflight_bytes += item.size
                 self._inflight_pages += 1
             page = page_to_semconv(item.page) if self.config.names == "semconv" else item.page
             encoded = self._encoder(item.endpoint).encode(page, self._contexts.get(item.run_id, item.phase), item.ts_ns)
@@ -347,9 +366,12 @@ class OtlpForwarder:
                 self._counts["stale_markers"] += encoded.stale
                 if not encoded.chunk or over:
                     self._inflight_points -= item.points
+                    self._inflight_bytes -= item.size
                     self._inflight_pages -= 1
                     if over:  # carried to the next batch
                         self._queued_points += encoded.points
+                        self._queued_bytes += item.size
+                        self._carry_bytes += item.size
                 else:  # in-flight points are counted as encoded (sentinels out, markers in)
                     self._inflight_points += encoded.points - item.points
             if not encoded.chunk:
@@ -365,6 +387,9 @@ class OtlpForwarder:
                 carried = sum(encoded.points for encoded in carry)
                 self._queued_points -= carried
                 self._inflight_points += carried
+                self._queued_bytes -= self._carry_bytes
+                self._inflight_bytes += self._carry_bytes
+                self._carry_bytes = 0
                 self._inflight_pages += len(carry)
             self._drop_inflight = False
         return batch
@@ -380,16 +405,22 @@ class OtlpForwarder:
             )
         return encoder
 
-    def _enforce_bound(self) -> None:
-        """Drop the oldest pages while more than `max_queue_points` wait (lock held). The batch in flight is the
-        oldest: it goes first (given up at its next failed attempt, counted then), then the queue's head."""
+    def _over_bound(self, points: int, size: int) -> bool:
         bound = self.config.max_queue_points
-        if self._queued_points + self._inflight_points > bound and self._inflight_pages:
+        return size > self.config.max_queue_bytes or (bound is not None and points > bound)
+
+    def _enforce_bound(self) -> None:
+        """Drop the oldest pages while the waiting ones hold more than `max_queue_bytes` (or, when set, more than
+        `max_queue_points`) (lock held). The batch in flight is the oldest: it goes first (given up at its next
+        failed attempt, counted then), then the queue's head."""
+        if self._over_bound(self._queued_points + self._inflight_points, self._queued_bytes + self._inflight_bytes) \
+                and self._inflight_pages:
             self._drop_inflight = True
-        inflight = 0 if self._drop_inflight else self._inflight_points
-        while self._queued_points + inflight > bound and self._queue:
+        inflight, inflight_bytes = (0, 0) if self._drop_inflight else (self._inflight_points, self._inflight_bytes)
+        while self._over_bound(self._queued_points + inflight, self._queued_bytes + inflight_bytes) and self._queue:
             oldest = self._queue.popleft()
             self._queued_points -= oldest.points
+            self._queued_bytes -= oldest.size
             self._counts["dropped_points"] += oldest.points
             self._counts["dropped_pages"] += 1
             self._signal_loss()
@@ -405,7 +436,7 @@ class OtlpForwarder:
         with self._lock:
             if self._counted_at_close:  # the batch's points were counted as dropped when close gave up on it
                 return
-            self._inflight_points = 0
+            self._inflight_points = self._inflight_bytes = 0
             self._inflight_pages = 0
             self._drop_inflight = False
             counts = self._counts

@@ -33,7 +33,7 @@ _PACK_VALUE = struct.Struct("<d").pack
 PACK_START = struct.Struct("<BQ").pack  # 0x11 start
 _PACK_U64_INTO = struct.Struct("<Q").pack_into
 _POINT_TAIL = 18  # 0x19 time 0x21 value
-POOL_SIZE = 8  # idle chunk buffers kept an endpoint: a batch a second holds ~3 pages of an endpoint at 3 Hz
+POOL_SIZE = 3  # idle chunk buffers kept an endpoint: a batch a second holds ~3 pages of an endpoint at 3 Hz
 
 
 class PagePlan:
@@ -83,6 +83,8 @@ class PagePlan:
              ) -> EncodedPage | None:
         """The chunk of a page that follows the plan's template, or None when the page needs the loop."""
         compiled = kernel.running()
+        if not compiled and not self.pieces:  # laid out for the kernel (`lay_out`): the loop encodes this page
+            return None
         if compiled:
             if kernel.blank_at(page.raw, None, _BLANKS, False) != self.blank_at:
                 return None
@@ -106,7 +108,8 @@ class PagePlan:
             if start_mode != "unset":
                 for k in fell:  # a reset: a new interval after the previous point (starttime.py)
                     self.starts[k] = self.last_t + 1
-                    pieces[3 * self.sum_slots[k]] = self.sum_heads[k] + PACK_START(0x11, self.starts[k])
+                    if pieces:
+                        pieces[3 * self.sum_slots[k]] = self.sum_heads[k] + PACK_START(0x11, self.starts[k])
                     _PACK_U64_INTO(self.frame, self.start_at[k], self.starts[k])
                     self.version = self.buffers.new_version()
         chunk: Chunk
@@ -126,8 +129,11 @@ class PagePlan:
     def lay_out(self, constants: list[bytes]) -> None:
         """`pieces`, `frame`, `layout` and `start_at` from the constants between the points (set `value_at` and
         `sum_slots` first)."""
-        self.pieces = [b""] * (3 * len(self.value_at) + 1)
-        self.pieces[0::3] = constants
+        # `pieces` are the Python path's; the kernel fills `frame`: with the kernel, the constants are kept once, in
+        # the frame (at 64 endpoints the pieces would be another 6 MiB, bench/NOTES.md).
+        self.pieces = [] if kernel.running() else [b""] * (3 * len(self.value_at) + 1)
+        if self.pieces:
+            self.pieces[0::3] = constants
         placeholder = bytes(_POINT_TAIL)
         self.frame = bytearray(placeholder.join(constants))
         offsets: list[int] = []

@@ -188,6 +188,9 @@ class PageParser:
         template = PageTemplate(all_lines, sample_at, prefixes, [s.name for s in samples],
                                 [s.labels for s in samples], types, helps, dropped, openmetrics, detected)
         self._template = template
+        # The template holds every head now: the keys (a copy of the page's text) go until a page misses it. The
+        # label cache stays, so a page read again line by line hands out the same label mappings.
+        self._heads.clear()
         return TemplatedPage(template, tuple(s.value for s in samples), samples=samples)
 
     def _head(self, key: str) -> tuple[str, Mapping[str, str]] | str:

@@ -27,6 +27,8 @@ from typing import Any, NoReturn
 from bridge import kernel  # the compiled kernel (bridge/_kernel.c); the Python below is the reference
 from bridge.samples import Dropped, ParsedPage, Sample
 
+SAMPLE_BYTES = 120  # a Sample tuple, its float and its list slot (its name and labels are the template's)
+
 
 class PageTemplate:
     """A page's structure: its lines but the sample values, the heads of its samples, its HELP/TYPE.
@@ -35,15 +37,14 @@ class PageTemplate:
     so a page that matches the template costs them no per-sample lookups either.
     """
 
-    __slots__ = ("nlines", "literal_at", "literals", "sample_at", "prefixes", "cuts", "names", "labels",
-                 "types", "helps", "dropped", "openmetrics", "detected", "segments", "flat", "__weakref__")
+    __slots__ = ("nlines", "literal_at", "literals", "sample_at", "prefixes", "names", "labels",
+                 "types", "helps", "dropped", "openmetrics", "detected", "flat", "__weakref__")
 
     nlines: int
     literal_at: tuple[int, ...]
     literals: tuple[str, ...]
     sample_at: tuple[int, ...]
     prefixes: tuple[str, ...]
-    cuts: tuple[slice, ...]
     names: tuple[str, ...]
     labels: tuple[Mapping[str, str], ...]
     types: Mapping[str, str]
@@ -51,8 +52,7 @@ class PageTemplate:
     dropped: tuple[Dropped, ...]
     openmetrics: bool  # how its page was read
     detected: bool  # whether its page had a `# EOF` line (what auto-detection finds)
-    segments: tuple[bytes, ...] | None
-    flat: tuple[bytes, bytes] | None  # the segments as the kernel reads them: one text, their lengths (int32)
+    flat: tuple[bytes, bytes] | None  # `segments` as the kernel reads them: one text, their lengths (int32)
 
     def __init__(self, lines: list[str], sample_at: Sequence[int], prefixes: Sequence[str], names: Sequence[str],
                  labels: Sequence[Mapping[str, str]], types: Mapping[str, str], helps: Mapping[str, str],
@@ -61,13 +61,11 @@ class PageTemplate:
         literal_at = tuple(i for i in range(len(lines)) if i not in samples)
         fields: dict[str, Any] = {
             "nlines": len(lines), "literal_at": literal_at, "literals": tuple(lines[i] for i in literal_at),
-            "sample_at": tuple(sample_at), "prefixes": tuple(prefixes),
-            "cuts": tuple(slice(len(prefix), None) for prefix in prefixes), "names": tuple(names),
+            "sample_at": tuple(sample_at), "prefixes": tuple(prefixes), "names": tuple(names),
             "labels": tuple(labels), "types": MappingProxyType(dict(types)), "helps": MappingProxyType(dict(helps)),
             "dropped": tuple(dropped), "openmetrics": openmetrics, "detected": detected,
-            "segments": _segments(lines, sample_at, prefixes),
         }
-        segments = fields["segments"]
+        segments = _segments(lines, sample_at, prefixes)  # kept once, joined (`flat`): one copy of the page a template
         fields["flat"] = None if segments is None else (b"".join(segments), pack_ints(map(len, segments)))
         for name, value in fields.items():
             object.__setattr__(self, name, value)
@@ -76,6 +74,18 @@ class PageTemplate:
         raise AttributeError(f"a PageTemplate is immutable (setting {name!r})")
 
     __delattr__ = __setattr__  # type: ignore[assignment]
+
+    @property
+    def segments(self) -> tuple[bytes, ...] | None:
+        """The page's bytes between its values, cut from `flat` (what the Python path reads)."""
+        if self.flat is None:
+            return None
+        text, lengths = self.flat
+        out, at = [], 0
+        for length in array("i", lengths):
+            out.append(text[at: at + length])
+            at += length
+        return tuple(out)
 
     def page_of_bytes(self, body: bytes) -> TemplatedPage | None:
         """`values_of` on the raw bytes, without decoding or splitting the page: the bytes between the
@@ -127,7 +137,8 @@ class PageTemplate:
         sample_lines = list(map(lines.__getitem__, self.sample_at))
         if not all(map(str.startswith, sample_lines, self.prefixes)):
             return None
-        tokens: list[str] = list(map(getitem, sample_lines, self.cuts))
+        cuts = (slice(len(prefix), None) for prefix in self.prefixes)  # (rare: a text page, or one with \r\n)
+        tokens: list[str] = list(map(getitem, sample_lines, cuts))
         if "_" in "".join(tokens):  # float() reads "1_000"; the exposition format does not
             return None
         try:
@@ -239,6 +250,18 @@ class TemplatedPage:
         """How many values (sample lines) the page has."""
         raw = self._raw
         return len(self.values) if raw is None else len(raw) >> 3
+
+    @property
+    def held_bytes(self) -> int:
+        """About what the page holds of its own (its template is shared): its values in whichever forms are
+        filled (8 bytes each as the kernel gives them, 32 as Python floats in a tuple), its samples once built."""
+        count = self.value_count
+        held = 0 if self._raw is None else len(self._raw)
+        if self._values is not None:
+            held += 32 * count
+        if self._samples is not None:
+            held += SAMPLE_BYTES * count
+        return held
 
     def value_getter(self) -> Callable[[int], float]:
         """values[i] from whichever form the page holds (a few values: no tuple of all of them built)."""

@@ -96,7 +96,8 @@ def telemetry_options(func: Any) -> Any:
                      help="exporter (default): the exporter's names; semconv: GPU metrics as OpenTelemetry's "
                           "hardware conventions (hw.power, hw.energy, hw.gpu.utilization, …)."),
         click.option("--otlp-export-interval", type=float, help="Seconds between exports (default 1)."),
-        click.option("--otlp-max-queue-points", type=int, help="Queue bound; the oldest pages are dropped past it."),
+        click.option("--otlp-max-queue-points", type=int,
+                     help="A bound in points beside the queue's 16 MiB; the oldest pages are dropped past it."),
         click.option("--relabel-config", type=click.Path(exists=True, dir_okay=False),
                      help="Prometheus-style relabel rules (YAML) applied to OTLP and the pull endpoint."),
         click.option("--service-name", help="OTLP resource service.name (default dcgm-exporter)."),

@@ -125,6 +125,9 @@ class Session:
         self._unchanged: dict[str, int] = {}  # url -> scrapes since its values last changed (before a period)
         self._refresh_noted: dict[str, float] = {}  # url -> the refresh period last written to the events
         self._refresh_sent_ns = 0  # when the refresh gauges last went to OTLP
+        # Each endpoint's labels for them, one mapping for the run: the OTLP encoder keeps a series per mapping
+        # it is handed (a new one each time would be 128 new series every page at 64 endpoints, bench/NOTES.md).
+        self._refresh_labels: dict[str, dict[str, str]] = {}
         self.self_metric_points = 0  # the bridge's own points handed to OTLP (the refresh gauges)
         self.loops: dict[str, ScrapeLoop] = {}
         self.health = Health()  # every endpoint's, fed by its scrape loop and the pipeline
@@ -512,7 +515,7 @@ class Session:
         self._refresh_sent_ns = ts_ns
         samples: list[Sample] = []
         for url, loop in list(self.loops.items()):
-            labels = {"endpoint": display_key(url)}
+            labels = self._refresh_labels.setdefault(url, {"endpoint": display_key(url)})
             watch = loop.stats.refresh
             if watch.period_s is not None:
                 samples.append(Sample(REFRESH_PERIOD, labels, watch.period_s))

@@ -137,17 +137,24 @@ def test_commands_that_need_a_cluster_explain_a_missing_kubeconfig(command: list
     assert f"cannot load kubeconfig {missing}" in result.stderr
 
 
-def test_dry_run_with_sixteen_endpoints_sizes_the_sidecar_cpu_above_25m_and_says_why() -> None:
-    urls = [f"node{i}:9400" for i in range(16)]
-    result = dry_run("--gpu-telemetry", *urls)
+def test_dry_run_with_64_endpoints_and_otlp_sizes_the_sidecar_from_the_model_and_says_why() -> None:
+    urls = [f"node{i}:9400" for i in range(64)]
+    otlp = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
+    result = dry_run("--gpu-telemetry", *urls, env=otlp)
     assert result.exit_code == 0, result.output
     (jobset,) = yaml.safe_load_all(result.stdout)
     sidecar = sidecar_of(jobset)
     assert sidecar is not None
-    cpu = sidecar["resources"]["limits"]["cpu"]
-    assert cpu.endswith("m") and int(cpu[:-1]) > 25
-    assert f"# gpu-telemetry sidecar CPU: {cpu} (sized to the work: 16 endpoints x 8 GPUs" in result.stdout
-    overridden = dry_run("--gpu-telemetry", *urls, env={"AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU": "30m"})
+    cpu, memory = sidecar["resources"]["limits"]["cpu"], sidecar["resources"]["limits"]["memory"]
+    assert cpu.endswith("m") and int(cpu[:-1]) > 25 and memory.endswith("Mi") and int(memory[:-2]) > 192
+    assert sidecar["resources"]["requests"] == {"cpu": cpu, "memory": memory}
+    assert f"# gpu-telemetry sidecar CPU: {cpu} (the model: 64 endpoints x 8 GPUs" in result.stdout
+    assert f"# gpu-telemetry sidecar memory: {memory} (the model's peak" in result.stdout
+    assert "# gpu-telemetry sidecar model: 512 GPUs" in result.stdout and "bench/bench_scale.py" in result.stdout
+    assert "warning" not in result.stdout
+    overridden = dry_run("--gpu-telemetry", *urls, env={**otlp, "AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU": "30m",
+                                                        "AIPERF_K8S_GPU_TELEMETRY_MANAGER_MEMORY": "512Mi"})
     (jobset,) = yaml.safe_load_all(overridden.stdout)
-    assert sidecar_of(jobset)["resources"]["limits"]["cpu"] == "30m"  # type: ignore[index]
+    assert sidecar_of(jobset)["resources"]["limits"] == {"cpu": "30m", "memory": "512Mi"}  # type: ignore[index]
+    assert "(from AIPERF_K8S_GPU_TELEMETRY_MANAGER_MEMORY)" in overridden.stdout
     assert "(from AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU)" in overridden.stdout
