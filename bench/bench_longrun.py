@@ -5,7 +5,9 @@ allows (held back only while the OTLP queue is over half its bound, which the po
 fills): the same scrape loops, parser, normaliser, record log, live report series and OTLP forwarder
 (sending to a receiver in another process) as in the pod; only the HTTP GET is replaced by a fetcher that
 hands out pages the simulator rendered beforehand (30 per endpoint, cycled: the simulator renders a page
-in ~5 ms, which for 86,400 scrapes would be the whole bench). RSS is sampled every 10 simulated minutes;
+in ~5 ms, which for 86,400 scrapes would be the whole bench; each cycle adds one cycle's energy to the energy
+counters, so that they grow as a GPU's do and the report takes a sane counter's path, not a glitch's). RSS is
+sampled every 10 simulated minutes;
 then completion: final scrapes, flushes, the report from the live series (CPU-s measured).
 
 Targets (issue #7): RSS flat over the hour; completion within 0.75 CPU-s (30 s × 25m).
@@ -38,22 +40,44 @@ from bridge.simulator import ManualClock, NodeModel, SimulatorConfig, render_pag
 NS = 1_000_000_000
 INTERVAL_NS = NS // 3
 SHUTDOWN_CPU_S = 0.75
+ENERGY = b"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{"
+CYCLE = 30  # pages rendered per endpoint
+
+
+def _value(line: bytes) -> int:
+    return int(line.rpartition(b" ")[2])
 
 
 class Prerendered:
-    """A fetcher that hands each endpoint its next prerendered page, stamped with the manual clock."""
+    """A fetcher that hands each endpoint its next prerendered page, stamped with the manual clock. The pages
+    cycle; the energy counters do not: each cycle adds one cycle's energy (`cycle_mj`) to every counter."""
 
     def __init__(self, pages: dict[str, list[bytes]], clock: ManualClock) -> None:
-        self.pages = pages
+        self.pages = {url: bodies[:-1] for url, bodies in pages.items()}
         self.clock = clock
         self.count = dict.fromkeys(pages, 0)
+        # Per endpoint, each page's lines, where its energy counters are, and what one cycle adds to each
+        # (the page after the cycle against its first page: the bodies hold one page more than they serve).
+        self.lines = {url: [body.split(b"\n") for body in bodies] for url, bodies in pages.items()}
+        self.energy_at = {url: [k for k, line in enumerate(lines[0]) if line.startswith(ENERGY)]
+                          for url, lines in self.lines.items()}
+        self.cycle_mj = {url: [_value(self.lines[url][-1][k]) - _value(self.lines[url][0][k]) for k in at]
+                         for url, at in self.energy_at.items()}
 
     def fetch(self, url: str) -> FetchedPage:
         n = self.count[url]
         self.count[url] = n + 1
         bodies = self.pages[url]
+        cycle, page = divmod(n, len(bodies))
+        body = bodies[page]
+        if cycle:
+            lines = list(self.lines[url][page])
+            for k, added in zip(self.energy_at[url], self.cycle_mj[url], strict=True):
+                labels, _, value = lines[k].rpartition(b" ")
+                lines[k] = b"%s %d" % (labels, int(value) + cycle * added)
+            body = b"\n".join(lines)
         now = self.clock()
-        return FetchedPage(bodies[n % len(bodies)], now, now + 2_000_000, "text/plain; version=0.0.4")
+        return FetchedPage(body, now, now + 2_000_000, "text/plain; version=0.0.4")
 
     def close(self) -> None:
         pass
@@ -71,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     pages = {}
     for i, url in enumerate(urls):
         model = NodeModel(SimulatorConfig(gpus=8, seed=i), now_ns=clock)
-        pages[url] = [render_page(model, clock() + k * INTERVAL_NS) for k in range(30)]
+        pages[url] = [render_page(model, clock() + k * INTERVAL_NS) for k in range(CYCLE + 1)]
     sink, otlp_url = start_otlp_sink()
     out = Path(tempfile.mkdtemp(prefix="bench-longrun-"))
     try:

@@ -32,7 +32,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol, TypeVar
 
 from bridge.endpoints import display_key
-from bridge.parse import AnyPage
+from bridge.parse import AnyPage, TemplatedPage
 from bridge.pods import PodPattern, PodRef, pod_of_labels, serves, shared_board
 from bridge.samples import ParsedPage
 
@@ -160,7 +160,9 @@ def _gpu_of_labels(labels: Mapping[str, str]) -> Identity | None:
 def _pods_by_gpu(page: AnyPage) -> dict[Identity, set[PodRef | None]]:
     """The pods each GPU identity's series on `page` name (None for a series that names none)."""
     pods: dict[Identity, set[PodRef | None]] = {}
-    for _name, labels, _value, _ts in page.samples:
+    # (A templated page's labels are its template's: no Sample tuples are built for a page that needs none.)
+    every = page.template.labels if isinstance(page, TemplatedPage) else [sample.labels for sample in page.samples]
+    for labels in every:
         gpu = _gpu_of_labels(labels)
         if gpu is not None:
             pods.setdefault(gpu, set()).add(pod_of_labels(labels))

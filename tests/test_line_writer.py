@@ -139,3 +139,60 @@ def test_a_plain_file_takes_the_blocks_in_one_writev_and_a_short_write_goes_on_w
     writer.write_block(b'{"d":7}\n')
     assert writer.close()
     assert (tmp_path / "r.jsonl").read_bytes().endswith(b'{"d":6}\n{"d":7}\n')
+
+
+@pytest.mark.parametrize("name", ["x.jsonl", "x.jsonl.gz"])
+def test_the_writers_digest_is_the_sha256_of_the_file_as_it_holds_it(tmp_path: Path, name: str) -> None:
+    """Kept up to date flush by flush (a gzip member's trailer at close included), over what the file held before
+    (a restarted sidecar appends), across a flush the disk refused and a late line after close."""
+    import hashlib
+
+    from bridge.record_log import read_dicts
+
+    path = tmp_path / name
+    earlier = LineWriter(path, flush_interval_s=0)
+    earlier.write_lines([_line(0)])
+    earlier.close()
+    full = [True]
+
+    def opener(p: Path):
+        from bridge.record_log import _open_append
+
+        if not full[0]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return _open_append(p)
+
+    writer = LineWriter(path, flush_interval_s=60, opener=opener, digest=True)
+    assert writer.written_digest() is None  # nothing written yet
+    writer.write_lines(_line(i) for i in range(1, 500))
+    assert writer.flush()
+    digest = writer.written_digest()
+    assert digest is not None and digest.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest.still_holds()
+    writer.close()
+    writer.write_lines([_line(500)])  # a late line: written and closed again at once
+    digest = writer.written_digest()
+    assert digest is not None and digest.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert [d["i"] for d in read_dicts(path)] == list(range(501))
+    with path.open("ab") as f:  # another hand appends: the digest no longer describes the file
+        f.write(b"\n")
+    assert not digest.still_holds()
+
+
+def test_a_report_uses_the_writers_digest_only_while_the_file_is_what_it_hashed(tmp_path: Path) -> None:
+    import hashlib
+
+    from bridge.record_log import WrittenDigest
+    from bridge.report.build import _log_hash
+
+    path = tmp_path / "gpu_telemetry_export.jsonl"
+    writer = LineWriter(path, flush_interval_s=0, digest=True)
+    writer.write_lines(_line(i) for i in range(10))
+    writer.close()
+    digest = writer.written_digest()
+    assert isinstance(digest, WrittenDigest)
+    assert _log_hash(None, digest) == (path.name, digest.sha256)
+    time.sleep(0.01)
+    path.write_bytes(path.read_bytes().replace(b'"i":3', b'"i":4'))  # same size and file, rewritten in place
+    assert _log_hash(None, digest) == (path.name, hashlib.sha256(path.read_bytes()).hexdigest()) != (
+        path.name, digest.sha256)

@@ -27,16 +27,16 @@ DEFAULT_DURATION_S = 600.0
 # x 8 GPUs at 3 Hz, with and without OTLP and with MIG (bench/NOTES.md, "Issue 34", has the figures and the
 # fit). Its memory does not grow with the run's length: the live report's series are spooled to disk, the OTLP
 # queue is a byte budget. Refit when bench/RESULTS.md's scale row moves.
-MODEL_SOURCE = "bench/bench_scale.py, 2026-12-04 (bench/NOTES.md, issue 34)"
+MODEL_SOURCE = "bench/bench_scale.py, 2026-12-04 and 2026-12-05 (bench/NOTES.md, issue 34)"
 MEMORY_BASE_MIB = 53.0  # the interpreter, its libraries, the HTTP servers, the threads
-MEMORY_MIB_PER_GPU = 0.145  # a GPU (or MIG instance) on a page: template, plans, live series, the page's bytes
-MEMORY_MIB_PER_GPU_OTLP = 0.06  # with OTLP on: the encoder's series and plans, chunk buffers
+MEMORY_MIB_PER_GPU = 0.13  # a GPU (or MIG instance) on a page: template, plans, live series, the page's bytes
+MEMORY_MIB_PER_GPU_OTLP = 0.048  # with OTLP on: the encoder's series and plans, chunk buffers
 OTLP_QUEUE_MIB = 16.0  # the OTLP queue's byte budget (otlp/config.py), full only while the receiver is away
 MEMORY_HEADROOM = 1.2
 MEMORY_STEP_MIB = 8
 SIDECAR_MEMORY_FLOOR_MIB = 192  # AIPerf's default limit
 CPU_BASE_M = 2.5  # wake-ups, the control server, the record log's flusher
-CPU_MS_PER_GPU_SCRAPE = 0.036  # all the sidecar's work per GPU a scrape (GET, parse, records, live series, OTLP)
+CPU_MS_PER_GPU_SCRAPE = 0.028  # all the sidecar's work per GPU a scrape (GET, parse, records, live series, OTLP)
 CPU_OTLP_SHARE = 0.18  # the part of it that OTLP is (its export thread)
 CPU_HEADROOM = 1.3
 CPU_WARN_FRACTION = 0.8

@@ -183,6 +183,11 @@ class EndpointEncoder:
         if (templated is not None and self.use_plans and encoded.chunk and not encoded.stale
                 and not encoded.out_of_order):
             self._plan = self._compile(templated, ctx, ts_ns)
+            if self._plan is not None:
+                # The plan's frame holds its series' prefixes: kept twice they were ~6 MiB at 64 endpoints. The
+                # loop builds a series' prefix again when a page leaves the plan (`_encode_loop`).
+                for series in self._plan.series:
+                    series.prefix = b""
         return encoded
 
     def _encode_loop(self, page: AnyPage, ctx: PointContext, ts_ns: int) -> EncodedPage:
@@ -241,6 +246,8 @@ class EndpointEncoder:
                     # The series under the old run_id/phase ends here: one staleness marker for it.
                     self._marker(series, old, t, kind, out if target is None else target)
                     ended += 1
+                self._build_prefix(series, ctx, kind)
+            elif not series.prefix or series.kind != kind:  # a plan held it, or the family's TYPE changed
                 self._build_prefix(series, ctx, kind)
             if kind:  # a Sum: start time, time, value
                 packed = pack_sum(0x11, series.start_for(value, t, mode), 0x19, t, 0x21, value)
@@ -323,7 +330,7 @@ class EndpointEncoder:
                     continue
                 if series.route == ROUTE_RENAMED:
                     target = self._family_of(families, series.out_name, kind).points
-            if series.ctx is not ctx or series.last_ts != ts_ns:
+            if series.ctx is not ctx or series.last_ts != ts_ns or series.kind != kind:
                 return None
             target.append(series.prefix)
             target.append(_Hole(SUM_FIXED if kind else GAUGE_FIXED, (position, kind, series)))  # type: ignore[arg-type]
@@ -372,6 +379,7 @@ class EndpointEncoder:
         fixed = GAUGE_FIXED if kind == GAUGE else SUM_FIXED
         series.prefix = bytes((T_DATA_POINTS,)) + varint(len(attrs) + fixed) + attrs
         series.ctx = ctx
+        series.kind = kind
 
     def _label_bytes(self, labels: Mapping[str, str], ctx: PointContext, tag: int = T_NDP_ATTR) -> bytes:
         """Attribute bytes of exporter labels; cached per label set (by value), which every family of a GPU shares."""

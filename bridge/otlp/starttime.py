@@ -39,7 +39,7 @@ class Series:
     """Mutable state of one series; encode.py fills the encoding fields (`prefix`, `ctx`, ...)."""
 
     __slots__ = (
-        "name", "labels", "route", "out_name", "out_labels", "canonical", "ctx", "prefix", "last_ts",
+        "name", "labels", "route", "out_name", "out_labels", "canonical", "ctx", "prefix", "kind", "last_ts",
         "start", "last_value", "seen", "stale_gen",
     )
 
@@ -55,6 +55,7 @@ class Series:
         self.canonical: Series = self
         self.ctx: object = None  # the PointContext the prefix was built for
         self.prefix = b""  # field tag + length + attribute bytes of a data point
+        self.kind = -1  # the point kind the prefix's length was built for (a page's TYPE line can change it)
         self.last_ts = 0  # ns of the last point sent; later points must be newer
         self.start = 0  # ns; cumulative series only
         self.last_value = 0.0

@@ -37,14 +37,14 @@ class PageTemplate:
     so a page that matches the template costs them no per-sample lookups either.
     """
 
-    __slots__ = ("nlines", "literal_at", "literals", "sample_at", "prefixes", "names", "labels",
+    __slots__ = ("nlines", "literal_at", "literals", "sample_at", "_prefixes", "names", "labels",
                  "types", "helps", "dropped", "openmetrics", "detected", "flat", "__weakref__")
 
     nlines: int
     literal_at: tuple[int, ...]
     literals: tuple[str, ...]
     sample_at: tuple[int, ...]
-    prefixes: tuple[str, ...]
+    _prefixes: tuple[str, ...] | None  # kept only when `flat` is None: else cut from it (`prefixes`)
     names: tuple[str, ...]
     labels: tuple[Mapping[str, str], ...]
     types: Mapping[str, str]
@@ -61,12 +61,14 @@ class PageTemplate:
         literal_at = tuple(i for i in range(len(lines)) if i not in samples)
         fields: dict[str, Any] = {
             "nlines": len(lines), "literal_at": literal_at, "literals": tuple(lines[i] for i in literal_at),
-            "sample_at": tuple(sample_at), "prefixes": tuple(prefixes), "names": tuple(names),
+            "sample_at": tuple(sample_at), "names": tuple(names),
             "labels": tuple(labels), "types": MappingProxyType(dict(types)), "helps": MappingProxyType(dict(helps)),
             "dropped": tuple(dropped), "openmetrics": openmetrics, "detected": detected,
         }
         segments = _segments(lines, sample_at, prefixes)  # kept once, joined (`flat`): one copy of the page a template
         fields["flat"] = None if segments is None else (b"".join(segments), pack_ints(map(len, segments)))
+        # Each sample line's text before its value ends each segment: kept twice it was ~5 MiB at 64 endpoints.
+        fields["_prefixes"] = tuple(prefixes) if segments is None else None
         for name, value in fields.items():
             object.__setattr__(self, name, value)
 
@@ -74,6 +76,16 @@ class PageTemplate:
         raise AttributeError(f"a PageTemplate is immutable (setting {name!r})")
 
     __delattr__ = __setattr__  # type: ignore[assignment]
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        """Each sample line's text before its value (what `values_of` reads): the end of each segment after its
+        last newline, when the template has `flat`."""
+        if self._prefixes is not None:
+            return self._prefixes
+        segments = self.segments
+        assert segments is not None
+        return tuple(segment.rpartition(b"\n")[2].decode() for segment in segments[:-1])
 
     @property
     def segments(self) -> tuple[bytes, ...] | None:
@@ -135,9 +147,10 @@ class PageTemplate:
         if len(lines) != self.nlines or tuple(map(lines.__getitem__, self.literal_at)) != self.literals:
             return None
         sample_lines = list(map(lines.__getitem__, self.sample_at))
-        if not all(map(str.startswith, sample_lines, self.prefixes)):
+        prefixes = self.prefixes
+        if not all(map(str.startswith, sample_lines, prefixes)):
             return None
-        cuts = (slice(len(prefix), None) for prefix in self.prefixes)  # (rare: a text page, or one with \r\n)
+        cuts = (slice(len(prefix), None) for prefix in prefixes)  # (rare: a text page, or one with \r\n)
         tokens: list[str] = list(map(getitem, sample_lines, cuts))
         if "_" in "".join(tokens):  # float() reads "1_000"; the exposition format does not
             return None

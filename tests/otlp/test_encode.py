@@ -509,3 +509,21 @@ def test_label_bytes_are_built_once_per_label_mapping_not_per_family(monkeypatch
     assert (
         calls.count(0x3A) == 8
     )  # NumberDataPoint.attributes; 320 series, 8 distinct label mappings (one per GPU), 3 pages
+
+
+@pytest.mark.parametrize("plans", [True, False], ids=["plans", "loop"])
+def test_a_family_whose_type_line_goes_away_is_encoded_as_its_new_kind(plans: bool) -> None:
+    """A page that drops a family's `# TYPE … counter` line makes it a gauge: each point's length prefix is that
+    of a gauge point from then on (a prefix kept from the Sum gave a malformed request), plans or not."""
+    typed = b'# TYPE x_total counter\nx_total{gpu="0"} 1\n# TYPE g gauge\ng{gpu="0"} 5\n'
+    untyped = b'x_total{gpu="0"} 2\n# TYPE g gauge\ng{gpu="0"} 6\n'
+    encoder, parser, ctx = EndpointEncoder({"service.name": "t"}), PageParser(), ContextCache().get("r", "p")
+    encoder.use_plans = plans
+    for k, body in enumerate([typed, typed, typed, untyped, untyped, typed]):
+        chunk = encoder.encode(parser.parse(body), ctx, 1_800_000_000 * S + k * S).chunk
+        metrics = metrics_of(decode(chunk))
+        x = metrics["x_total"]
+        points = x.sum.data_points if x.HasField("sum") else x.gauge.data_points
+        assert x.HasField("sum") == (body is typed), k
+        assert [p.as_double for p in points] == [1.0 if body is typed else 2.0], k
+        assert [p.as_double for p in metrics["g"].gauge.data_points] == [5.0 if body is typed else 6.0]
