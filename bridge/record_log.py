@@ -10,7 +10,6 @@ The events file's lines are events.py's records (`LineWriter.write_event`).
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import logging
 import os
@@ -22,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import IO, Any, NamedTuple, Protocol, cast
+from typing import IO, Any, Protocol, cast
 
 import orjson
 
@@ -316,28 +315,6 @@ def read_records(path: Path, errors: list[str] | None = None) -> Iterator[GpuRec
                 errors.append(f"{path}: record {number}: {exc!r}")
 
 
-class WrittenDigest(NamedTuple):
-    """The SHA-256 of a file's first `size` bytes as its LineWriter wrote them, and which file that was (device,
-    inode, modification time): what the report stores for `dcgm-bridge validate` without reading the log again at
-    the end (validate reads it)."""
-
-    path: Path
-    size: int
-    sha256: str
-    device: int
-    inode: int
-    mtime_ns: int
-
-    def still_holds(self) -> bool:
-        """Whether the file at `path` is the one hashed, as it was hashed (else it must be read again)."""
-        try:
-            st = os.stat(self.path, follow_symlinks=False)
-        except OSError:
-            return False
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) == (self.device, self.inode, self.size,
-                                                                       self.mtime_ns)
-
-
 class LineWriter:
     """Buffered, thread-safe appender of whole JSON lines with a bounded buffer.
 
@@ -347,17 +324,13 @@ class LineWriter:
     chunks of whole lines, so a disk with a little room again takes what fits instead of nothing until the whole
     backlog does. With `flush_interval_s` > 0 a background thread flushes what waits longer than that, so a
     kill loses at most that much even when no new line comes (every endpoint down).
-
-    With `digest`, the file's SHA-256 is kept up to date as it grows (`written_digest`): after each flush the new
-    bytes are read back from where the digest stopped (from the page cache), so what a rollback cut and a gzip
-    member's trailer written at close are hashed as the file holds them, and a file that existed before is too.
     """
 
     CHUNK_BYTES = 1 << 20
 
     def __init__(self, path: Path, *, flush_interval_s: float = 1.0, max_buffered_bytes: int = 32 << 20,
                  opener: Callable[[Path], IO[bytes]] | None = None,
-                 monotonic: Callable[[], float] = time.monotonic, digest: bool = False) -> None:
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.flush_interval_s = flush_interval_s
         self.max_buffered_bytes = max_buffered_bytes
@@ -374,9 +347,6 @@ class LineWriter:
         self.lines_written = 0
         self.lines_dropped = 0
         self.last_error: str | None = None
-        self._digest: Any = hashlib.sha256() if digest else None  # None also once the file cannot be read back
-        self._hashed = 0  # bytes of the file the digest holds
-        self._hashed_file: tuple[int, int, int] | None = None  # (device, inode, mtime) of the file hashed
         self._closed = False  # after close(): a late line (a scrape that ended after completion) is written
         # and its file closed again at once, never left open to be collected by the garbage collector
 
@@ -448,35 +418,6 @@ class LineWriter:
                 if self._buffer and self._monotonic() - self._last_flush >= interval:
                     self._flush_locked()
 
-    def written_digest(self) -> WrittenDigest | None:
-        """The SHA-256 of what the file holds as far as this writer wrote it (None without `digest`, or when the
-        file could not be read back)."""
-        with self._lock:
-            if self._digest is None or self._hashed_file is None:
-                return None
-            return WrittenDigest(self.path, self._hashed, self._digest.hexdigest(), *self._hashed_file)
-
-    def _hash_written_locked(self) -> None:
-        """Feed the digest the file's bytes it has not seen yet, read back from where it stopped."""
-        if self._digest is None or (self._file is None and self._hashed_file is None):
-            return  # (nothing written yet)
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            self._digest = None  # (an opener's file that is not at `path`): the report reads the file instead
-            return
-        with open(fd, "rb", buffering=0) as f:
-            st = os.fstat(fd)
-            if self._hashed_file is not None and self._hashed_file[:2] != (st.st_dev, st.st_ino) \
-                    or st.st_size < self._hashed:
-                self._digest = None  # another file under the name, or one cut shorter: nothing to say of it
-                return
-            self._hashed_file = (st.st_dev, st.st_ino, st.st_mtime_ns)
-            f.seek(self._hashed)
-            while chunk := f.read(1 << 20):
-                self._digest.update(chunk)
-                self._hashed += len(chunk)
-
     def _close_file_locked(self) -> bool:
         if self._file is None:
             return True
@@ -486,7 +427,6 @@ class LineWriter:
             return self._fail(exc)
         finally:
             self._file = None
-        self._hash_written_locked()  # (a gzip member's trailer)
         return True
 
     def _flush_locked(self) -> bool:
@@ -522,7 +462,6 @@ class LineWriter:
                 lines += self._counts.popleft()
             self._buffered_bytes -= size
             self.lines_written += lines
-        self._hash_written_locked()
         self.last_error = None
         return True
 

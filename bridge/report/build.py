@@ -19,7 +19,6 @@ import numpy  # noqa: F401
 
 from bridge.endpoints import display_key
 from bridge.fields import FieldTable
-from bridge.record_log import WrittenDigest
 from bridge.report.energy import EnergyTotals, energy_totals, has_energy, vendor_series
 from bridge.report.events import EndpointState, RunEvents, load_events
 from bridge.report.phases import PhaseFile, phase_files
@@ -101,7 +100,7 @@ def build_report(
     errors: Sequence[ScrapeFailure] = (),
     endpoint_states: Sequence[EndpointState] = (),
     tz: tzinfo | None = None,
-    record_log: Path | LogRead | WrittenDigest | None = None,
+    record_log: Path | LogRead | None = None,
     record_log_run: str | None = None,
 ) -> Report:
     """Build the whole report.
@@ -111,9 +110,8 @@ def build_report(
     no profiling phase reports all data. `endpoints_configured=None` takes the record log's source URLs,
     `endpoints_successful=None` those that produced records. `tz` is for tests (default: local time).
     `record_log` (default: `records` when it is a record log): the file whose SHA-256 the verdict stores, for
-    `dcgm-bridge validate` (hashed as it was read when it is a `LogRead`, or the log `records` was read from; as its
-    writer hashed it when it is a `WrittenDigest` of the file as it still is; else read here for it);
-    `record_log_run`, the run the records were taken from when the log holds several.
+    `dcgm-bridge validate` (hashed as it was read when it is a `LogRead`, or the log `records` was read from; else
+    read here for it); `record_log_run`, the run the records were taken from when the log holds several.
     """
     if counter_mode not in COUNTER_MODES:
         raise ValueError(f"counter_mode must be one of {', '.join(COUNTER_MODES)}, got {counter_mode!r}")
@@ -197,14 +195,9 @@ def _series_of(records: LogRead | Iterable[GpuRecord] | SeriesSource, read_error
     return acc.finish(), acc.records
 
 
-def _log_hash(records: object, record_log: Path | LogRead | WrittenDigest | None) -> tuple[str | None, str | None]:
+def _log_hash(records: object, record_log: Path | LogRead | None) -> tuple[str | None, str | None]:
     """The record log's file name and SHA-256 (None when there is no log, or it cannot be read): from the pass
-    that read it when the report was built from it, or from its writer while the file is still what it wrote,
-    else by reading it now."""
-    if isinstance(record_log, WrittenDigest):
-        if record_log.still_holds():
-            return record_log.path.name, record_log.sha256
-        record_log = record_log.path
+    that read it when the report was built from it, else by reading it now."""
     if record_log is None and isinstance(records, LogRead):
         record_log = records
     if isinstance(record_log, Path) and isinstance(records, LogRead) and records.path == record_log:

@@ -122,8 +122,7 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
     live = session.live_series
     records: Records = live if live is not None and live.complete else session.records.path
     kwargs.update(table=session.table, counter_mode=session.config.counter_mode,
-                  grace_ns=session.config.final_scrape_grace_ns,
-                  record_log=session.records.written_digest() or session.records.path)
+                  grace_ns=session.config.final_scrape_grace_ns, record_log=session.records.path)
     events = _events(session)
     report = build_report_from_events(records, events, **kwargs)
     if session.config.gpu_pods:

@@ -142,7 +142,7 @@ class Session:
         if config.record_log_gzip:
             export_name += ".gz"
         self.records = LineWriter(self.artifact_dir / export_name, flush_interval_s=config.flush_interval,
-                                  monotonic=monotonic, opener=opener, digest=True)
+                                  monotonic=monotonic, opener=opener)
         self.events = LineWriter(self.artifact_dir / EVENTS_FILE, flush_interval_s=0.0, monotonic=monotonic,
                                  opener=opener)
         self.live_series: LiveSeries | None = LiveSeries(spool_dir(self.artifact_dir, self.run_id))
