@@ -15,14 +15,15 @@ between the readings around it. The truth is nearly always much closer, and how 
     neighbours alone as if it were missing (a leave-one-out check at twice the spacing, at the middle; the
     largest of them), carried to the edge by the Hermite error's own form f⁗·h⁴·x²(1−x)²/24: at fraction x
     of a spacing half as wide, x²(1−x)² of the check;
-  - what they miss: a power that swings between refreshes shows as a gauge reading away from the mean of the
-    counter's rates either side (equal to within the power's curvature when the refreshes follow it); its
+  - what they miss: a power that swings between refreshes shows as a gauge reading away from what the counter's
+    rates either side say the power there is (their mean less the curvature's share, P''·h²/6 on a regular grid,
+    P'' from the counter's rates alone: equal for a power the refreshes follow, up to its cubic terms); its
     largest size D near the edge enters the reader through the slopes (the Hermite slope basis: at most
     D·h·x(1−x)) and through the energy it moves inside the interval (a swing of size D that the counter's
     interval mean does not see, at its slowest one period per interval: D·h·(1 − cos 2πx)/2π).
   Without a gauge (a linear reading) the check stands as it is. The timing term: each refresh is timed at the
   fitted grid's instant in its bracket, and the grid can still move by its phase spread and its period spread
-  (the ranges every bracket allows, or two standard errors of the energy's clock where that sets the period):
+  (the ranges every bracket allows, or the 95 % spread of the energy's clock where that sets the period):
   a phase error moves both edges alike and cancels but for the power's change across the window, a period
   error turns the grid about its pivot; with no agreed grid, each edge can sit anywhere in half its bracket.
   The edges' shape terms, the phase term and the period term are independent: they add in quadrature.
@@ -235,17 +236,39 @@ def _leave_one_out(tau: NDArray[np.float64], cum: NDArray[np.float64], i: int, r
 def _unresolved_power(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
                       i: int) -> float | None:
     """The power the refreshes near interval i do not resolve (counter units per ns): the largest difference
-    between the gauge at a refresh and the mean of the counter's rates over the intervals either side of it
-    (equal, to the power's curvature, for a power the refreshes follow). None without a gauge there."""
+    between the gauge at a refresh and what the counter's rates over the intervals either side of it say the
+    power there is. Their mean is the power at the refresh plus its curvature's share, P''·(h₁² + h₂²)/12 (exact for
+    quadratic power on a regular grid), P'' taken from the counter alone (`_rates_curvature`), so a power the
+    refreshes follow leaves no difference, while a swing they miss still shows in the gauge: the counter's rates
+    average it out. None without a gauge there."""
     if rate is None:
         return None
     found = []
     for k in range(max(i - 1, 1), min(i + 3, tau.size - 1)):
-        before = float(cum[k] - cum[k - 1]) / float(tau[k] - tau[k - 1] or math.inf)
-        after = float(cum[k + 1] - cum[k]) / float(tau[k + 1] - tau[k] or math.inf)
+        h1, h2 = float(tau[k] - tau[k - 1]), float(tau[k + 1] - tau[k])
+        before = float(cum[k] - cum[k - 1]) / (h1 or math.inf)
+        after = float(cum[k + 1] - cum[k]) / (h2 or math.inf)
+        curvature = _rates_curvature(tau, cum, k)
+        curved = 0.0 if curvature is None else curvature * (h1 * h1 + h2 * h2) / 12
         if math.isfinite(rate[k]):
-            found.append(abs(float(rate[k]) - (before + after) / 2))
+            found.append(abs(float(rate[k]) - ((before + after) / 2 - curved)))
     return max(found) if found else None
+
+
+def _rates_curvature(tau: NDArray[np.float64], cum: NDArray[np.float64], k: int) -> float | None:
+    """The power's second derivative near refresh k from the counter alone: the second divided difference of the
+    mean rates of three consecutive intervals at their middles (exact for quadratic power on a regular grid), the
+    mean over the two such triples around k that the refreshes hold. None where they hold neither."""
+    found = []
+    for first in (k - 2, k - 1):  # intervals first, first + 1, first + 2 (interval j runs from tau[j] to tau[j+1])
+        if first < 0 or first + 3 >= tau.size or not all(tau[j + 1] > tau[j] for j in range(first, first + 3)):
+            continue
+        middles = [float(tau[j] + tau[j + 1]) / 2 for j in range(first, first + 3)]
+        rates = [float(cum[j + 1] - cum[j]) / float(tau[j + 1] - tau[j]) for j in range(first, first + 3)]
+        slope0 = (rates[1] - rates[0]) / (middles[1] - middles[0])
+        slope1 = (rates[2] - rates[1]) / (middles[2] - middles[1])
+        found.append(2 * (slope1 - slope0) / (middles[2] - middles[0]))
+    return sum(found) / len(found) if found else None
 
 
 def trapezoid_error_j(grid_ns: NDArray[np.float64], curve_w: NDArray[np.float64]) -> float:

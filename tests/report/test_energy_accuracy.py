@@ -345,7 +345,7 @@ def _median_ratio(valid: list[Window27]) -> float:
 @pytest.mark.slow
 def test_the_uncertainty_covers_the_error_on_the_development_set() -> None:
     valid = _assert_the_uncertainty_is_honest(_acceptance_windows(DEVELOPMENT_SEEDS[:3], ("model", "analytic")))
-    assert _median_ratio(valid) <= 5  # (measured: 3.0)
+    assert _median_ratio(valid) <= 5  # (measured: 4.2)
 
 
 @pytest.mark.slow
@@ -354,33 +354,37 @@ def test_acceptance_the_uncertainty_covers_the_error_on_held_out_seeds_and_curve
     simulator's model and the held-out settling-steps family: where the verdict calls the window valid,
     `uncertainty` covers the true error in >= 95 %, `bound` in every window; with fresh values over >= 60 s windows
     the uncertainty is at most 0.1 % of the energy; the median uncertainty is at most 5x the median error (plus the
-    counter's resolution). (Measured at the commit: 98.9 % covered, median ratio 4.7.)"""
+    counter's resolution). (Measured: 98.4 % covered, median ratio 4.9.)"""
     windows = _acceptance_windows(ACCEPTANCE_SEEDS, ("model", "steps"))
     assert len(windows) >= 200
     valid = _assert_the_uncertainty_is_honest(windows)
     assert _median_ratio(valid) <= 5
 
 
-# Seeds nobody looked at while the model was written or tuned (ACCEPTANCE_SEEDS were looked at while it was tuned
-# for tightness: DECISIONS.md, "Tightness, measured"). Chosen once, at the end of that work; not to be tuned on.
-FRESH_SEEDS = (*range(31001, 31006), *range(47001, 47006))
+# Seeds first run at the end of session 14's tuning, then used in session 15 to measure its changes (the energy's
+# clock by Simpson's rule and batch means, the curvature's share taken out of the missed power): seen, not held out.
+SEEN_SEEDS = (*range(31001, 31006), *range(47001, 47006))
+# Seeds first run once session 15's model was final, and never used to choose anything: the held-out check.
+UNSEEN_SEEDS = range(90001, 90011)
 
 
 @pytest.mark.slow
-def test_on_seeds_never_looked_at_the_uncertainty_is_honest() -> None:
-    """Coverage >= 95 % of valid windows and the bound in all, on 400 windows of fresh seeds (measured: 96.8 % and
-    99.5 % on the two halves)."""
-    windows = _acceptance_windows(FRESH_SEEDS, ("model", "steps"))
+def test_on_seeds_seen_in_session_15_the_uncertainty_is_honest_and_within_5x() -> None:
+    """Coverage >= 95 % of valid windows, the bound in all, the median ratio <= 5, on 400 windows (measured:
+    98.9 %, 3.5; before session 15: 98.2 %, 6.7)."""
+    windows = _acceptance_windows(SEEN_SEEDS, ("model", "steps"))
     assert len(windows) >= 400
-    _assert_the_uncertainty_is_honest(windows)
+    assert _median_ratio(_assert_the_uncertainty_is_honest(windows)) <= 5
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 27's <= 5x on seeds never looked at: 7.75x and 5.43x on the two halves "
-                                       "(the 2 s period term and the missed-power part at 10-30 s)")
-def test_on_seeds_never_looked_at_the_median_uncertainty_is_at_most_5x_the_median_error() -> None:
-    windows = _acceptance_windows(FRESH_SEEDS, ("model", "steps"))
-    assert _median_ratio([w for w in windows if w.valid]) <= 5
+def test_on_seeds_never_looked_at_the_uncertainty_is_honest_and_within_5x() -> None:
+    """Issue 27's acceptance again, on 600 GPU windows of seeds run once the model was final, over all three curve
+    families (measured when chosen: 98.4 % covered, median ratio 4.3; the code before session 15 on the same
+    windows: 99.1 %, 6.5)."""
+    windows = _acceptance_windows(UNSEEN_SEEDS, ("model", "steps", "analytic"))
+    assert len(windows) >= 600
+    assert _median_ratio(_assert_the_uncertainty_is_honest(windows)) <= 5
 
 
 def test_on_a_10_s_refresh_a_power_the_refreshes_miss_is_stated_and_one_they_follow_is_not() -> None:
@@ -396,3 +400,25 @@ def test_on_a_10_s_refresh_a_power_the_refreshes_miss_is_stated_and_one_they_fol
             assert abs(energy.total_energy_j - truth) <= energy.uncertainty_j, (family, seed)
             values.append(energy.uncertainty_j)
     assert np.median(stated["model"]) < np.median(stated["analytic"]) / 2
+
+
+def test_the_missed_power_is_nothing_for_power_the_refreshes_follow_and_the_swing_for_one_they_miss() -> None:
+    """The shape term's missed-power part on a 10 s refresh grid (`uncertainty._unresolved_power`): quadratic power
+    (followed: the counter's rates and the gauge agree once the curvature's share is taken out) leaves nothing; a
+    1.3 s swing of 40 W the refreshes alias shows at about its size."""
+    from bridge.report.uncertainty import _unresolved_power
+
+    tau = np.arange(12) * 10e9  # ns
+    t = tau / 1e9
+
+    def followed(s: np.ndarray) -> np.ndarray:
+        return 250.0 + 3.0 * s - 0.04 * s**2
+
+    cum = (250.0 * t + 1.5 * t**2 - 0.04 / 3 * t**3) * 1e-6  # MJ
+    assert _unresolved_power(tau, cum, followed(t) * 1e-15, 5) == pytest.approx(0.0, abs=1e-9 * 250e-15)
+
+    omega = 2 * math.pi / 1.3
+    swing_cum = cum + (-40.0 / omega * (np.cos(omega * t) - 1)) * 1e-6
+    swing_rate = (followed(t) + 40.0 * np.sin(omega * t)) * 1e-15
+    found = _unresolved_power(tau, swing_cum, swing_rate, 5)
+    assert found is not None and 0.5 * 40e-15 <= found <= 2 * 40e-15

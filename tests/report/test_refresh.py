@@ -62,3 +62,43 @@ def test_a_refresh_a_little_slower_than_the_scrapes_takes_its_period_from_the_en
     assert cadence.period_s == pytest.approx(0.5, rel=0.01)
     off = (cadence.phase_ns - 123 * MS) % (500 * MS)
     assert min(off, 500 * MS - off) < 50 * MS
+
+
+def _cubic_power_run(seconds: float = 120.0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Scrapes every 333 ms of a 2 s refresh (phase 0.123 s) over power that is cubic in time, the energy its exact
+    integral (MJ): what DCGM shows at each refresh instant."""
+    ts = np.arange(0, round(seconds * S), 333 * MS, dtype=np.int64) + 10 * S
+    instant = (np.floor((ts - 123 * MS) / (2 * S)) * 2 * S + 123 * MS) / S  # s
+
+    def power(t: np.ndarray) -> np.ndarray:
+        return 300.0 + 2.0 * t - 0.08 * t**2 + 0.0006 * t**3
+
+    def energy(t: np.ndarray) -> np.ndarray:
+        return 1.0 + (300.0 * t + t**2 - 0.08 / 3 * t**3 + 0.00015 * t**4) * 1e-6
+
+    return ts, {"nvidia_energy_consumption": energy(instant), "nvidia_power_usage": power(instant)}
+
+
+def test_the_energys_clock_is_exact_for_power_that_curves_between_refreshes():
+    """Simpson's rule over pairs of refreshes is exact for cubic power, so the period comes out exact and its spread
+    near nothing; the trapezoid (energy over the mean of two powers) is off by the curvature, ~1 ms a 2 s period."""
+    ts, values = _cubic_power_run()
+    cadence = series_cadence(ts, values)
+    assert cadence.period_ns is not None and cadence.period_spread_ns is not None
+    assert abs(cadence.period_ns - 2 * S) < 1_000  # 1 µs
+    assert cadence.period_spread_ns < 1_000
+
+
+def test_a_power_ripple_a_few_refreshes_long_leaves_the_clock_within_its_spread():
+    """An 8 s ripple on a 2 s refresh: each pair's duration swings to and fro with it, so the mean is much closer
+    than the durations' scatter suggests; the stated spread still covers the period's error, and stays useful."""
+    for phase in (0.0, 1.1, 2.3, 4.0):
+        ts = np.arange(0, 120 * S, 333 * MS, dtype=np.int64) + 10 * S
+        instant = (np.floor((ts - 123 * MS) / (2 * S)) * 2 * S + 123 * MS) / S
+        omega = 2 * np.pi / 8.0
+        power = 300.0 + 40.0 * np.sin(omega * instant + phase)
+        energy = 1.0 + (300.0 * instant - 40.0 / omega * np.cos(omega * instant + phase)) * 1e-6
+        cadence = series_cadence(ts, {"nvidia_energy_consumption": energy, "nvidia_power_usage": power})
+        assert cadence.period_ns is not None and cadence.period_spread_ns is not None
+        assert abs(cadence.period_ns - 2 * S) <= cadence.period_spread_ns, phase
+        assert cadence.period_spread_ns < 2 * MS, phase  # 0.1 % of the period
