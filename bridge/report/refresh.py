@@ -28,7 +28,7 @@ import math
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from bridge.report.uncertainty import GridSpread, fresh_uncertainty, lag_allowance, refreshed_uncertainty
 from bridge.sources import COUNTER_UPDATE_S
@@ -159,12 +159,12 @@ def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64], *, counting: bo
     lo = ts[previous].astype(np.float64)
     hi = ts[new].astype(np.float64)
     mids = (lo + hi) / 2
-    drawn = None if energy is None or power is None else (energy[new], power[new])  # what DCGM read at them
-    period = _rough_period(mids, None if drawn is None else _durations(*drawn))
+    durations = None if energy is None or power is None else _durations(energy[new], power[new])
+    period = _rough_period(mids, durations)
     cadence = Cadence(scrapes, refreshes, period, new=new)
     if cadence.fresh or period <= 0:
         return cadence
-    return _fit_grid(cadence, lo, hi, mids, drawn)
+    return _fit_grid(cadence, lo, hi, mids, durations)
 
 
 def _rough_period(mids: NDArray[np.float64], durations: NDArray[np.float64] | None) -> float:
@@ -190,27 +190,11 @@ def _durations(energy: NDArray[np.float64], power: NDArray[np.float64]) -> NDArr
     it cannot tell (a reset, no power)."""
     import numpy as np
 
-    return _seconds(np.diff(energy), (power[1:] + power[:-1]) / 2) * 1e9
-
-
-def _simpson_durations(energy: NDArray[np.float64], power: NDArray[np.float64]) -> NDArray[np.float64]:
-    """The time between consecutive refreshes from pairs of intervals (refreshes 0-2, 2-4, …), by Simpson's rule:
-    E₂ − E₀ = (P₀ + 4·P₁ + P₂)·h/3, exact for power that is cubic across the pair where the trapezoid is exact for
-    linear power only (a power ripple a few refreshes long throws the trapezoid's durations much further off). In
-    ns, one a pair; NaN where it cannot tell."""
-    import numpy as np
-
-    first = np.arange(0, energy.size - 2, 2)
-    mean = (power[first] + 4 * power[first + 1] + power[first + 2]) / 6
-    return _seconds((energy[first + 2] - energy[first]) / 2, mean) * 1e9
-
-
-def _seconds(drawn: NDArray[np.float64], mean_w: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Energy drawn (MJ) over mean power (W), in s; NaN where either is not positive (a reset, no power)."""
-    import numpy as np
-
+    drawn = np.diff(energy) * 1e6
+    mean = (power[1:] + power[:-1]) / 2
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where((drawn > 0) & (mean_w > 0), drawn * 1e6 / mean_w, np.nan)
+        seconds = np.where((drawn > 0) & (mean > 0), drawn / mean, np.nan)
+    return seconds * 1e9
 
 
 def _longest_unchanged(t: NDArray[np.int64], new: NDArray[np.int64], seen: NDArray[np.int64]) -> float | None:
@@ -226,7 +210,7 @@ def _longest_unchanged(t: NDArray[np.int64], new: NDArray[np.int64], seen: NDArr
 
 
 def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64], mids: NDArray[np.float64],
-              drawn: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None) -> Cadence:
+              durations: NDArray[np.float64] | None = None) -> Cadence:
     """The grid `phase + j·period` that best fits the brackets, kept when most brackets hold one of its instants.
 
     Each new value gets its refresh number j from the step since the previous one (a missed refresh is a step
@@ -259,13 +243,13 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
         low, high = _root(overshoot, period, 0.9 * rough), _root(overshoot, period, 1.1 * rough)
         period = (low + high) / 2
         period_spread = (high - low) / 2
-        clock = None if drawn is None else _energy_clock(*drawn, steps)
+        measured = _measured_period(durations, steps)
         # The energy's clock, where the brackets agree and it is the sharper of the two (the brackets leave the
-        # period anywhere in [low, high], a standard deviation of (high − low)/√12; the clock's is half its 95 %
-        # spread). Its spread is then its own, within the brackets' range.
-        if clock is not None and low <= clock.period_ns <= high and clock.spread_ns / 2 < (high - low) / math.sqrt(12):
-            period = clock.period_ns
-            period_spread = min(clock.spread_ns, max(high - period, period - low))
+        # period anywhere in [low, high]; the energy's durations wander with power swings between refreshes).
+        # Its spread is then its own: two standard errors (~95 %), within the brackets' range.
+        if measured is not None and low <= measured[0] <= high and measured[1] < (high - low) / math.sqrt(12):
+            period = measured[0]
+            period_spread = min(2 * measured[1], max(high - period, period - low))
     phase = (np.max(lo0 - period * j) + np.min(hi0 - period * j)) / 2
     grid = phase + period * j
     slack = 1e6  # 1 ms: times are request starts
@@ -277,42 +261,22 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
                    pivot_ns=float(lo[0] + phase + period * j[-1] / 2))
 
 
-class EnergyClock(NamedTuple):
-    period_ns: float  # the refresh period the energy drawn and the power say
-    spread_ns: float  # how far it can be off (95 %)
-
-
-# Batch means (the standard error of a mean of correlated values from the scatter of the means of a few
-# consecutive batches): how many batches, and Student's t at 97.5 % for their degrees of freedom (batches − 1),
-# as any table of the t distribution gives it.
-CLOCK_BATCHES = 4
-_STUDENT_T_975 = {1: 12.706, 2: 4.303, 3: 3.182}
-
-
-def _energy_clock(energy: NDArray[np.float64], power: NDArray[np.float64],
-                  steps: NDArray[np.float64]) -> EnergyClock | None:
-    """The period the energy's clock says: the mean of Simpson's durations of pairs of single steps (refreshes k,
-    k+1, k+2 one period apart) near their median (within 20 %: a missed refresh or a reset is not a period), and
-    its 95 % spread. The durations' errors are not independent: a power ripple a few refreshes long makes them
-    swing to and fro, so their mean is far closer than their scatter over √n says; the spread is the batch means'
-    (CLOCK_BATCHES consecutive batches, Student's t). None with fewer than four pairs."""
+def _measured_period(durations: NDArray[np.float64] | None,
+                     steps: NDArray[np.float64]) -> tuple[float, float] | None:
+    """The mean of the measured durations between consecutive refreshes (steps of one), near their median, and
+    its standard error."""
     import numpy as np
 
-    paired = (steps[:-1] == 1) & (steps[1:] == 1)  # pairs starting at refresh 0, 1, 2, …
-    durations = _simpson_durations(energy, power)[paired[0::2]]  # (Simpson's pairs start at 0, 2, 4, …)
-    finite = durations[np.isfinite(durations)]
-    if finite.size < 4:
+    if durations is None:
         return None
-    median = float(np.median(finite))
-    near = finite[np.abs(finite - median) <= 0.2 * median]
-    batches = min(CLOCK_BATCHES, near.size // 2)
-    if batches < 2:
+    single = durations[(steps == 1) & np.isfinite(durations)]
+    if single.size < 2:
         return None
-    # The mean's standard error from its batches' means (each weighted by its size: they differ by one at most).
-    mean = float(np.mean(near))
-    scatter = sum((part.size * (float(part.mean()) - mean)) ** 2 for part in np.array_split(near, batches))
-    standard_error = math.sqrt(scatter / (batches * (batches - 1))) / (near.size / batches)
-    return EnergyClock(mean, _STUDENT_T_975[batches - 1] * standard_error)
+    median = float(np.median(single))
+    near = single[np.abs(single - median) <= 0.2 * median]
+    if near.size < 2:
+        return None
+    return float(np.mean(near)), float(np.std(near, ddof=1) / math.sqrt(near.size))
 
 
 def _root(f: Callable[[float], float], inside: float, outside: float) -> float:
