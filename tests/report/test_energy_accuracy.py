@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -304,7 +305,7 @@ class Window27(NamedTuple):
     valid: bool  # the verdict's
 
 
-def _acceptance_windows(seeds: range, families: tuple[str, ...],
+def _acceptance_windows(seeds: Sequence[int], families: tuple[str, ...],
                         refreshes: tuple[float, ...] = ACCEPTANCE_REFRESHES_S) -> list[Window27]:
     """One GPU window per (family, refresh, window length, seed)."""
     out = []
@@ -434,7 +435,7 @@ def test_the_missed_power_is_nothing_for_power_the_refreshes_follow_and_the_swin
     1.3 s swing of 40 W the refreshes alias shows at about its size."""
     from bridge.report.uncertainty import _unresolved_power
 
-    tau = np.arange(12) * 10e9  # ns
+    tau = np.arange(12, dtype=np.float64) * 10e9  # ns
     t = tau / 1e9
 
     def followed(s: np.ndarray) -> np.ndarray:
