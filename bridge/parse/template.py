@@ -44,7 +44,7 @@ class PageTemplate:
     literal_at: tuple[int, ...]
     literals: tuple[str, ...]
     sample_at: tuple[int, ...]
-    _prefixes: tuple[str, ...] | None  # kept only when `flat` is None: else cut from it (`prefixes`)
+    _prefixes: tuple[str, ...] | None  # with `flat`: None until the text path first reads them (`prefixes`)
     names: tuple[str, ...]
     labels: tuple[Mapping[str, str], ...]
     types: Mapping[str, str]
@@ -79,13 +79,16 @@ class PageTemplate:
 
     @property
     def prefixes(self) -> tuple[str, ...]:
-        """Each sample line's text before its value (what `values_of` reads): the end of each segment after its
-        last newline, when the template has `flat`."""
-        if self._prefixes is not None:
-            return self._prefixes
-        segments = self.segments
-        assert segments is not None
-        return tuple(segment.rpartition(b"\n")[2].decode() for segment in segments[:-1])
+        """Each sample line's text before its value (what `values_of` reads). When the template has `flat` they are
+        cut from it (the end of each segment after its last newline) the first time the text path reads them, and
+        kept from then on: only a page the byte path cannot take (text, \\r\\n) does, and then at every scrape."""
+        if self._prefixes is None:
+            segments = self.segments
+            assert segments is not None
+            object.__setattr__(self, "_prefixes",
+                               tuple(segment.rpartition(b"\n")[2].decode() for segment in segments[:-1]))
+        assert self._prefixes is not None
+        return self._prefixes
 
     @property
     def segments(self) -> tuple[bytes, ...] | None:

@@ -245,13 +245,14 @@ def _unresolved_power(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: 
         return None
     found = []
     for k in range(max(i - 1, 1), min(i + 3, tau.size - 1)):
+        if not math.isfinite(rate[k]):
+            continue
         h1, h2 = float(tau[k] - tau[k - 1]), float(tau[k + 1] - tau[k])
         before = float(cum[k] - cum[k - 1]) / (h1 or math.inf)
         after = float(cum[k + 1] - cum[k]) / (h2 or math.inf)
         curvature = _rates_curvature(tau, cum, k)
         curved = 0.0 if curvature is None else curvature * (h1 * h1 + h2 * h2) / 12
-        if math.isfinite(rate[k]):
-            found.append(abs(float(rate[k]) - ((before + after) / 2 - curved)))
+        found.append(abs(float(rate[k]) - ((before + after) / 2 - curved)))
     return max(found) if found else None
 
 
