@@ -27,7 +27,9 @@ def _memory_mb(pid: int) -> tuple[int, int]:
 def _sidecar_on(body: bytes | Callable[[Any], None], out: Path, seconds: float,
                 *extra: str) -> tuple[tuple[int, int], list[dict]]:
     """A real sidecar scraping a loopback exporter that answers `body` (or calls it) for `seconds`, then
-    SIGTERM: its (RSS, peak) at the end of the collection, and its events."""
+    SIGTERM: its (RSS, peak) at the end of the collection, and its events. The RSS is what the sidecar keeps: the
+    least of five readings 200 ms apart, as one reading taken while a scrape is in flight also counts that page's
+    buffers (up to ~25 MB for a 12 MB page, on a loaded machine); the peak (VmHWM) counts them all the same."""
     respond = body if callable(body) else lambda h: send(h, body)
     with LoopbackServer(respond) as server:
         process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", server.url,
@@ -35,7 +37,11 @@ def _sidecar_on(body: bytes | Callable[[Any], None], out: Path, seconds: float,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             time.sleep(seconds)
-            memory = _memory_mb(process.pid)
+            readings = []
+            for _ in range(5):
+                readings.append(_memory_mb(process.pid))
+                time.sleep(0.2)
+            memory = (min(rss for rss, _ in readings), readings[-1][1])
             process.send_signal(signal.SIGTERM)
             _, err = process.communicate(timeout=60)
         finally:
