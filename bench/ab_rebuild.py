@@ -17,10 +17,9 @@ of `make bench` (it needs a second checkout).
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -46,17 +45,6 @@ _log._raw_chunks = _hashed
 """
 
 
-def run_side(root: Path, prelude: str, log: Path, start: int, end: int, work: Path) -> float:
-    work.mkdir(parents=True, exist_ok=True)
-    code = prelude + bench_report.CHILD
-    result = subprocess.run([sys.executable, "-c", code, "rebuild", str(log), str(start), str(end), str(work), "0"],
-                            cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{root}: {result.stderr.strip()[-2000:]}")
-    cpu_s: float = json.loads(result.stdout.strip().splitlines()[-1])["cpu_s"]
-    return cpu_s
-
-
 def main(argv: list[str] | None = None) -> int:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("baseline", type=Path, help="a checkout of the baseline commit, its kernel built")
@@ -79,13 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for window in range(opts.windows):
             for side, (root, prelude) in sides.items():
-                got[side].append(run_side(root, prelude, log, start, end, work / "out"))
-                print(f"window {window + 1} {side:14} {got[side][-1]:5.2f} CPU-s (load {os.getloadavg()[0]:.2f})",
+                timed = bench_report.child("rebuild", log, start, end, work / "out", root=root, prelude=prelude)
+                cpu_s = timed["cpu_s"]
+                got[side].append(cpu_s)
+                print(f"window {window + 1} {side:14} {cpu_s:5.2f} CPU-s (load {os.getloadavg()[0]:.2f})",
                       flush=True)
     finally:
-        if opts.log is None:
-            log.unlink(missing_ok=True)
-            window_file.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)  # (the log too, unless --log put it elsewhere)
     medians = {side: statistics.median(values) for side, values in got.items()}
     print("medians: " + ", ".join(f"{side} {m:.2f}" for side, m in medians.items()))
     print(f"result / baseline+hash {medians['result'] / medians['baseline+hash']:.2f} (issue 29's changes; "

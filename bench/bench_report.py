@@ -114,10 +114,13 @@ def generate(path: Path, minutes: float, gpus: int) -> tuple[int, int, int]:
     return ticks * len(templates), T0 + 60 * NS, T0 + (ticks - 180) * step
 
 
-def child(mode: str, log: Path, start: int, end: int, work: Path, limit: int = 0) -> dict[str, float]:
+def child(mode: str, log: Path, start: int, end: int, work: Path, limit: int = 0, *, root: Path = ROOT,
+          prelude: str = "") -> dict[str, float]:
+    """CHILD in a fresh process, importing `bridge` from the checkout at `root` (bench/ab_rebuild.py runs a
+    baseline's), `prelude` run before it."""
     work.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-c", CHILD, mode, str(log), str(start), str(end), str(work), str(limit)]
-    result = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
+    args = [sys.executable, "-c", prelude + CHILD, mode, str(log), str(start), str(end), str(work), str(limit)]
+    result = subprocess.run(args, capture_output=True, text=True, cwd=root)
     shutil.rmtree(work, ignore_errors=True)
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-2000:])
