@@ -164,7 +164,7 @@ def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64], *, counting: bo
     cadence = Cadence(scrapes, refreshes, period, new=new)
     if cadence.fresh or period <= 0:
         return cadence
-    return _fit_grid(cadence, lo, hi, mids, durations)
+    return _fit_grid(cadence, lo, hi, mids, None if durations is None or power is None else (durations, power[new]))
 
 
 def _rough_period(mids: NDArray[np.float64], durations: NDArray[np.float64] | None) -> float:
@@ -210,14 +210,15 @@ def _longest_unchanged(t: NDArray[np.int64], new: NDArray[np.int64], seen: NDArr
 
 
 def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64], mids: NDArray[np.float64],
-              durations: NDArray[np.float64] | None = None) -> Cadence:
+              clock: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None) -> Cadence:
     """The grid `phase + j·period` that best fits the brackets, kept when most brackets hold one of its instants.
 
     Each new value gets its refresh number j from the step since the previous one (a missed refresh is a step
     of two). For a trial period P, the phases every bracket allows are [max(lo − P·j), min(hi − P·j)]; the
     overshoot max(lo − P·j) − min(hi − P·j) is convex in P, so a ternary search finds the period that every
     bracket (or, with a late response, nearly every one) agrees with, and the phase is the middle of the
-    allowed range.
+    allowed range. `clock`: the measured durations between refreshes (`_durations`) and the power at each refresh,
+    where the energy can time them (`_measured_period`).
     """
     import numpy as np
 
@@ -243,7 +244,7 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
         low, high = _root(overshoot, period, 0.9 * rough), _root(overshoot, period, 1.1 * rough)
         period = (low + high) / 2
         period_spread = (high - low) / 2
-        measured = _measured_period(durations, steps)
+        measured = None if clock is None else _measured_period(*clock, steps)
         # The energy's clock, where the brackets agree and it is the sharper of the two (the brackets leave the
         # period anywhere in [low, high]; the energy's durations wander with power swings between refreshes).
         # Its spread is then its own: two standard errors (~95 %), within the brackets' range.
@@ -261,22 +262,51 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
                    pivot_ns=float(lo[0] + phase + period * j[-1] / 2))
 
 
-def _measured_period(durations: NDArray[np.float64] | None,
+def _measured_period(durations: NDArray[np.float64], power: NDArray[np.float64],
                      steps: NDArray[np.float64]) -> tuple[float, float] | None:
-    """The mean of the measured durations between consecutive refreshes (steps of one), near their median, and
-    its standard error."""
+    """The period the energy measures, and its standard error: the mean of the durations between consecutive
+    refreshes (steps of one, near their median), each corrected for the power's curvature; None with fewer than
+    four of them.
+
+    A trapezoid's energy is off by −P''·h³/12 (the leading term of the Euler-Maclaurin formula), so a duration
+    measured with it is off by −P''·h³/(12·P̄); P'' is the gauge's second difference at the interval's two
+    refreshes (their mean, where their neighbours are one step away). What the correction leaves is not
+    independent from one interval to the next: a power swing the refreshes sample at an alias, or a step's kink
+    shared out between neighbours, leaves errors that largely cancel in the mean. The standard error is
+    therefore Newey and West's (Econometrica 55, 1987: the Bartlett-weighted autocovariances, never negative) with
+    ⌈n^⅓⌉ lags, the rate Andrews (Econometrica 59, 1991) finds best for that kernel, where the plain one (lag 0
+    alone) overstates the error of a mean whose terms cancel.
+    """
     import numpy as np
 
-    if durations is None:
+    single = (steps == 1) & np.isfinite(durations)
+    if np.count_nonzero(single) < 4:
         return None
-    single = durations[(steps == 1) & np.isfinite(durations)]
-    if single.size < 2:
+    h = float(np.median(durations[single]))
+    second = np.full(power.size, np.nan)  # P'' at each refresh whose neighbours are both one step away
+    second[1:-1] = np.where((steps[:-1] == 1) & (steps[1:] == 1), (power[2:] - 2 * power[1:-1] + power[:-2]) / h**2,
+                            np.nan)
+    ends = np.vstack((second[:-1], second[1:]))  # per interval, at its two refreshes
+    known = np.count_nonzero(np.isfinite(ends), axis=0)
+    curvature = np.where(known > 0, np.nansum(ends, axis=0) / np.maximum(known, 1), np.nan)
+    corrected = durations + h**3 * curvature / (12 * (power[:-1] + power[1:]) / 2)
+    keep = single & np.isfinite(corrected) & (np.abs(durations - h) <= 0.2 * h)
+    if np.count_nonzero(keep) < 4:
         return None
-    median = float(np.median(single))
-    near = single[np.abs(single - median) <= 0.2 * median]
-    if near.size < 2:
-        return None
-    return float(np.mean(near)), float(np.std(near, ddof=1) / math.sqrt(near.size))
+    measured = corrected[keep]
+    return float(np.mean(measured)), _newey_west_error(measured)
+
+
+def _newey_west_error(x: NDArray[np.float64]) -> float:
+    """The standard error of the mean of a series whose terms may be correlated (Newey-West, ⌈n^⅓⌉ lags)."""
+    import numpy as np
+
+    n = x.size
+    d = x - np.mean(x)
+    lags = math.ceil(n ** (1 / 3))
+    covariance = [float(d[: n - j] @ d[j:]) / n for j in range(lags + 1)]
+    variance = covariance[0] + 2 * sum((1 - j / (lags + 1)) * covariance[j] for j in range(1, lags + 1))
+    return math.sqrt(max(variance, 0.0) / n)
 
 
 def _root(f: Callable[[float], float], inside: float, outside: float) -> float:

@@ -23,9 +23,10 @@ between the readings around it. The truth is nearly always much closer, and how 
     interval mean does not see, at its slowest one period per interval: D·h·(1 − cos 2πx)/2π).
   Without a gauge (a linear reading) the check stands as it is. The timing term: each refresh is timed at the
   fitted grid's instant in its bracket, and the grid can still move by its phase spread and its period spread
-  (the ranges every bracket allows, or two standard errors of the energy's clock where that sets the period):
-  a phase error moves both edges alike and cancels but for the power's change across the window, a period
-  error turns the grid about its pivot; with no agreed grid, each edge can sit anywhere in half its bracket.
+  (the ranges every bracket allows, or two standard errors of the energy's clock where that sets the period,
+  refresh.py `_measured_period`): a phase error moves both edges alike and cancels but for the power's change
+  across the window, a period error turns the grid about its pivot; with no agreed grid, each edge can sit
+  anywhere in half its bracket.
   The edges' shape terms, the phase term and the period term are independent: they add in quadrature.
 - The counter's lag, for a source whose update period is known (bridge.sources.COUNTER_UPDATE_S: NVML's counter
   updates every 100 ms, measured on an H200 by scripts/check-gpu.sh): a read returns the last update, so each

@@ -265,8 +265,11 @@ def test_a_reset_inside_a_slow_refresh_is_still_a_reset(refresh_s: int) -> None:
 # Development (used while the uncertainty model was written): the harnesses above, DEVELOPMENT_SEEDS and the
 # sinusoid curve (`_analytic_power`). Acceptance (held out, run only here): ACCEPTANCE_SEEDS on the simulator's
 # model and on the `SettlingSteps` family, which no part of the model was checked against while developing.
+# Twenty seeds (800 windows), not the first five alone: the pooled median ratio of five seeds' 200 windows scatters
+# from 2.8 to 5.6 between seed sets for one and the same code (DECISIONS.md, "Tightness, a fifth look"), so five
+# seeds cannot judge it. Seeds 9006-9020 were added in session 17 and first run with the code they now test.
 DEVELOPMENT_SEEDS = range(0, 10)
-ACCEPTANCE_SEEDS = range(9001, 9006)
+ACCEPTANCE_SEEDS = range(9001, 9021)
 ACCEPTANCE_REFRESHES_S = (0, 0.5, 2, 10, 30)
 ACCEPTANCE_WINDOWS_S = (20, 60, 120, 300)
 
@@ -347,7 +350,7 @@ def _median_ratio(valid: list[Window27]) -> float:
 @pytest.mark.slow
 def test_the_uncertainty_covers_the_error_on_the_development_set() -> None:
     valid = _assert_the_uncertainty_is_honest(_acceptance_windows(DEVELOPMENT_SEEDS[:3], ("model", "analytic")))
-    assert _median_ratio(valid) <= 5  # (measured: 2.8)
+    assert _median_ratio(valid) <= 5  # (measured: 2.7)
 
 
 @pytest.mark.slow
@@ -356,9 +359,9 @@ def test_acceptance_the_uncertainty_covers_the_error_on_held_out_seeds_and_curve
     simulator's model and the held-out settling-steps family: where the verdict calls the window valid,
     `uncertainty` covers the true error in >= 95 %, `bound` in every window; with fresh values over >= 60 s windows
     the uncertainty is at most 0.1 % of the energy; the median uncertainty is at most 5x the median error (plus the
-    counter's resolution). (Measured: 98.9 % covered, median ratio 4.7.)"""
+    counter's resolution). (Measured: 98.6 % covered, median ratio 3.5.)"""
     windows = _acceptance_windows(ACCEPTANCE_SEEDS, ("model", "steps"))
-    assert len(windows) >= 200
+    assert len(windows) >= 800
     valid = _assert_the_uncertainty_is_honest(windows)
     assert _median_ratio(valid) <= 5
 
@@ -372,7 +375,7 @@ UNSEEN_SEEDS = range(90001, 90011)
 
 @pytest.mark.slow
 def test_on_seeds_seen_in_session_15_the_uncertainty_is_honest() -> None:
-    """Coverage >= 95 % of valid windows and the bound in all, on 400 windows (measured: 98.2 %)."""
+    """Coverage >= 95 % of valid windows and the bound in all, on 400 windows (measured: 98.7 %)."""
     windows = _acceptance_windows(SEEN_SEEDS, ("model", "steps"))
     assert len(windows) >= 400
     _assert_the_uncertainty_is_honest(windows)
@@ -386,14 +389,14 @@ def _unseen_windows() -> list[Window27]:
 
 @pytest.mark.slow
 def test_on_seeds_never_looked_at_the_uncertainty_is_honest() -> None:
-    """600 GPU windows over all three curve families (measured: 98.8 % covered)."""
+    """600 GPU windows over all three curve families (measured: 99.5 % covered)."""
     _assert_the_uncertainty_is_honest(_unseen_windows())
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 27's <= 5x holds on its acceptance seeds (4.7x), not on these: 6.1x (the "
-                                       "2 s refresh's period term; DECISIONS.md, 'Tightness, third pass')")
 def test_on_seeds_never_looked_at_the_median_uncertainty_is_at_most_5x_the_median_error() -> None:
+    """(Measured: 4.0; 6.1 before the energy's clock was corrected for the power's curvature, DECISIONS.md, "Tightness,
+    a fifth look".)"""
     windows = _unseen_windows()
     assert _median_ratio([w for w in windows if w.valid]) <= 5
 
@@ -403,7 +406,7 @@ def test_on_refresh_periods_no_set_above_was_built_on_every_family_is_covered() 
     """1, 3 and 5 s refreshes (the sets above have 0, 0.5, 2, 10 and 30 s), 80 windows for each refresh and curve
     family: the uncertainty covers at least 90 % of each group (within sampling noise of 95 % for 80 windows), the
     bound every window. A change that is honest on the sets above can still fail here: a Simpson energy clock
-    (DECISIONS.md, "Tightness, third pass") covered 89 % of the simulator's 1 s windows. (Measured: 95-100 %.)"""
+    (DECISIONS.md, "Tightness, third pass") covered 89 % of the simulator's 1 s windows. (Measured: 97-100 %.)"""
     windows = _acceptance_windows(range(95001, 95021), ("model", "steps", "analytic"), refreshes=(1, 3, 5))
     assert all(w.error <= w.bound for w in windows)
     for refresh_s in (1, 3, 5):

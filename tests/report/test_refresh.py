@@ -62,3 +62,35 @@ def test_a_refresh_a_little_slower_than_the_scrapes_takes_its_period_from_the_en
     assert cadence.period_s == pytest.approx(0.5, rel=0.01)
     off = (cadence.phase_ns - 123 * MS) % (500 * MS)
     assert min(off, 500 * MS - off) < 50 * MS
+
+
+def test_the_energys_clock_takes_out_the_trapezoids_error_for_power_that_curves():
+    """A 2 s refresh under power that curves (quadratic in time): each duration the energy measures with a
+    trapezoid is off by −P''·h³/(12·P̄), the same sign every time, so their mean is off by ~0.4 ms; corrected for
+    the gauge's curvature it is exact."""
+    from bridge.report.refresh import _durations, _measured_period
+
+    t = np.arange(41) * 2.0  # s
+    power = 300.0 + 5.0 * t - 0.08 * t**2  # W
+    energy = (300.0 * t + 2.5 * t**2 - 0.08 / 3 * t**3) * 1e-6  # MJ, the exact integral
+    durations = _durations(energy, power)
+    steps = np.ones(durations.size)
+    measured = _measured_period(durations, power, steps)
+    assert measured is not None
+    assert abs(float(np.mean(durations)) - 2 * S) > 0.1 * MS  # the trapezoid's own clock
+    assert measured[0] == pytest.approx(2 * S, abs=1e3)  # within 1 µs
+    assert _measured_period(durations[:3], power[:4], steps[:3]) is None  # too few to say
+
+
+def test_the_clocks_standard_error_allows_for_errors_that_cancel_and_keeps_those_that_do_not():
+    """Newey-West: durations whose errors alternate (a swing the refreshes sample at its alias) cancel in the mean,
+    and the plain scatter/√n overstates the mean's error (here twice over); independent errors keep scatter/√n."""
+    from bridge.report.refresh import _newey_west_error
+
+    n = 60
+    alternating = 2e9 + 5e6 * (-1.0) ** np.arange(n)
+    plain = float(np.std(alternating) / np.sqrt(n))
+    assert _newey_west_error(alternating) < plain / 2
+    assert abs(float(np.mean(alternating)) - 2e9) <= _newey_west_error(alternating) + 1.0
+    independent = 2e9 + np.random.default_rng(7).normal(0, 5e6, 4000)
+    assert _newey_west_error(independent) == pytest.approx(float(np.std(independent) / np.sqrt(4000)), rel=0.15)
