@@ -283,6 +283,7 @@ def _measured_period(durations: NDArray[np.float64], power: NDArray[np.float64],
     if np.count_nonzero(single) < 4:
         return None
     h = float(np.median(durations[single]))
+    power = np.where(power > 0, power, np.nan)  # (a zero reading is a glitch: no curvature from it)
     second = np.full(power.size, np.nan)  # P'' at each refresh whose neighbours are both one step away
     second[1:-1] = np.where((steps[:-1] == 1) & (steps[1:] == 1), (power[2:] - 2 * power[1:-1] + power[:-2]) / h**2,
                             np.nan)

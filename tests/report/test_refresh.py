@@ -94,3 +94,20 @@ def test_the_clocks_standard_error_allows_for_errors_that_cancel_and_keeps_those
     assert abs(float(np.mean(alternating)) - 2e9) <= _newey_west_error(alternating) + 1.0
     independent = 2e9 + np.random.default_rng(7).normal(0, 5e6, 4000)
     assert _newey_west_error(independent) == pytest.approx(float(np.std(independent) / np.sqrt(4000)), rel=0.15)
+
+
+def test_the_energys_clock_passes_over_a_refresh_without_power_quietly():
+    """A zero or missing power reading leaves its intervals out of the clock, without a numpy warning."""
+    import warnings
+
+    from bridge.report.refresh import _durations, _measured_period
+
+    t = np.arange(21) * 2.0
+    power = 300.0 + 5.0 * t
+    energy = (300.0 * t + 2.5 * t**2) * 1e-6
+    power[5], power[9] = 0.0, np.nan
+    durations = _durations(energy, power)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        measured = _measured_period(durations, power, np.ones(durations.size))
+    assert measured is not None and measured[0] == pytest.approx(2 * S, abs=1e3)
