@@ -8,6 +8,7 @@ integral is known in closed form (independent of the simulator's code).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from bridge.report.stats import counter_delta_interpolated
 from bridge.report.window import explicit_window
 from bridge.samples import GpuRecord
 from tests.report.helpers import MS, S, rec
+from tests.report.sensor_runs import SHAPES, STEADY_SHAPES, Judged, RunSpec, SettlingSteps, judge
 
 START = 1_800_000_000 * S
 END = START + 20 * S
@@ -274,29 +276,6 @@ ACCEPTANCE_REFRESHES_S = (0, 0.5, 2, 10, 30)
 ACCEPTANCE_WINDOWS_S = (20, 60, 120, 300)
 
 
-class SettlingSteps:
-    """Held-out power curves: load steps every 3-40 s that settle exponentially (τ 0.2-5 s), as a server's power
-    does when a benchmark's concurrency changes; the integral in closed form."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.base = rng.uniform(80, 200)
-        self.steps: list[tuple[float, float, float]] = []  # (at s, amplitude W, τ s)
-        level, t = 0.0, -400.0
-        while t < 800:
-            target = rng.uniform(0, 500)
-            self.steps.append((t, target - level, rng.uniform(0.2, 5.0)))
-            level, t = target, t + rng.uniform(3, 40)
-
-    def power(self, t: float) -> float:
-        return self.base + sum(a * (1 - math.exp(-(t - at) / tau)) for at, a, tau in self.steps if t > at)
-
-    def energy(self, t0: float, t1: float) -> float:
-        def cumulative(t: float) -> float:
-            return self.base * t + sum(a * ((t - at) - tau * (1 - math.exp(-(t - at) / tau)))
-                                       for at, a, tau in self.steps if t > at)
-        return cumulative(t1) - cumulative(t0)
-
-
 class Window27(NamedTuple):
     refresh_s: float
     window_s: int
@@ -452,3 +431,97 @@ def test_the_missed_power_is_nothing_for_power_the_refreshes_follow_and_the_swin
     swing_rate = (followed(t) + 40.0 * np.sin(omega * t)) * 1e-15
     found = _unresolved_power(tau, swing_cum, swing_rate, 5)
     assert found is not None and 0.5 * 40e-15 <= found <= 2 * 40e-15
+
+
+# --- issue 42's acceptance: real sensors, by group, on seeds fixed before the first run ---------------------------
+#
+# tests/report/sensor_runs.py serves each run as an H200's sensors and dcgm-exporter would (a 1 s average or an instant
+# gauge; a counter held for 100 ms on a fixed or drifting grid, or a continuous one; values up to one refresh old).
+# A group is one refresh period × load shape × sensor variant: 40 windows each (5 lengths × 8 seeds), 280 groups.
+# ACCEPTANCE_SEEDS_42 were written here in session 18 before this test first ran; whatever they give is reported in
+# the session's note, and they are never replaced. Development used seeds 0-7 (bench/accuracy_groups.py).
+
+ACCEPTANCE_SEEDS_42 = range(42_001, 42_009)
+REFRESHES_42 = (0, 0.1, 0.5, 1, 2, 10, 30)
+WINDOWS_42 = (5, 20, 60, 120, 300)
+SENSORS_42 = (("instant", "continuous"), ("instant", "held"), ("average", "continuous"), ("average", "held"))
+
+
+def _group_runs(seeds: Sequence[int]) -> dict[tuple[str, float, str, str], list[Judged]]:
+    import multiprocessing
+
+    specs = [RunSpec(shape, refresh_s, window_s, gauge, counter, seed) for shape in SHAPES for refresh_s in REFRESHES_42
+             for gauge, counter in SENSORS_42 for window_s in WINDOWS_42 for seed in seeds]
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        judged = pool.map(judge, specs, chunksize=16)
+    groups: dict[tuple[str, float, str, str], list[Judged]] = {}
+    for j in judged:
+        groups.setdefault((j.spec.shape, j.spec.refresh_s, j.spec.gauge, j.spec.counter), []).append(j)
+    return groups
+
+
+@functools.cache
+def _acceptance_42() -> dict[tuple[str, float, str, str], list[Judged]]:
+    groups = _group_runs(ACCEPTANCE_SEEDS_42)
+    assert len(groups) == len(SHAPES) * len(REFRESHES_42) * len(SENSORS_42) == 280
+    assert all(len(g) == 40 for g in groups.values())
+    return groups
+
+
+def _loose(group: Sequence[Judged]) -> float | None:
+    """How loose the valid windows' uncertainty is: the median of uncertainty / energy over the median of error /
+    energy, an error under 10 ppm of the energy counting as 10 ppm and an uncertainty under 0.05 % of the energy as no
+    looser than its error (no user can act on less). None without a valid window."""
+    valid = [j for j in group if j.valid]
+    if not valid:
+        return None
+    errors = [max(j.error, 1e-5 * j.truth) / j.truth for j in valid]
+    stated = [(j.uncertainty if j.uncertainty >= 5e-4 * j.truth else min(j.uncertainty, e * j.truth)) / j.truth
+              for j, e in zip(valid, errors, strict=True)]
+    return float(np.median(stated) / np.median(errors))
+
+
+@pytest.mark.slow
+def test_acceptance_42_in_every_group_the_uncertainty_covers_95_percent_of_the_valid_windows() -> None:
+    failing = {}
+    for key, group in _acceptance_42().items():
+        valid = [j for j in group if j.valid]
+        covered = np.mean([j.error <= j.uncertainty for j in valid]) if valid else 1.0
+        if covered < 0.95:
+            failing[key] = round(float(covered), 3)
+    assert not failing, failing
+
+
+@pytest.mark.slow
+def test_acceptance_42_in_every_group_the_uncertainty_is_at_most_5x_the_error_or_8x_on_slow_refreshes() -> None:
+    failing = {}
+    for key, group in _acceptance_42().items():
+        loose = _loose(group)
+        if loose is not None and loose > (5 if key[1] <= 2 else 8):
+            failing[key] = round(loose, 2)
+    assert not failing, failing
+
+
+@pytest.mark.slow
+def test_acceptance_42_the_bound_covers_every_window() -> None:
+    outside = [j for group in _acceptance_42().values() for j in group if j.error > j.bound]
+    assert not outside, outside[:5]
+
+
+@pytest.mark.slow
+def test_acceptance_42_not_by_refusing_90_percent_of_windows_with_5_refreshes_are_valid() -> None:
+    """In every group but the spike at an edge (a shape chosen by its definition, not by the product's detection);
+    fresh values count as a refresh a scrape."""
+    failing = {}
+    for key, group in _acceptance_42().items():
+        enough = [j for j in group if j.refreshes is None or j.refreshes >= 5]
+        if key[0] != "spike" and enough and np.mean([j.valid for j in enough]) < 0.9:
+            failing[key] = sorted({r for j in enough for r in j.reasons})
+    assert not failing, failing
+
+
+@pytest.mark.slow
+def test_acceptance_42_steady_power_is_valid_in_every_window_with_2_refreshes() -> None:
+    refused = [(j.spec, j.reasons) for key, group in _acceptance_42().items() if key[0] in STEADY_SHAPES
+               for j in group if (j.refreshes is None or j.refreshes >= 2) and not j.valid]
+    assert not refused, refused[:5]
