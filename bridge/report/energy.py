@@ -38,7 +38,6 @@ from bridge.report.stats import counter_delta_aiperf, counter_delta_interpolated
 from bridge.report.uncertainty import trapezoid_error_j
 from bridge.report.window import Window
 from bridge.samples import CounterMode
-from bridge.sources import COUNTER_UPDATE_S
 
 if TYPE_CHECKING:
     import numpy as np
@@ -176,9 +175,8 @@ def gpu_energy(s: Series, window: Window) -> GpuEnergy:
     counter = s.values.get(energy_key)
     fresh = None if counter is None else counter_delta_interpolated(s.timestamps, counter, start, end,
                                                                     window.grace_ns)
-    lag_s = COUNTER_UPDATE_S.get(s.endpoint, 0.0)  # the source's counter holds a value this long
     read = None if fresh is None else window_delta(s.timestamps, s.values, energy_key, cadence, start, end, fresh,
-                                                   lag_s)
+                                                   window.grace_ns, s.endpoint)
     if read is None or read.delta is None:
         if integral is None:
             return GpuEnergy(s.endpoint, s.meta.identity, None, "unavailable", refreshes=refreshes)

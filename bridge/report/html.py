@@ -85,6 +85,7 @@ class PhaseEnergy:
     mean_power_w: float | None
     source: str
     vendor: str = ""  # NVIDIA or AMD where the run has GPUs of both; empty otherwise
+    uncertainty_j: float | None = None
 
 
 def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None = None, *,
@@ -295,7 +296,7 @@ def _phase_energy(report: Report, series: Sequence[Series], origin: int, last: i
             totals = energy_totals(series, window, report.counter_mode, vendor)
             out.append(PhaseEnergy(phase.name, phase.kind, (phase.start_ns - origin) / 1e9, totals.duration_s,
                                    totals.total_energy_j, totals.average_power_w, totals.source,
-                                   VENDOR_NAMES[vendor] if len(vendors) > 1 else ""))
+                                   VENDOR_NAMES[vendor] if len(vendors) > 1 else "", totals.uncertainty_j))
     return out
 
 
@@ -375,9 +376,12 @@ def _phase_table(phases: Sequence[PhaseEnergy]) -> str:
         energy = _joules(p.energy_j) if p.energy_j is not None else "n/a"
         power = f"{p.mean_power_w:,.0f} W" if p.mean_power_w is not None else "n/a"
         joules = f"{p.energy_j:.3f}" if p.energy_j is not None else ""
+        stated = f' data-uncertainty-j="{p.uncertainty_j:.3f}"' if p.uncertainty_j is not None else ""
+        if p.uncertainty_j is not None and p.energy_j is not None:
+            energy += f" ± {_joules(p.uncertainty_j)}"
         vendor = f' data-vendor="{_e(p.vendor)}"' if p.vendor else ""
         named = f"{p.name} ({p.vendor})" if p.vendor else p.name
-        rows.append(f'<tr data-phase="{_e(p.name)}" data-energy-j="{joules}"{vendor}><td>{_e(named)}</td>'
+        rows.append(f'<tr data-phase="{_e(p.name)}" data-energy-j="{joules}"{stated}{vendor}><td>{_e(named)}</td>'
                     f"<td>{_e(p.kind)}</td><td class='num'>{offset(p.start_s)}</td>"
                     f"<td>{p.duration_s:,.1f} s</td><td class='num'>{energy}</td><td class='num'>{power}</td>"
                     f"<td class='bars'>{bar}</td><td>{_e(p.source)}</td></tr>")

@@ -30,8 +30,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from bridge.report.uncertainty import GridSpread, fresh_uncertainty, lag_allowance, refreshed_uncertainty
-from bridge.sources import COUNTER_UPDATE_S
+from bridge.report.ages import fresh_ages, refresh_ages
+from bridge.report.uncertainty import GridSpread, fresh_uncertainty, refreshed_uncertainty
+from bridge.sources import COUNTER_HOLD_S, LOCAL_SOURCES
 
 if TYPE_CHECKING:
     import numpy as np
@@ -342,12 +343,12 @@ def series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float6
 
 
 def source_cadence(endpoint: str, ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
-    """`series_cadence`, except for a local reader whose counter's update period is known (bridge.sources
-    `COUNTER_UPDATE_S`: NVML's 100 ms): the values it holds between updates are that hold, not a DCGM refresh,
-    and its reads are timed by their scrape (fresh), the hold covered by the uncertainty's lag term. Timed as a
-    refresh grid instead, an H200's counter read every 73 ms found no grid (its updates drift against any fixed
+    """`series_cadence`, except for a local reader (bridge.sources `LOCAL_SOURCES`: NVML's counter holds for
+    100 ms): the values it holds between updates are that hold, not a DCGM refresh, and its reads are timed by
+    their scrape (fresh), the hold covered by the readings' age (`uncertainty.staleness`). Timed as a refresh grid
+    instead, an H200's counter read every 73 ms found no grid (its updates drift against any fixed
     period) and understated the cool-down's error (bench/RESULTS.md, "A real GPU")."""
-    if endpoint in COUNTER_UPDATE_S:
+    if endpoint in LOCAL_SOURCES:
         return Cadence(int(ts.size), int(ts.size), None)
     return series_cadence(ts, values)
 
@@ -410,12 +411,15 @@ class RefreshedDelta:
 
 
 def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence: Cadence, start: int, end: int,
-                    slope: NDArray[np.float64] | None = None, resolution: float = 0.0) -> RefreshedDelta | None:
+                    slope: NDArray[np.float64] | None = None, resolution: float = 0.0,
+                    hold_s: float = 0.0) -> RefreshedDelta | None:
     """A counter's increase over [start, end] with its values timed at their refresh (see the module doc).
 
     `slope` (aligned with `ts`, counter units per second; for the energy counter, the power gauge in MJ/s)
-    gives the counter's rate at each refresh instant; `resolution`, the counter's step (for the uncertainty).
-    None when the counter has no value at all.
+    gives the counter's rate at each refresh instant; `resolution`, the counter's step (for the uncertainty and
+    the bound); `hold_s`, how long the counter holds a value (DCGM sampled it up to that late: the refreshes' ages,
+    `uncertainty.ages_of`, move the edges by their mean, widen each edge's bound by the rest and enter the
+    uncertainty). None when the counter has no value at all.
     """
     import numpy as np
 
@@ -449,11 +453,19 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
         s = slope[valid][obs] * 1e-9  # per ns
         rate = np.where(np.isnan(s) | (s < 0), np.nan, s)
     cum, resets = cumulative_increase(tau, v[obs], rate)
-    e0, e1 = float(start) - base, float(end) - base
+    hold = None
+    if hold_s:  # the refreshes' ages: their spread from the data, their mean anywhere in [0, hold]
+        hold = refresh_ages(tau / 1e9, cum, hold_s)
+    shift = 0.0 if hold is None else hold.shift_s * 1e9
+    e0, e1 = float(start) - base + shift, float(end) - base + shift
     at0, bound0 = _edge(tau, cum, rate, lo, hi, e0)
     at1, bound1 = _edge(tau, cum, rate, lo, hi, e1)
+    if hold is not None:  # the rest of the hold either way, at the highest rate near each edge, and the step
+        late = float(_top_rate(tau, cum, rate)) * max(hold.most_s - hold.shift_s, hold.shift_s) * 1e9
+        bound0 += late + resolution
+        bound1 += late + resolution
     expected = refreshed_uncertainty(tau, cum, rate, lo, hi, (e0, e1), (bound0, bound1), cadence.grid_spread, int(base),
-                                     resolution, lambda a, b, at: read_between(tau, cum, rate, a, b, at))
+                                     resolution, lambda a, b, at: read_between(tau, cum, rate, a, b, at), hold)
     return RefreshedDelta(float(max(at1 - at0, 0.0)), resets, bound0 + bound1, expected)
 
 
@@ -473,31 +485,102 @@ class WindowDelta:
 
 
 def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]], key: str, cadence: Cadence,
-                 start: int, end: int, fresh: CounterDelta, lag_s: float = 0.0) -> WindowDelta:
+                 start: int, end: int, fresh: CounterDelta, grace_ns: int = 0, endpoint: str = "") -> WindowDelta:
     """A counter's increase over [start, end] as the report gives it, and, for the energy counter, its bound and
     uncertainty: `fresh` (the scrape-timed delta, not None) when the series' values are fresh, else the delta
     timed at DCGM's refreshes (the power gauge as the energy's slope). The one rule behind the per-GPU metrics
-    (telemetry_data.py) and the run's energy totals (energy.py). `lag_s`: how long the source's energy counter
-    holds a value (bridge/sources `COUNTER_UPDATE_S`), for the fresh values' uncertainty."""
+    (telemetry_data.py) and the run's energy totals (energy.py).
+
+    The energy counter's readings are never taken as fresher than the data shows: each lags its scrape by the
+    counter's hold (bridge/sources `COUNTER_HOLD_S`) and, from an exporter, by up to one of its refreshes
+    (`uncertainty.staleness`); a fresh series is read at the edges moved by its readings' mean age."""
     energy_key, power_key = energy_keys(values)
     energy = key == energy_key
     power = values.get(power_key) if energy else None
+    if not energy:
+        if cadence.fresh:
+            return WindowDelta(fresh)
+        return WindowDelta(refreshed_delta(ts, values[key], cadence, start, end))
     if cadence.fresh:
-        if not energy:
-            return WindowDelta(fresh)
-        edge_bounds = fresh_edge_bounds(ts, values[key], start, end)
+        from bridge.report.stats import counter_delta_interpolated
+
+        local = endpoint in LOCAL_SOURCES
+        ages = fresh_ages(ts, values[key], COUNTER_HOLD_S, 0.0 if local else _slowest_refresh(ts, cadence), local)
+        stale, shown = ages.stale, ages.instants_ns  # each reading at the instant it shows, where its age is known
+        shift = round(stale.shift_s * 1e9)
+        read = counter_delta_interpolated(shown, values[key], start + shift, end + shift, grace_ns + shift) or fresh
+        edge_bounds = stale_edge_bounds(ts, values[key], start, end, read_at(shown, ts, (start + shift, end + shift)),
+                                        round(stale.most_s * 1e9))
         if edge_bounds is None:
-            return WindowDelta(fresh)
-        if lag_s:  # each reading lags its time by up to lag_s: the truth at an edge can be that much further on
-            edge_bounds = (edge_bounds[0] + lag_allowance(ts, values[key], power, start, lag_s),
-                           edge_bounds[1] + lag_allowance(ts, values[key], power, end, lag_s))
-        expected = fresh_uncertainty(ts, values[key], power, start, end, edge_bounds, ENERGY_RESOLUTION_MJ, lag_s)
-        return WindowDelta(fresh, sum(edge_bounds), expected)
+            return WindowDelta(read)
+        expected = fresh_uncertainty(shown, values[key], start + shift, end + shift, edge_bounds, ENERGY_RESOLUTION_MJ,
+                                     stale)
+        return WindowDelta(read, sum(edge_bounds), expected)
+    # Timed at DCGM's refreshes: each refresh read the counter's last update, up to the hold before it.
     timed = refreshed_delta(ts, values[key], cadence, start, end, None if power is None else power * 1e-6,  # W → MJ/s
-                            ENERGY_RESOLUTION_MJ if energy else 0.0)
-    if timed is None or not energy:
+                            ENERGY_RESOLUTION_MJ, COUNTER_HOLD_S)
+    if timed is None:
         return WindowDelta(timed)
     return WindowDelta(timed, timed.bound, timed.uncertainty)
+
+
+def _slowest_refresh(ts: NDArray[np.int64], cadence: Cadence) -> float:
+    """The slowest exporter refresh (s) a fresh series allows: nearly every scrape saw a new value, so DCGM sampled
+    at least that often (the mean spacing of the new values)."""
+    import numpy as np
+
+    if cadence.period_ns is not None:
+        return cadence.period_ns / 1e9
+    return float(np.median(np.diff(ts))) / 1e9 if ts.size >= 2 else 0.0
+
+
+def read_at(shown: NDArray[np.int64], ts: NDArray[np.int64], instants: tuple[int, int]) -> tuple[int, int]:
+    """Where on the scrapes' clock the counter is read for `instants` on the readings' own (`shown`): the same
+    fraction of the way between the same two readings."""
+    import numpy as np
+
+    if shown is ts:
+        return instants
+    a, b = (float(np.interp(float(i), shown.astype(np.float64), ts.astype(np.float64))) for i in instants)
+    return round(a), round(b)
+
+
+def stale_edge_bounds(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, end: int,
+                      at: tuple[int, int], most_ns: int) -> tuple[float, float] | None:
+    """How far the counter's true value at each edge can be from its reading (read at `at`, on the scrapes' clock),
+    for readings that lag their scrape by up to `most_ns`: the truth lies between the last reading at or before the
+    edge (its value is older still) and the first one scraped `most_ns` after it, plus the counter's step (it counts
+    whole mJ, rounding down). None: no valid sample."""
+    import numpy as np
+
+    from bridge.report.stats import cumulative_increase
+
+    valid = ~np.isnan(values)
+    t, v = ts[valid], values[valid]
+    if t.size == 0:
+        return None
+    cum, _ = cumulative_increase(t, v)
+    return tuple(_stale_edge_bound(t, cum, edge, read, most_ns) + ENERGY_RESOLUTION_MJ  # type: ignore[return-value]
+                 for edge, read in zip((start, end), at, strict=True))
+
+
+def _stale_edge_bound(t: NDArray[np.int64], cum: NDArray[np.float64], edge: int, at: int, most_ns: int) -> float:
+    import numpy as np
+
+    n = int(t.size)
+    if n < 2:
+        return 0.0
+    rel = (t - t[0]).astype(np.float64)
+    rate = _RATE_MARGIN * max(float(np.max(np.diff(cum) / np.maximum(np.diff(rel), 1.0))), 0.0)  # per ns
+    before = int(np.searchsorted(t, edge, side="right")) - 1
+    after = int(np.searchsorted(t, edge + most_ns, side="left"))
+    floor = float(cum[before]) if before >= 0 else float(cum[0]) - rate * float(t[0] - edge + most_ns)
+    ceiling = float(cum[after]) if after < n else float(cum[-1]) + rate * float(edge + most_ns - t[-1])
+    x = float(at - t[0])
+    value = float(np.interp(x, rel, cum)) if rel[0] <= x <= rel[-1] else (
+        float(cum[0]) - rate * (rel[0] - x) if x < rel[0] else float(cum[-1]) + rate * (x - rel[-1]))
+    value = min(max(value, floor), ceiling)
+    return float(max(value - floor, ceiling - value))
 
 
 def fresh_bound(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, end: int) -> float | None:

@@ -6,9 +6,10 @@ delta is read from it.
   scrape that read 0, a torn read): every low value of the dip is dropped. A reset stays low and grows again
   from there; a low stretch that reaches the end of the data without growing cannot be told from a glitch and
   is held as uncertain (dropped, counted: the verdict says so).
-- An increase above 2 × the highest power the gauge showed nearby × the longest time the two values can be
-  apart is rejected (a 1e308 read). The time is taken from the brackets: a value first seen at scrape k was
-  sampled after scrape k−1, so two values first seen at scrapes a and k are at most t[k] − t[a−1] apart.
+- An increase above the longest time the two values can be apart × the higher of 2 × the highest power the gauge
+  showed nearby and what any accelerator board can draw (4 kW) is rejected (a 1e308 read). The time is taken from
+  the brackets: a value first seen at scrape k was sampled after scrape k−1, so two values first seen at scrapes a
+  and k are at most t[k] − t[a−1] apart.
 
 AIPerf mode never sees this: its per-GPU values stay AIPerf's own (DECISIONS.md "Counters").
 """
@@ -28,8 +29,12 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-# Power can at most double between what the gauge showed and what the counter drew (a burst between readings).
+# Power can at most double between what the gauge showed and what the counter drew (a burst between readings)...
 _POWER_MARGIN = 2.0
+# ...and a gauge read between bursts, or averaged over a second (nvmlDeviceGetPowerUsage), can show far less than a
+# burst drew: an increase is only impossible beyond what any accelerator board draws. The largest announced
+# packages (2025-26: NVIDIA B300 / GB300 ~1.4 kW, AMD MI355X 1.4 kW, NVIDIA Rubin Ultra ~3.6 kW) stay under 4 kW.
+_MOST_ANY_BOARD_W = 4000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +128,8 @@ def _implausible(ts: NDArray[np.int64], at: NDArray[np.int64], v: NDArray[np.flo
     elapsed_s = (t[changes] - since) / 1e9
     with np.errstate(invalid="ignore", over="ignore"):  # (a 1e308 read overflows to inf: implausible too)
         increase_j = (v[changes] - v[changes - 1]) * 1e6
-        flags[changes - 1] = (increase_j > 0) & (increase_j > _POWER_MARGIN * np.maximum(nearby, 0.0) * elapsed_s)
+        ceiling = np.maximum(_POWER_MARGIN * np.maximum(nearby, 0.0), _MOST_ANY_BOARD_W)
+        flags[changes - 1] = (increase_j > 0) & (increase_j > ceiling * elapsed_s)
     return flags
 
 
@@ -140,7 +146,7 @@ def _plausible(ts: NDArray[np.int64], at: NDArray[np.int64], power_w: NDArray[np
     top = float(np.nanmax(nearby))
     since = int(ts[at[a - 1]]) if a > 0 else int(ts[at[0]]) - first_bracket_ns
     elapsed_s = (int(ts[at[k]]) - since) / 1e9
-    return increase_mj * 1e6 <= _POWER_MARGIN * max(top, 0.0) * elapsed_s
+    return increase_mj * 1e6 <= max(_POWER_MARGIN * max(top, 0.0), _MOST_ANY_BOARD_W) * elapsed_s
 
 
 def _longest_bracket(ts: NDArray[np.int64], at: NDArray[np.int64], v: NDArray[np.float64]) -> int:

@@ -40,7 +40,6 @@ from bridge.report.stats import (
 )
 from bridge.report.window import Window
 from bridge.samples import CounterMode, MetricKind, ScrapeFailure
-from bridge.sources import COUNTER_UPDATE_S
 
 if TYPE_CHECKING:
     import numpy as np
@@ -250,7 +249,7 @@ def refreshed_counters(s: Series, counters: Sequence[MetricLabel], cadence: Cade
             out[label.key] = None
             continue
         read = window_delta(s.timestamps, s.values, label.key, cadence, window.start_ns, window.end_ns, fresh,
-                            COUNTER_UPDATE_S.get(s.endpoint, 0.0))
+                            window.grace_ns, s.endpoint)
         out[label.key] = _counter_result(label.unit, read.delta, bound=read.bound, uncertainty=read.uncertainty)
     return out
 

@@ -51,6 +51,8 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from bridge.report.ages import Staleness
+
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
@@ -71,97 +73,76 @@ class GridSpread(NamedTuple):
 GAUGE_AVERAGING_S = 1.0
 
 
-def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], power_w: NDArray[np.float64] | None,
-                      start: int, end: int, edge_bounds: tuple[float, float], resolution: float,
-                      lag_s: float = 0.0) -> float:
-    """The expected error of a fresh counter's increase over [start, end] (the counter's unit, MJ for energy).
-    `lag_s`: how long the source's counter holds a value (a read returns its last update, so it lags the read's
-    time by up to that): the two edges' lags s₀, s₁ leave |s₁·P₁ − s₀·P₀| ≤ lag_s·max(P₀, P₁), independent of the
-    shape terms (added in quadrature)."""
+def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start: int, end: int,
+                      edge_bounds: tuple[float, float], resolution: float, stale: Staleness) -> float:
+    """The expected error of a fresh counter's increase over [start, end] (the counter's unit, MJ for energy), the
+    edges already moved by the readings' mean age. Per edge, inside the interval of readings h apart that holds it at
+    fraction x, from the counter's own rates (a power gauge may be a one-second average, nvmlDeviceGetPowerUsage, and
+    show neither a step nor a spike):
+    - the power's change: the rates of the neighbouring intervals differ by ΔP, and a line read inside the interval is
+      off by up to ΔP·h·x(1−x) (exact for a step inside it);
+    - a transient the neighbours do not show: the interval's energy beyond its neighbours' mean rate, X, lies before
+      or after the edge, unknown: up to X·max(x, 1−x);
+    - the readings' ages: each edge's reading is off by the power there times its age's deviation, whose differences
+      have the 95 % quantile `q95`; the share every reading may hide moves the two edges alike and leaves the
+      power's change across the window times half of it.
+    The edges' shapes add (a load that starts with the window and stops with it misses the same way at both), the ages
+    in quadrature with them, the shared age and the counter's resolution at each edge on top; never more than the
+    bound."""
     import numpy as np
 
     valid = np.flatnonzero(~np.isnan(counter))
     t, v = ts[valid], counter[valid]
-    p = None if power_w is None else power_w[valid] * 1e-6  # W → MJ/s
-    edges = []
+    shapes: list[float] = []
+    ages: list[float] = []
+    edge_power: list[float] = []
     for edge, edge_bound in zip((start, end), edge_bounds, strict=True):
         i = int(np.searchsorted(t, edge, side="right"))
-        if 0 < i < t.size:
-            h = float(t[i] - t[i - 1]) / 1e9
-            if int(t[i - 1]) == edge or h <= 0:
-                continue
-            change = _power_change(t, v, p, i)
-            if change is None:
-                edges.append(edge_bound)
-                continue
-            edges.append(change * h / 8 + _fresh_residual(t, v, p, i))
-        else:
-            edges.append(edge_bound)
-    # (For power that moves linearly the two edges' errors have known signs that can add: they add in full.)
-    lag = lag_s * max(_rate_near(t, v, p, start), _rate_near(t, v, p, end)) if lag_s else 0.0
-    return min(math.hypot(sum(edges), lag) + 2 * resolution, sum(edge_bounds))
+        if not 0 < i < t.size or t[i] <= t[i - 1]:
+            shapes.append(edge_bound)
+            edge_power.append(0.0)
+            continue
+        a = i - 1
+        h = float(t[i] - t[a]) / 1e9
+        x = (edge - int(t[a])) / float(t[i] - t[a])
+        here = _rate(t, v, a)
+        assert here is not None
+        before, after = (_rate(t, v, k) for k in (a - 1, a + 1))
+        before = here if before is None else before
+        after = here if after is None else after
+        power = _rate(t, v, max(a - 1, 0), min(a + 2, t.size - 1)) or here  # over three intervals: the ages average
+        # What the readings' ages alone make of these rates at 95 % (a rate over h moves by P × the difference of its
+        # two readings' ages / h): the change (r_{a+1} − r_{a−1})·h mixes four ages, sd 2·σ·P; the transient
+        # (r_a − the neighbours' mean)·h, sd √5·σ·P; with q95 = 1.96·√2·σ for the difference of two ages.
+        change = _beyond(abs(after - before) * h, 2 / math.sqrt(2) * power * stale.q95_s)
+        transient = _beyond(abs(here - (before + after) / 2) * h, math.sqrt(5 / 2) * power * stale.q95_s)
+        shapes.append(change * x * (1 - x) + transient * max(x, 1 - x))
+        ages.append(power * stale.q95_s / math.sqrt(2))
+        edge_power.append(power)
+    shared = abs(edge_power[1] - edge_power[0]) * stale.mean_error_s
+    # The shapes add: a benchmark's load starts at its window's start and stops at its end, and a line read across
+    # both steps misses the same way twice (the power is lower before the start and after the end).
+    return min(sum(shapes) + math.hypot(*ages) + shared + 2 * resolution, sum(edge_bounds))
 
 
-def lag_allowance(ts: NDArray[np.int64], counter: NDArray[np.float64], power_w: NDArray[np.float64] | None,
-                  edge: int, lag_s: float) -> float:
-    """How much further on the truth at `edge` can be than readings that lag by up to `lag_s` say (the counter's
-    unit, MJ): `lag_s` × the highest power around the edge. Widens a lagging source's hard bound."""
-    import numpy as np
-
-    valid = np.flatnonzero(~np.isnan(counter))
-    if not lag_s or valid.size == 0:
-        return 0.0
-    p = None if power_w is None else power_w[valid] * 1e-6  # W → MJ/s
-    return lag_s * _rate_near(ts[valid], counter[valid], p, edge)
+def _beyond(seen: float, noise: float) -> float:
+    """What of `seen` the noise does not explain (in quadrature)."""
+    return math.sqrt(max(seen * seen - noise * noise, 0.0))
 
 
-def _rate_near(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.float64] | None, edge: int) -> float:
-    """The highest power at the readings around `edge` (MJ/s): the gauge's, else the counter's mean rate between
-    them; 0 outside the readings."""
-    import numpy as np
-
-    i = min(int(np.searchsorted(t, edge, side="left")), t.size - 1)
-    around = [k for k in (i - 1, i) if k >= 0]
-    if p is not None and all(math.isfinite(p[k]) for k in around):
-        return max(float(p[k]) for k in around)
-    if i >= 1:
-        h = float(t[i] - t[i - 1]) / 1e9
-        return max(float(v[i] - v[i - 1]) / h, 0.0) if h > 0 else 0.0
-    return 0.0
-
-
-def _fresh_residual(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.float64] | None, i: int) -> float:
-    """The largest trapezoid residual |ΔE − (P₀ + P₁)·h/2| of the intervals around reading i (0 without a gauge):
-    what the counter and the gauge disagree on between readings, from the power's curvature and from readings
-    that are not quite at their scrape time (a refresh faster than the scrapes, but not instantaneous)."""
-    if p is None:
-        return 0.0
-    out = 0.0
-    for k in range(max(i - 1, 1), min(i + 2, t.size)):
-        h = float(t[k] - t[k - 1]) / 1e9
-        residual = float(v[k] - v[k - 1]) - float(p[k] + p[k - 1]) / 2 * h
-        if math.isfinite(residual) and v[k] >= v[k - 1]:
-            out = max(out, abs(residual))
-    return out
-
-
-def _power_change(t: NDArray[np.int64], v: NDArray[np.float64], p: NDArray[np.float64] | None,
-                  i: int) -> float | None:
-    """|ΔP| between readings i−1 and i (MJ/s): the gauge's, else half the change of the neighbouring intervals'
-    mean rates (two intervals apart), else None."""
-    if p is not None and math.isfinite(p[i - 1]) and math.isfinite(p[i]):
-        return abs(float(p[i] - p[i - 1]))
-    if i >= 2 and i + 1 < t.size:
-        before = float(v[i - 1] - v[i - 2]) / (float(t[i - 1] - t[i - 2]) / 1e9 or math.inf)
-        after = float(v[i + 1] - v[i]) / (float(t[i + 1] - t[i]) / 1e9 or math.inf)
-        return abs(after - before) / 2
-    return None
+def _rate(t: NDArray[np.int64], v: NDArray[np.float64], k: int, to: int | None = None) -> float | None:
+    """The counter's mean rate (per s) from reading k to reading `to` (k+1 by default); None outside the readings,
+    0 across a reset."""
+    to = k + 1 if to is None else to
+    if not 0 <= k < to < t.size or t[to] <= t[k]:
+        return None
+    return max(float(v[to] - v[k]), 0.0) / (float(t[to] - t[k]) / 1e9)
 
 
 def refreshed_uncertainty(tau: NDArray[np.float64], cum: NDArray[np.float64], rate: NDArray[np.float64] | None,
                           lo: NDArray[np.float64], hi: NDArray[np.float64], edges: tuple[float, float],
                           bounds: tuple[float, float], grid: GridSpread | None, base: int, resolution: float,
-                          read: Reader) -> float:
+                          read: Reader, hold: Staleness | None = None) -> float:
     """The expected error of a counter's increase timed at its refreshes (`refresh.refreshed_delta`'s arrays:
     instants and brackets relative to `base`, cumulative increase, rate per ns; `edges` relative too), at most
     the sum of the edges' `bounds`. `read(a, b, at)`: the counter's reader from refreshes a and b alone."""
@@ -175,10 +156,48 @@ def refreshed_uncertainty(tau: NDArray[np.float64], cum: NDArray[np.float64], ra
             rates.append(None)
             continue
         h = float(tau[interval + 1] - tau[interval])
-        shapes.append(min(shape, bound))
-        rates.append(float(cum[interval + 1] - cum[interval]) / h)
+        rate_here = float(cum[interval + 1] - cum[interval]) / h
+        x = min(max((edge - float(tau[interval])) / h, 0.0), 1.0)
+        noise = 0.0 if hold is None else math.sqrt(5 / 2) * rate_here * hold.q95_s * 1e9  # (the ages' share, as fresh)
+        transient = _beyond(_transient(tau, cum, interval), noise) * max(x, 1 - x)
+        shapes.append(min(math.hypot(shape, transient), bound))
+        rates.append(rate_here)
     timing = _timing_term(lo, hi, tau, edges, rates, grid, base)
-    return min(math.sqrt(shapes[0] ** 2 + shapes[1] ** 2 + timing ** 2) + 2 * resolution, sum(bounds))
+    r0, r1 = (r if r is not None else 0.0 for r in rates)
+    ages = 0.0 if hold is None else math.hypot(r0, r1) * hold.q95_s / math.sqrt(2)  # (rates per ns, ages in s)
+    shared = 0.0 if hold is None else abs(r1 - r0) * hold.mean_error_s
+    return min(math.sqrt(shapes[0] ** 2 + shapes[1] ** 2 + timing ** 2 + (ages * 1e9) ** 2) + shared * 1e9
+               + 2 * resolution, sum(bounds))
+
+
+def _transient(tau: NDArray[np.float64], cum: NDArray[np.float64], i: int) -> float:
+    """The energy in refresh interval i that its neighbours' rates do not account for (the counter's unit): a burst
+    inside it lies before or after the edge, nobody can tell. Interval i's mean rate against what the rates beside it
+    predict (a line from the two on its left, from the two on its right, or a quadratic through the four), the least
+    of them: a ramp or a curve that the neighbours follow, or a step at one of its ends, leaves nothing; a transient
+    inside it leaves its energy. 0 with fewer than two neighbours."""
+    n = tau.size - 1  # intervals
+
+    def rate(j: int) -> float | None:
+        if not 0 <= j < n or tau[j + 1] <= tau[j]:
+            return None
+        return float(cum[j + 1] - cum[j]) / float(tau[j + 1] - tau[j])
+
+    here = rate(i)
+    if here is None:
+        return 0.0
+    r = {d: rate(i + d) for d in (-2, -1, 1, 2)}
+    guesses = []
+    if r[-1] is not None and r[-2] is not None:
+        guesses.append(2 * r[-1] - r[-2])
+    if r[1] is not None and r[2] is not None:
+        guesses.append(2 * r[1] - r[2])
+    if r[-1] is not None and r[1] is not None:
+        guesses.append((r[-1] + r[1]) / 2 if r[-2] is None or r[2] is None
+                       else (4 * (r[-1] + r[1]) - (r[-2] + r[2])) / 6)  # (the quadratic through the four, at i)
+    if not guesses:
+        return 0.0
+    return min(abs(here - g) for g in guesses) * float(tau[i + 1] - tau[i])
 
 
 def _interval(tau: NDArray[np.float64], edge: float) -> int | None:

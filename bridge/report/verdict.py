@@ -83,7 +83,9 @@ def gpu_measurement(s: Series, window: Window, energy: GpuEnergy | None, check: 
         reasons.append("no_data")
         out["valid"] = False
         return out
-    due = max(round((end - start) / interval) if interval > 0 else 1, inside + failures, 1)
+    # Any stretch of W holds at least floor(W / interval) ticks of a regular schedule (rounding would count one more
+    # than a short window can hold at some phases: a false low coverage).
+    due = max(int((end - start) // interval) if interval > 0 else 1, inside + failures, 1)
     coverage = min(inside / due, 1.0)
     gap = _longest_gap(ts, start, end)
     out.update(coverage=coverage, scrape_interval_s=interval / 1e9, longest_gap_s=gap / 1e9)

@@ -22,10 +22,12 @@ GpuT = TypeVar("GpuT")
 NVML_SOURCE = "pynvml://localhost"
 AMDSMI_SOURCE = "amdsmi://localhost"
 SOURCES = {"pynvml": NVML_SOURCE, "amdsmi": AMDSMI_SOURCE}
-# How long a source's energy counter holds one value: a read returns the last update, lagging by up to this.
+LOCAL_SOURCES = frozenset(SOURCES.values())
+# How long a GPU's energy counter holds one value: a read returns the last update, lagging by up to this.
 # NVML's nvmlDeviceGetTotalEnergyConsumption updates every 100 ms, measured on an H200 (driver 580.159.04) by
-# scripts/check-gpu.sh: bench/RESULTS.md, "A real GPU". Unmeasured sources (amdsmi) carry no such term.
-COUNTER_UPDATE_S = {NVML_SOURCE: 0.1}
+# scripts/check-gpu.sh: bench/RESULTS.md, "A real GPU"; DCGM's energy field reads it. AMD's counters are not
+# measured: the same is assumed, since no reading may be taken as fresher than the counter's own update.
+COUNTER_HOLD_S = 0.1
 
 
 class SourceError(ConfigError):

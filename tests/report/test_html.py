@@ -60,14 +60,18 @@ def test_there_is_a_chart_per_metric_with_every_gpu_and_the_phases_shaded(page):
     assert "<title>gpu-node-b gpu 0 3g.40gb #1</title></path>" in utilisation  # GR_ENGINE_ACTIVE, MIG instance
 
 
-def test_energy_per_phase_is_the_simulators_ground_truth(run, page):
-    rows = dict(re.findall(r'<tr data-phase="(\w+)" data-energy-j="([\d.]+)">', page))
+def test_energy_per_phase_is_the_simulators_ground_truth_within_its_stated_uncertainty(run, page):
+    rows = {name: (float(joules), float(stated)) for name, joules, stated in
+            re.findall(r'<tr data-phase="(\w+)" data-energy-j="([\d.]+)" data-uncertainty-j="([\d.]+)">', page)}
     assert set(rows) == {"warmup", "profiling"}
     for phase in ("warmup", "profiling"):
         steps = run.phase_steps(phase)
         start = steps[0].t_ns  # the start mark's boundary scrape
         end = next(s.t_ns for s in run.steps if s.index == steps[-1].index + 1)  # the end mark's
-        assert float(rows[phase]) == pytest.approx(run.energy_j(start, end), abs=0.01), phase
+        joules, stated = rows[phase]
+        truth = run.energy_j(start, end)
+        assert abs(joules - truth) <= stated < 0.05 * truth, (phase, joules, truth, stated)  # (2 s scrapes: a DCGM
+        # refresh of up to 2 s, which the readings cannot rule out)
 
 
 def test_the_console_summary_is_on_the_page(run, page):

@@ -1,0 +1,265 @@
+"""How old a series' readings are: what the energy counter's own readings say of it.
+
+A served value is the counter's at some instant before its scrape: its last update (NVML's counter holds each value
+for 100 ms: measured on an H200 by scripts/check-gpu.sh, bench/RESULTS.md "A real GPU"), and, from an exporter, DCGM's
+last sample of it (up to one refresh, `-c`, which a fresh series cannot show: every scrape sees a new value whether
+DCGM sampled 10 or 300 ms before it). A reading k that lags its scrape by a_k sits P·(a_k − ā) below what its
+neighbours say the counter was at its scrape time (ā their mean age): a least-squares quadratic through the
+`_NEIGHBOURS` readings either side (the power's own curvature taken out) predicts it, and the readings' deviations
+from their predictions carry their ages.
+
+- Where the counter holds its value for a known period on a regular grid, a reading's age is the time since the grid's
+  last instant: a sawtooth of its scrape time. `_fit_hold_grid` finds the grid's phase (and a slow drift of its
+  period) from the deviations; each reading is then timed at the instant it shows.
+- Whatever the fit leaves, or all of it where no grid fits, is described statistically (`Staleness`): the 95 % quantile
+  of the difference between two readings' ages (the window's edges lie far apart: independent), and how far the mean
+  age can be off, which moves both edges alike.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+# The normal distribution's scale from a median absolute deviation, and its two-sided 95 % point.
+_SD_PER_MAD = 1.482602
+_Z95 = 1.959964
+# Readings either side of one that its neighbours' quadratic predicts (~±1.3 s at AIPerf's 333 ms): enough for their
+# ages to average out (a 333 ms scrape against a 100 ms counter update repeats its pattern every three readings).
+_NEIGHBOURS = 4
+# The hold grid's phase is searched in this many steps of its period, then refined between the best three.
+_PHASES = 100
+# Drifts of the hold grid's period searched where a fixed one does not fit: a clock off by up to ±0.5 %.
+_DRIFTS = (-5e-3, -3e-3, -2e-3, -1e-3, -5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3)
+
+
+@dataclass(frozen=True, slots=True)
+class Staleness:
+    """What is left unknown of the readings' ages (seconds)."""
+
+    q95_s: float  # 95 % of the differences between two readings' ages lie within ± this
+    shift_s: float  # the best estimate of the readings' mean age: the edges are read this much later
+    mean_error_s: float  # how far the mean age can be from `shift_s`
+    most_s: float  # the most any reading can lag (hard): the exporter's slowest possible refresh + the hold
+
+
+class FreshAges(NamedTuple):
+    instants_ns: NDArray[np.int64]  # each sample's time less its known age (its scrape time where none is known)
+    stale: Staleness
+
+
+class _Operator(NamedTuple):
+    """The least-squares quadratic through each reading's neighbours, as weights: prediction = Σ weights·q[k + d]."""
+
+    centre: NDArray[np.int64]
+    offsets: tuple[int, ...]
+    weights: NDArray[np.float64]  # (readings, neighbours)
+    spread: NDArray[np.float64]  # √(the residual's variance over one reading's): the prediction's own noise too
+    rate: NDArray[np.float64]  # the counter's rate there (per s)
+
+
+def fresh_ages(ts: NDArray[np.int64], counter: NDArray[np.float64], hold_s: float, refresh_most_s: float,
+               local: bool) -> FreshAges:
+    """A fresh series' readings' ages. `refresh_most_s`: the slowest exporter refresh the data allows (0 for a local
+    reader, `local`, whose reads show the counter's own hold alone)."""
+    import numpy as np
+
+    from bridge.report.stats import cumulative_increase
+
+    most = refresh_most_s + hold_s
+    valid = np.flatnonzero(~np.isnan(counter))
+    t = (ts[valid] - ts[valid][0]).astype(np.float64) / 1e9 if valid.size else np.zeros(0)
+    cum, _ = cumulative_increase(t, counter[valid])
+    operator = _local_operator(t, cum)
+    if operator is None:
+        return FreshAges(ts, _unknown_age(most))
+    deviations = _apply(operator, cum)
+    ages = _fit_hold_grid(t, operator, deviations, hold_s)
+    if ages is None:
+        return FreshAges(ts, _statistical(deviations, hold_s, most))
+    instants = ts.copy()
+    instants[valid] = ts[valid] - np.round(ages * 1e9).astype(np.int64)
+    left = _local_operator(t - ages, cum)
+    rest = deviations if left is None else _apply(left, cum)
+    spread = min(4 * _median_abs(rest), most)
+    q95 = _q95_apart(rest, most)
+    if local:  # the reads show the counter's own updates: nothing hides beneath the grid
+        return FreshAges(instants, Staleness(q95, 0.0, spread / 2, most))
+    # From an exporter the grid found may be DCGM's, locked to the counter's own, whose hold then hides beneath it.
+    stale = Staleness(q95, hold_s / 2, hold_s / 2 + spread / 2, most)
+    # Nothing tells whether the two clocks drift apart (a drift too slow to wrap within the run moves the hidden hold
+    # slowly, and the neighbours' quadratic takes it up): the two edges' shares are independent.
+    return FreshAges(instants, with_hidden(stale, hold_s))
+
+
+def refresh_ages(t: NDArray[np.float64], cum: NDArray[np.float64], hold_s: float) -> Staleness:
+    """The ages of a slow refresh's values at their refresh instants (`t` in seconds, `cum` reset-free): DCGM read
+    the counter's last update, up to the hold before its sample, so the mean age lies anywhere in [0, hold]. Where
+    DCGM's grid is locked to the counter's own, every refresh has the same age, which cancels between the edges; where
+    one drifts against the other, the age wraps by a hold now and then, which the deviations show: the edges' ages are
+    then independent, uniform over the hold."""
+    operator = _local_operator(t, cum)
+    if operator is None:
+        return Staleness((1 - math.sqrt(0.05)) * hold_s, hold_s / 2, hold_s / 2, hold_s)
+    deviations = _apply(operator, cum)
+    ages = Staleness(_q95_apart(deviations, hold_s), hold_s / 2, hold_s / 2, hold_s)
+    return with_hidden(ages, hold_s) if _wraps(deviations, hold_s) else ages
+
+
+def with_hidden(ages: Staleness, hidden_s: float) -> Staleness:
+    """`ages` with a part of up to `hidden_s` that no reading shows and that may differ between the edges: uniform,
+    independent, its difference's 95 % quantile (1 − √0.05) of its range, in quadrature."""
+    return Staleness(math.hypot(ages.q95_s, (1 - math.sqrt(0.05)) * hidden_s), ages.shift_s, ages.mean_error_s,
+                     ages.most_s)
+
+
+def _statistical(deviations: NDArray[np.float64], hold_s: float, most: float) -> Staleness:
+    """No hold grid fits: the ages vary over `spread` (uniform over [0, L] has a median deviation of L/4). A part that
+    no reading shows: up to the hold, where DCGM samples on a grid locked to the counter's own (so only where the
+    exporter's refresh, `spread`, is at least as slow), and it may drift, unseen. So the mean age lies in
+    [0, spread/2 + that]."""
+    spread = min(4 * _median_abs(deviations), most)
+    hidden = min(hold_s, spread, max(most - spread, 0.0))
+    mean = min(spread / 2 + hidden, most) / 2
+    return with_hidden(Staleness(_q95_apart(deviations, most), mean, mean, most), hidden)
+
+
+def _unknown_age(most: float) -> Staleness:
+    """Too few readings to tell: any age up to the most, the two edges' independent, the edges read where they are."""
+    return Staleness((1 - math.sqrt(0.05)) * most, 0.0, most, most)
+
+
+def _wraps(deviations: NDArray[np.float64], hold_s: float) -> bool:
+    """An age that jumps by a hold now and then (one clock drifting against the other): a deviation of half a hold."""
+    import numpy as np
+
+    return bool(deviations.size) and float(np.max(np.abs(deviations))) >= hold_s / 2
+
+
+def _median_abs(x: NDArray[np.float64]) -> float:
+    import numpy as np
+
+    return float(np.median(np.abs(x))) if x.size else 0.0
+
+
+def _q95_apart(deviations: NDArray[np.float64], most: float) -> float:
+    """The 95 % quantile of the difference between the ages of two readings far apart (as a window's edges are).
+    Ages are bounded (a hold, a refresh): their differences have tails no heavier than the normal's, so the pairs' own
+    95 % quantile is used where it is smaller than the normal's from their median (which stands where the power's steps
+    fatten the pairs' tail)."""
+    import numpy as np
+
+    if not deviations.size:
+        return (1 - math.sqrt(0.05)) * most
+    apart = np.abs(deviations - np.roll(deviations, deviations.size // 2))
+    return min(_Z95 * _SD_PER_MAD * float(np.median(apart)), float(np.quantile(apart, 0.95)), most)
+
+
+def _local_operator(t: NDArray[np.float64], cum: NDArray[np.float64]) -> _Operator | None:
+    """The quadratic through each reading's `_NEIGHBOURS` either side, and the scale that turns a reading's deviation
+    from it into seconds of age. None with too few readings."""
+    import numpy as np
+
+    n, w = t.size, _NEIGHBOURS
+    if n < 2 * w + 8:
+        return None
+    centre = np.arange(w, n - w)
+    offsets = tuple(d for d in range(-w, w + 1) if d)
+    x = np.stack([t[centre + d] - t[centre] for d in offsets], axis=1)  # (m, 2w): times relative to the reading
+    design = np.stack([np.ones_like(x), x, x * x], axis=-1)  # (m, 2w, 3)
+    with np.errstate(all="ignore"):
+        inverse = np.linalg.pinv(design.transpose(0, 2, 1) @ design)
+        weights = (inverse @ design.transpose(0, 2, 1))[:, 0, :]  # the quadratic's value at the reading
+        span = x[:, -1] - x[:, 0]
+        rate = (cum[centre + offsets[-1]] - cum[centre + offsets[0]]) / np.where(span > 0, span, np.nan)
+        spread = np.sqrt(1 + inverse[:, 0, 0])
+    keep = np.isfinite(spread) & np.isfinite(rate) & (rate > 0) & np.isfinite(weights).all(axis=1)
+    if np.count_nonzero(keep) < 8:
+        return None
+    return _Operator(centre[keep], offsets, weights[keep], spread[keep], rate[keep])
+
+
+def _apply(operator: _Operator, cum: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Per reading: how far below its neighbours' prediction the counter lies there, in seconds of the local power:
+    the reading's age less its neighbours' mean (`_age_deviations`), the power's shape aside."""
+    return _below(operator, cum) / operator.rate
+
+
+def _age_deviations(operator: _Operator, ages: NDArray[np.float64]) -> NDArray[np.float64]:
+    """What `_apply` gives for readings of these ages (seconds) and a steady power: a reading a_k old sits P·a_k below
+    the truth, its neighbours' prediction P·Σ w·a below it."""
+    return -_below(operator, ages)
+
+
+def _below(operator: _Operator, q: NDArray[np.float64]) -> NDArray[np.float64]:
+    import numpy as np
+
+    predicted = np.zeros(operator.centre.size)
+    for j, d in enumerate(operator.offsets):
+        predicted += operator.weights[:, j] * q[operator.centre + d]
+    return (predicted - q[operator.centre]) / operator.spread
+
+
+def _fit_hold_grid(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
+                   hold_s: float) -> NDArray[np.float64] | None:
+    """The readings' ages where the counter holds each value for `hold_s` on a regular grid: a = (t − φ) mod period,
+    whose deviations (`_apply` of the ages, with the counter's sign) explain at least three quarters of the readings'
+    (their median absolute residual at most half of theirs). A fixed period first, then a slowly drifting one. None
+    where no grid does (a continuous counter, an exporter's own refresh slower than the hold, too few readings)."""
+    import numpy as np
+
+    base = _median_abs(deviations)
+    if not hold_s or base < hold_s / 50:  # (ages this small change nothing worth a grid)
+        return None
+    best: tuple[float, float, float] | None = None  # (residual, phase, period)
+    for drift in (0.0, *_DRIFTS):
+        period = hold_s * (1 + drift)
+        fit = _best_phase(t, operator, deviations, period)
+        if best is None or fit[0] < best[0]:
+            best = (fit[0], fit[1], period)
+        if drift == 0.0 and best[0] <= base / 2:
+            break  # a fixed grid fits: no drift to look for
+    assert best is not None
+    if best[2] != hold_s:  # a drifting grid: its period between the neighbouring drifts searched
+        step = hold_s * 1e-3
+        lo, hi = best[2] - step, best[2] + step
+        for _ in range(16):
+            a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+            if _best_phase(t, operator, deviations, a)[0] <= _best_phase(t, operator, deviations, b)[0]:
+                hi = b
+            else:
+                lo = a
+        fit = _best_phase(t, operator, deviations, (lo + hi) / 2)
+        if fit[0] < best[0]:
+            best = (fit[0], fit[1], (lo + hi) / 2)
+    residual, phase, period = best
+    if residual > base / 2:
+        return None
+    return np.mod(t - phase, period)
+
+
+def _best_phase(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
+                period: float) -> tuple[float, float]:
+    """(the median absolute residual, the phase) of the hold grid of `period` that best explains the deviations."""
+    import numpy as np
+
+    phases = np.linspace(0.0, period, _PHASES, endpoint=False)
+    residuals = np.array([_median_abs(deviations - _age_deviations(operator, np.mod(t - phase, period)))
+                          for phase in phases])
+    k = int(np.argmin(residuals))
+    # Refine between the neighbours of the best step (the residual is V-shaped about the true phase).
+    lo, hi = phases[k] - period / _PHASES, phases[k] + period / _PHASES
+    for _ in range(12):
+        a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        if _median_abs(deviations - _age_deviations(operator, np.mod(t - a, period))) <= \
+                _median_abs(deviations - _age_deviations(operator, np.mod(t - b, period))):
+            hi = b
+        else:
+            lo = a
+    phase = (lo + hi) / 2
+    return _median_abs(deviations - _age_deviations(operator, np.mod(t - phase, period))), float(phase % period)
