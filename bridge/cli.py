@@ -7,11 +7,14 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bridge import __version__
+
+if TYPE_CHECKING:
+    from bridge.samples import GpuMeta, Sample
 
 
 def _setup_logging(verbose: int) -> None:
@@ -99,23 +102,25 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
 
     A URL is fetched exactly as the sidecar fetches it: the same TLS, auth and timeout settings, from
     the same environment variables (DCGM_BRIDGE_CA_FILE, DCGM_BRIDGE_BEARER_TOKEN_FILE, …) or --config."""
-    from bridge.fields import default_table, dialect_summary, table_with_custom
-    from bridge.normalize import Normalizer
+    from bridge.fields import default_table, dialect_summary, spec_for_family, table_with_custom
+    from bridge.normalize import Normalizer, meta_of
     from bridge.parse import parse_page
+    from bridge.recognize import no_gpu_reason
     from bridge.record_log import record_to_dict
-    from bridge.report.console import plural
 
     body, origin = read_parse_source(source, config_file)
     table = table_with_custom(default_table(), list(metrics_csv))
     page = parse_page(body)
-    if not page.samples and body.strip():
+    reason = no_gpu_reason(page, body, table) if body.strip() else None
+    if reason is not None:
         from bridge.errors import ConfigError
 
-        raise ConfigError(f"parse {origin}: not a metrics page: no sample in its {plural(len(page.dropped), 'line')} "
-                          f"({page_kind(body)}); give a dcgm-exporter /metrics URL or a page it served")
+        raise ConfigError(f"parse {origin}: {reason}")
     normalizer = Normalizer(table)
     records = normalizer.records(page, source_url=origin, timestamp_ns=0)
-    summary = dialect_summary((s.name for s in page.samples), table)
+    # A GPU's series whose family the report does not map (AMD's pcie_tx, gpu_clock, …) is forwarded, not reported.
+    unmapped = [s for s in page.samples if spec_for_family(table, s.name) is None and meta_of(s.labels) is not None]
+    summary = dialect_summary((s.name for s in page.samples), table, also_unmapped=(s.name for s in unmapped))
     if as_json:
         out = {
             "samples": [{"name": s.name, "labels": dict(s.labels), "value": _json_value(s.value),
@@ -131,7 +136,7 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
     families = list(dict.fromkeys(s.name for s in page.samples))
     from bridge.report.telemetry_data import gpus_text
 
-    gpus = gpus_text((origin, (r.gpu_uuid, r.gpu_instance_id)) for r in records)
+    gpus = gpus_text((origin, r) for r in records)
     click.echo(f"{origin}: {len(page.samples)} samples in {len(families)} families, "
                f"{len(page.dropped)} lines dropped, {gpus}")
     for d in page.dropped:
@@ -142,22 +147,35 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
     for anomaly in normalizer.take_anomalies():
         click.echo(f"  warning: {anomaly.message()}")
     for r in records:
-        mig = f" MIG {r.gpu_instance_id} ({r.gpu_instance_profile})" if r.gpu_instance_id else ""
-        click.echo(f"  GPU {r.gpu_index} {r.gpu_uuid}{mig} {r.gpu_model_name or '(no model name)'} "
-                   f"host={r.hostname or '-'}")
+        click.echo(_gpu_line(r))
         for key, value in r.telemetry_data.items():
             spec = table.by_key.get(key)
             click.echo(f"      {spec.label if spec else key:<45} {value:,.6g}")
+    by_gpu: dict[tuple[str, str | None], list[Sample]] = {}
+    metas: dict[tuple[str, str | None], GpuMeta] = {}
+    for s in unmapped:
+        meta = meta_of(s.labels)
+        assert meta is not None
+        metas.setdefault(meta.identity, meta)
+        by_gpu.setdefault(meta.identity, []).append(s)
+    if by_gpu:
+        click.echo("series of GPUs in families not mapped (forwarded, not in the report):")
+    for identity, samples in by_gpu.items():
+        click.echo(_gpu_line(metas[identity]))
+        for s in samples:
+            extra = ",".join(f"{k}={v}" for k, v in s.labels.items() if k.endswith(("_index", "_type")) and
+                             k not in ("gpu_compute_partition_type", "gpu_memory_partition_type"))
+            click.echo(f"      {s.name + (f'{{{extra}}}' if extra else ''):<45} {s.value:,.6g}")
 
 
-def page_kind(body: bytes) -> str:
-    """What a page that holds no sample looks like, for the one-line error."""
-    head = body.lstrip()[:512].lower()
-    if head.startswith((b"<!doctype html", b"<html")) or b"<html" in head:
-        return "it looks like HTML"
-    if head.startswith((b"{", b"[")):
-        return "it looks like JSON: a report? `dcgm-bridge report` reads the record log"
-    return "no line has the form name{labels} value"
+def _gpu_line(meta: GpuMeta) -> str:
+    """A GPU's line in `parse`: index, identity, its MIG instance or AMD partition, model, host."""
+    part = ""
+    if meta.gpu_instance_id is not None:
+        noun = "partition" if meta.platform == "amd" else "MIG"
+        part = f" {noun} {meta.gpu_instance_id} ({meta.gpu_instance_profile})"
+    return f"  GPU {meta.gpu_index} {meta.gpu_uuid}{part} {meta.gpu_model_name or '(no model name)'} " \
+           f"host={meta.hostname or '-'}"
 
 
 def read_parse_source(source: str, config_file: Path | None) -> tuple[bytes, str]:

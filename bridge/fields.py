@@ -115,19 +115,33 @@ class DialectSummary:
         return out
 
 
+# AMD's device-metrics-exporter writes its families bare (`gpu_package_power`: ROCm/device-metrics-exporter #171,
+# #259, PR #236) or under an `amd_` prefix (`amd_gpu_package_power`: PR #558 on ROCm 7.14 bare metal, 2026; PR #367
+# in Kubernetes; issue #233 on a VF, exporter v1.3.1). Both name the same row; the prefix is taken off only where the
+# bare name is an AMD row, so no other vendor's family changes meaning.
+AMD_PREFIX = "amd_"
+
+
 def spec_for_family(table: FieldTable, name: str) -> FieldSpec | None:
-    """The row a family name maps to; like AIPerf, `name` without a `_total` suffix (OpenMetrics counters) too."""
-    return table.by_name.get(name) or table.by_name.get(name.removesuffix("_total"))
+    """The row a family name maps to; like AIPerf, `name` without a `_total` suffix (OpenMetrics counters) too; an
+    AMD family with or without its `amd_` prefix."""
+    spec = table.by_name.get(name) or table.by_name.get(name.removesuffix("_total"))
+    if spec is None and name.startswith(AMD_PREFIX):
+        bare = spec_for_family(table, name[len(AMD_PREFIX):])
+        return bare if bare is not None and bare.dialect == "amd" else None
+    return spec
 
 
-def dialect_summary(families: Iterable[str], table: FieldTable) -> DialectSummary:
+def dialect_summary(families: Iterable[str], table: FieldTable, also_unmapped: Iterable[str] = ()) -> DialectSummary:
+    """`also_unmapped`: families beyond DCGM's to list as not mapped (those whose labels name a GPU)."""
     mapped: dict[str, tuple[str, str]] = {}
     unmapped: list[str] = []
+    others = set(also_unmapped)
     for name in dict.fromkeys(families):
         spec = spec_for_family(table, name)
         if spec is not None:
             mapped[name] = (spec.dialect, spec.key)
-        elif name.upper().startswith("DCGM_"):
+        elif name.upper().startswith("DCGM_") or name in others:
             unmapped.append(name)
     return DialectSummary(mapped, tuple(unmapped))
 

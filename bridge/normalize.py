@@ -84,28 +84,60 @@ def meta_of(labels: Mapping[str, str]) -> GpuMeta | None:
     )
 
 
+# Values AMD's exporter writes where it has none (ROCm/device-metrics-exporter, real pages): an all-zero `gpu_uuid` on
+# an SR-IOV VF (issue #233), `gpu_partition_id` "NA" on consumer cards and ROCm 7 bare metal (#259, PR #236) or
+# 4294967295 (UINT32_MAX, gpuagent's AMDSMI_INVALID_UINT32) on a VF (#233), and empty `card_model`/`serial_number` on
+# VFs and consumer cards (#171, #259, #353). A serial of only "x" is one a poster redacted (PR #558, the docs'
+# metricslist.md examples): it names no board, and two GPUs' redacted serials may be the same "xxxx".
+_AMD_ABSENT = frozenset(["NA", "N/A", "4294967295"])
+# Compute partition types that split a package (amdsmi's AMDSMI_COMPUTE_PARTITION_*): "spx" is one partition, and
+# the 2026 bare-metal exporter writes "none" for an MI300X that is not partitioned (PR #558), consumer cards too.
+_AMD_SPLIT = frozenset(["cpx", "dpx", "tpx", "qpx"])
+
+
+def _amd_label(labels: Mapping[str, str], name: str) -> str | None:
+    """An AMD label's value, None where the exporter wrote an empty, sentinel or redacted one (or an all-zero UUID)."""
+    value = _label(labels, name)
+    if value is None or value.upper() in _AMD_ABSENT or not value.strip("xX"):
+        return None
+    if name == "gpu_uuid" and not value.strip("0-"):
+        return None
+    return value
+
+
+def amd_identity(labels: Mapping[str, str]) -> tuple[str, str | None]:
+    """An AMD GPU's key and its partition, in the stated order (DESIGN.md "AMD identity"): the board serial (what the
+    exporter labels every series with, and amdsmi reads, so both name a GPU alike), else the device UUID, else
+    `unknown:<hostname>:<gpu_id>` (which identifies nothing across endpoints, select.py); the partition only under
+    a splitting compute partition type (`_AMD_SPLIT`), where it is the instance of its package."""
+    gpu = labels.get("gpu_id", "")
+    hostname = _label(labels, "hostname")
+    split = (_label(labels, "gpu_compute_partition_type") or "").lower() in _AMD_SPLIT
+    partition = _amd_label(labels, "gpu_partition_id") if split else None
+    key = _amd_label(labels, "serial_number") or _amd_label(labels, "gpu_uuid") or f"unknown:{hostname or ''}:{gpu}"
+    return key, partition
+
+
 def _amd_meta_of(labels: Mapping[str, str]) -> GpuMeta:
     """AMD device-metrics-exporter's labels (pkg/amdgpu/gpuagent/gpuagent_gpu_metrics.go populateLabelsFromGPU):
-    `gpu_id`, `serial_number` (a partition carries its package's), `card_series` (the product name; ROCm 7's
-    exporter writes the board's part number in `card_model`, e.g. `102-G30211-0C` beside `AMD Instinct MI300X OAM`,
-    ROCm/device-metrics-exporter#236), else `card_model`, `hostname`, and under compute partitioning
-    (`gpu_compute_partition_type` cpx/dpx/qpx, not spx) `gpu_partition_id`: each partition is an instance of its
-    package, as a MIG instance is of its GPU, so the package's power and energy count once."""
+    `gpu_id`, the identity (`amd_identity`), `card_series` (the product name; ROCm 7's exporter writes the board's
+    part number in `card_model`, e.g. `102-G30211-0C` beside `AMD Instinct MI300X OAM`, ROCm/device-metrics-exporter
+    #236), else `card_model`, `hostname`, and under compute partitioning (cpx/dpx/qpx) `gpu_partition_id`: each
+    partition is an instance of its package, as a MIG instance is of its GPU, so the package's power and energy
+    count once. Labels a Prometheus server added (`instance`, `job`, `node`: kaiwo's MI300X lines) are not read."""
     gpu = labels["gpu_id"]
-    hostname = _label(labels, "hostname")
-    partitioned = (_label(labels, "gpu_compute_partition_type") or "spx").lower() != "spx"
-    partition = _label(labels, "gpu_partition_id") if partitioned else None
+    key, partition = amd_identity(labels)
     return GpuMeta(
         gpu_index=int(gpu) if gpu.isdigit() else None,
-        gpu_uuid=_label(labels, "serial_number", "gpu_uuid") or f"unknown:{hostname or ''}:{gpu}",
-        gpu_model_name=_label(labels, "card_series", "card_model"),
+        gpu_uuid=key,
+        gpu_model_name=_amd_label(labels, "card_series") or _amd_label(labels, "card_model"),
         pci_bus_id=_label(labels, "pci_bus_id"),
         device=f"amd{gpu}",
-        hostname=hostname,
+        hostname=_label(labels, "hostname"),
         namespace=_label(labels, "namespace"),
         pod_name=_label(labels, "pod"),
-        gpu_instance_id=None if partition == "NA" else partition,
-        gpu_instance_profile=_label(labels, "gpu_compute_partition_type") if partition not in (None, "NA") else None,
+        gpu_instance_id=partition,
+        gpu_instance_profile=_label(labels, "gpu_compute_partition_type") if partition is not None else None,
         platform="amd",
     )
 

@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"bridge.config", "bridge.fetch", "bridge.parse", "bridge.relabel", "bridge.events", "bridge.discovery"},
     {"bridge.record_log", "bridge.health", "bridge.sources"},
     {"bridge.scrape", "bridge.normalize", "bridge.select"},
-    {"bridge.otlp", "bridge.report"},
+    {"bridge.otlp", "bridge.report", "bridge.recognize"},
     {"bridge.sidecar", "bridge.kube"},
     {"bridge.cli"},
 ]

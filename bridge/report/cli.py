@@ -151,7 +151,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         render_console(built)
     from bridge.report.telemetry_data import gpus_text
 
-    gpus = gpus_text((s.endpoint, s.meta.identity) for s in built.series)
+    gpus = gpus_text((s.endpoint, s.meta) for s in built.series)
     click.echo(f"{built.records} records, {gpus}, counter mode {counter_mode}")
     for path in written:
         click.echo(f"wrote {path}")

@@ -289,7 +289,7 @@ def _print_vendor_energy(report: Report, vendor: str, named: str, energy: Energy
         every = "at most once in" if energy.refresh_at_least else "every"
         source = "DCGM" if vendor == "nvidia" else "exporter"
         parts.append(f"{source} refresh {every} {energy.refresh_period_s:,.1f} s")
-    gpus = gpus_text((s.endpoint, s.meta.identity) for s in vendor_series(report.series, vendor))
+    gpus = gpus_text((s.endpoint, s.meta) for s in vendor_series(report.series, vendor))
     heading = f"{named}, {gpus if gpus.split()[0] == '1' else f'all {gpus}'}:"
     console.print(escape(heading + (" " if separator == ", " else separator) + separator.join(parts)),
                   highlight=False)

@@ -243,7 +243,7 @@ def _bands(report: Report, origin: int, last: int) -> list[Band]:
 def _gpus_text(report: Report, series: Sequence[Series] | None = None) -> str:
     from bridge.report.telemetry_data import gpus_text
 
-    return gpus_text((s.endpoint, s.meta.identity) for s in (report.series if series is None else series))
+    return gpus_text((s.endpoint, s.meta) for s in (report.series if series is None else series))
 
 
 def _vendor_totals(report: Report) -> list[tuple[str, EnergyTotals, str]]:

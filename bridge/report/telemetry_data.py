@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.endpoints import REFRESH_FIX, display_key
 from bridge.fields import FieldSpec, FieldTable
@@ -182,16 +182,26 @@ def gpu_keys(series: Sequence[Series]) -> dict[tuple[str, str | None], str]:
     return keys
 
 
-def gpus_text(identities: Iterable[tuple[str, tuple[str, str | None]]]) -> str:
-    """A count of (endpoint, GPU identity) as people say it: "2 GPUs (4 MIG instances)" — a MIG instance is
-    part of its GPU, never a GPU of its own."""
-    unique = set(identities)
-    gpus = len({(endpoint, uuid) for endpoint, (uuid, _) in unique})
-    instances = sum(1 for _, (_, instance) in unique if instance is not None)
-    text = f"{gpus} GPU{'' if gpus == 1 else 's'}"
-    if instances:
-        text += f" ({instances} MIG instance{'' if instances == 1 else 's'})"
-    return text
+class _Counted(Protocol):
+    @property
+    def identity(self) -> tuple[str, str | None]: ...
+
+    @property
+    def platform(self) -> str: ...
+
+
+def gpus_text(gpus: Iterable[tuple[str, _Counted]]) -> str:
+    """A count of (endpoint, GPU metadata) as people say it: "2 GPUs (4 MIG instances)", "8 GPUs (64 partitions)" —
+    a MIG instance or an AMD compute partition (normalize.py) is part of its GPU, never a GPU of its own."""
+    unique = {(endpoint, meta.identity, meta.platform) for endpoint, meta in gpus}
+    count = len({(endpoint, uuid) for endpoint, (uuid, _), _ in unique})
+    parts = []
+    for amd, noun in ((False, "MIG instance"), (True, "partition")):
+        instances = sum(1 for _, (_, instance), p in unique if instance is not None and (p == "amd") == amd)
+        if instances:
+            parts.append(f"{instances} {noun}{'' if instances == 1 else 's'}")
+    text = f"{count} GPU{'' if count == 1 else 's'}"
+    return text + (f" ({', '.join(parts)})" if parts else "")
 
 
 def identity_keys(series: Sequence[Series]) -> dict[tuple[str, tuple[str, str | None]], str]:

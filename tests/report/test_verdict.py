@@ -18,7 +18,7 @@ from bridge.report import build_report, render_console
 from bridge.report.cli import report
 from bridge.report.telemetry_data import gpus_text
 from bridge.report.window import explicit_window
-from bridge.samples import GpuRecord
+from bridge.samples import GpuMeta, GpuRecord
 from tests.report.helpers import T0, URL, S, rec, write_events, write_log
 
 WATTS = 300.0
@@ -139,12 +139,19 @@ def test_a_gap_in_the_samples_is_not_valid() -> None:
     assert "sample_gap" in reasons and "low_coverage" in reasons
 
 
-def test_gpus_and_mig_instances_are_counted_apart() -> None:
-    ids = [("a", ("GPU-1", None)), ("a", ("GPU-1", "1")), ("a", ("GPU-1", "2")), ("a", ("GPU-2", "1")),
-           ("a", ("GPU-2", "2"))]
+def test_gpus_mig_instances_and_amd_partitions_are_counted_apart() -> None:
+    def meta(uuid: str, instance: str | None, platform: str = "nvidia") -> GpuMeta:
+        return GpuMeta(None, uuid, None, None, None, None, None, None, instance, None, platform)
+
+    ids = [("a", meta("GPU-1", None)), ("a", meta("GPU-1", "1")), ("a", meta("GPU-1", "2")),
+           ("a", meta("GPU-2", "1")), ("a", meta("GPU-2", "2"))]
     assert gpus_text(ids) == "2 GPUs (4 MIG instances)"
     assert gpus_text(ids[:1]) == "1 GPU"
-    assert gpus_text([("a", ("GPU-1", "1"))]) == "1 GPU (1 MIG instance)"
+    assert gpus_text([("a", meta("GPU-1", "1"))]) == "1 GPU (1 MIG instance)"
+    # an MI300X in CPX mode: 8 partitions per package (ROCm/device-metrics-exporter PR #316's 63 listed partitions)
+    amd = [("b", meta(f"69240700{n}", str(p), "amd")) for n in range(8) for p in range(8)]
+    assert gpus_text(amd) == "8 GPUs (64 partitions)"
+    assert gpus_text([*ids, *amd]) == "10 GPUs (4 MIG instances, 64 partitions)"
 
 
 # --- the CLI: exit codes, --require-valid, validate --------------------------------------------------------
