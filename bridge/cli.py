@@ -105,7 +105,7 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
     from bridge.fields import default_table, dialect_summary, spec_for_family, table_with_custom
     from bridge.normalize import Normalizer, meta_of
     from bridge.parse import parse_page
-    from bridge.recognize import no_gpu_reason
+    from bridge.recognize import no_gpu_reason, unsupported_energy
     from bridge.record_log import record_to_dict
 
     body, origin = read_parse_source(source, config_file)
@@ -129,7 +129,7 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
             "gpus": [{k: v for k, v in record_to_dict(r).items() if k != "timestamp_ns"} for r in records],
             "families": {name: {"dialect": d, "key": k} for name, (d, k) in summary.mapped.items()},
             "unmapped": list(summary.unmapped),
-            "warnings": [a.message() for a in normalizer.take_anomalies()],
+            "warnings": [*(a.message() for a in normalizer.take_anomalies()), *unsupported_energy(records)],
         }
         click.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
@@ -146,6 +146,8 @@ def parse(source: str, as_json: bool, metrics_csv: tuple[str, ...], config_file:
         click.echo(line)
     for anomaly in normalizer.take_anomalies():
         click.echo(f"  warning: {anomaly.message()}")
+    for warning in unsupported_energy(records):
+        click.echo(f"  warning: {warning}")
     for r in records:
         click.echo(_gpu_line(r))
         for key, value in r.telemetry_data.items():

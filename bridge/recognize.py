@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from bridge.fields import AMD_PREFIX, FieldTable, spec_for_family
 from bridge.normalize import meta_of
 from bridge.parse import AnyPage
+from bridge.samples import GpuRecord
 
 # A page's family names shown in a message: the first few, then how many more.
 _SHOWN = 6
@@ -64,3 +65,16 @@ def no_gpu_reason(page: AnyPage, body: bytes, table: FieldTable) -> str | None:
                 f"reports none, so it sees no GPU; likely {NO_GPU_CAUSES}")
     return (f"not a metrics page: no sample in its {len(page.dropped)} lines ({page_kind(body)}); give a "
             "dcgm-exporter /metrics URL or a page it served")
+
+
+# AMD's exporter writes `gpu_energy_consumed` 0 where the GPU's energy counter is not supported: a consumer RX 7900
+# XTX's page reads 0 beside real memory figures (ROCm/device-metrics-exporter issue #259); amdsmi's counter is 0 on
+# such parts too. A 0 is "unsupported", never 0 J (the report's verdict: `counter_unsupported`).
+AMD_ENERGY_KEY = "amd_energy_consumption"
+
+
+def unsupported_energy(records: Iterable[GpuRecord]) -> list[str]:
+    """One warning per AMD GPU whose energy counter reads 0 (unsupported on that GPU), for `parse`."""
+    return [f"{r.gpu_uuid}: gpu_energy_consumed is 0, which AMD's exporter writes where the GPU's energy counter is "
+            "not supported (ROCm/device-metrics-exporter issue #259, an RX 7900 XTX); a report says unsupported, "
+            "never 0 J" for r in records if r.platform == "amd" and r.telemetry_data.get(AMD_ENERGY_KEY) == 0.0]
