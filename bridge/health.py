@@ -137,8 +137,9 @@ class EndpointStats:
         self.state = "duplicate"
 
     # -- fed by the pipeline -----------------------------------------------------------------------
-    def answered(self, body: bytes, start_ns: int, *, readable: bool) -> bool:
-        """A scrape brought a page (`readable`: at least one sample in it). True when the endpoint was down."""
+    def answered(self, body: bytes, start_ns: int, *, readable: bool, reason: str | None = None) -> bool:
+        """A scrape brought a page (`readable`: a GPU's sample in it; else `reason` says why not, bridge/recognize.py).
+        True when the endpoint was down."""
         was_down = self.state == "down"
         self.scrapes += 1
         self.last_success_ns = start_ns
@@ -147,7 +148,7 @@ class EndpointStats:
             self.state = "up"
         else:  # answered, but nothing in it is a sample: not up
             self.state = "unreadable"
-            self.last_error, self.last_error_ns = "no sample could be read from the page", start_ns
+            self.last_error, self.last_error_ns = reason or "no sample could be read from the page", start_ns
         if was_down:
             logger.warning("endpoint %s is up again", self.url)
         return was_down

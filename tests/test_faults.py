@@ -192,6 +192,41 @@ def test_a_page_of_garbage_bytes_is_a_parse_error_in_the_report(tmp_path):
     assert messages and "no sample could be read" in messages[0]
 
 
+def test_an_exporter_that_declares_its_families_but_serves_no_sample_is_unreadable_as_seeing_no_gpu(tmp_path):
+    # The L4 page's own HELP/TYPE lines without its samples: dcgm-exporter on a node whose GPUs it may not watch
+    # (GKE time-sharing, NVIDIA/dcgm-exporter issue 222) serves exactly this.
+    real = (Path(__file__).parent / "data" / "k8s-ai-conformance_kops_l4.txt").read_text().splitlines()
+    page = "".join(f"{line}\n" for line in real if line.startswith(("# HELP", "# TYPE"))).encode()
+    with LoopbackServer(lambda h: send(h, page, content_type="text/plain; version=0.0.4")) as empty, \
+            SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as healthy:
+        session = session_for([empty.url, healthy.url], tmp_path)
+        session.configure()
+        collect(session)
+        stats = session.health.of(empty.url)
+        state, error = stats.state, stats.last_error
+        outputs = session.complete()
+    assert_healthy_endpoint_lost_nothing(session, healthy)
+    assert state == "unreadable" and error is not None and "sees no GPU" in error and "issue 222" in error
+    messages = [e["error_details"]["message"] for e in outputs.report.telemetry_data["error_summary"]
+                if e["error_details"]["type"] == "parse"]
+    assert messages and "declares 23 families" in messages[0]
+
+
+def test_an_endpoint_serving_no_gpu_family_is_unreadable_naming_the_families_it_saw(tmp_path):
+    page = b"# TYPE node_cpu_seconds_total counter\nnode_cpu_seconds_total{cpu=\"0\"} 12\nprocess_open_fds 9\n"
+    with LoopbackServer(lambda h: send(h, page, content_type="text/plain; version=0.0.4")) as other, \
+            SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as healthy:
+        session = session_for([other.url, healthy.url], tmp_path)
+        session.configure()
+        collect(session)
+        stats = session.health.of(other.url)
+        state, error = stats.state, stats.last_error
+        session.complete()
+    assert_healthy_endpoint_lost_nothing(session, healthy)
+    assert state == "unreadable" and error is not None
+    assert "none of them GPU telemetry" in error and "node_cpu_seconds_total, process_open_fds" in error
+
+
 def test_an_exporter_that_restarts_is_named_down_then_up_and_its_counter_reset_is_not_lost(tmp_path):
     clock = ManualClock()
     with SimulatedExporter(SimulatorConfig(gpus=2, seed=1), now_ns=clock) as sick, \

@@ -34,6 +34,7 @@ from bridge.otlp.export import ExportStats
 from bridge.otlp.semconv import with_pod_attributes
 from bridge.parse import AnyPage, PageParser, TemplatedPage
 from bridge.parse.lines import MAX_SERIES
+from bridge.recognize import no_gpu_reason
 from bridge.record_log import LineWriter
 from bridge.redact import redact_url
 from bridge.samples import GpuRecord, ScrapeFailure, SourcePage
@@ -293,9 +294,14 @@ class Pipeline:
             page = self.read(url, fetched)
             if page.display in self.dedup.dropped:
                 return page
-            if self.health.of(url).answered(fetched.body, fetched.start_ns, readable=page.readable):
+            # A page that yields no GPU (another vendor's families; an exporter that declares its families and
+            # serves no sample because it sees no GPU) is unreadable too, with the reason `parse` gives (issue 44).
+            reason = None if page.record_count else no_gpu_reason(page.parsed, fetched.body, self.normalizer.table)
+            if self.health.of(url).answered(fetched.body, fetched.start_ns, readable=reason is None, reason=reason):
                 self.events.write_event(EndpointState(page.endpoint, page.start_ns, "up", "scrape succeeded"))
             self.take(page)
+            if reason is not None and not page.parsed.dropped:
+                self._note_unreadable(page, reason)
             return page
 
     def preview(self, url: str, fetched: SourcePage) -> None:
@@ -415,6 +421,12 @@ class Pipeline:
                 self.events.write_event(EndpointState(endpoint, start_ns, "down", exc.message))
                 if self.otlp is not None:  # its series are gone
                     self.otlp.mark_stale([url], self.phase(), start_ns)
+
+    def _note_unreadable(self, page: Page, reason: str) -> None:
+        """A page with no GPU and no bad line reaches the report as a `parse` error, once a minute."""
+        if self._notes.due(page.url, "no_gpu", page.start_ns, reason):
+            logger.warning("%s: %s", page.endpoint, reason)
+            self.events.write_event(ScrapeFailure(page.endpoint, page.start_ns, "parse", reason))
 
     def _note_dropped(self, page: Page) -> None:
         """Unreadable lines reach the report as `parse` errors: when what is dropped changes, else once a minute
