@@ -192,20 +192,27 @@ def test_a_page_of_garbage_bytes_is_a_parse_error_in_the_report(tmp_path):
     assert messages and "no sample could be read" in messages[0]
 
 
+def run_beside_a_healthy_one(page: bytes, tmp_path: Path) -> tuple[str, str | None, Any]:
+    """A run of an endpoint serving `page` beside a healthy simulator: the endpoint's state and last error before
+    the run ends, and the run's outputs (the healthy endpoint lost nothing)."""
+    with LoopbackServer(lambda h: send(h, page, content_type="text/plain; version=0.0.4")) as served, \
+            SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as healthy:
+        session = session_for([served.url, healthy.url], tmp_path)
+        session.configure()
+        collect(session)
+        stats = session.health.of(served.url)
+        state, error = stats.state, stats.last_error
+        outputs = session.complete()
+    assert_healthy_endpoint_lost_nothing(session, healthy)
+    return state, error, outputs
+
+
 def test_an_exporter_that_declares_its_families_but_serves_no_sample_is_unreadable_as_seeing_no_gpu(tmp_path):
     # The L4 page's own HELP/TYPE lines without its samples: dcgm-exporter on a node whose GPUs it may not watch
     # (GKE time-sharing, NVIDIA/dcgm-exporter issue 222) serves exactly this.
     real = (Path(__file__).parent / "data" / "k8s-ai-conformance_kops_l4.txt").read_text().splitlines()
     page = "".join(f"{line}\n" for line in real if line.startswith(("# HELP", "# TYPE"))).encode()
-    with LoopbackServer(lambda h: send(h, page, content_type="text/plain; version=0.0.4")) as empty, \
-            SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as healthy:
-        session = session_for([empty.url, healthy.url], tmp_path)
-        session.configure()
-        collect(session)
-        stats = session.health.of(empty.url)
-        state, error = stats.state, stats.last_error
-        outputs = session.complete()
-    assert_healthy_endpoint_lost_nothing(session, healthy)
+    state, error, outputs = run_beside_a_healthy_one(page, tmp_path)
     assert state == "unreadable" and error is not None and "sees no GPU" in error and "issue 222" in error
     messages = [e["error_details"]["message"] for e in outputs.report.telemetry_data["error_summary"]
                 if e["error_details"]["type"] == "parse"]
@@ -214,15 +221,7 @@ def test_an_exporter_that_declares_its_families_but_serves_no_sample_is_unreadab
 
 def test_an_endpoint_serving_no_gpu_family_is_unreadable_naming_the_families_it_saw(tmp_path):
     page = b"# TYPE node_cpu_seconds_total counter\nnode_cpu_seconds_total{cpu=\"0\"} 12\nprocess_open_fds 9\n"
-    with LoopbackServer(lambda h: send(h, page, content_type="text/plain; version=0.0.4")) as other, \
-            SimulatedExporter(SimulatorConfig(gpus=2, seed=2)) as healthy:
-        session = session_for([other.url, healthy.url], tmp_path)
-        session.configure()
-        collect(session)
-        stats = session.health.of(other.url)
-        state, error = stats.state, stats.last_error
-        session.complete()
-    assert_healthy_endpoint_lost_nothing(session, healthy)
+    state, error, _ = run_beside_a_healthy_one(page, tmp_path)
     assert state == "unreadable" and error is not None
     assert "none of them GPU telemetry" in error and "node_cpu_seconds_total, process_open_fds" in error
 
