@@ -65,6 +65,7 @@ class GpuEnergy:
     power_uncertainty_j: float | None = None
     refreshes: int | None = None  # DCGM refreshes that can lie inside the window (None: fresh values)
     resets: int = 0
+    counter_state: str | None = None  # "unsupported" or "stuck": the counter was not used (`amd_counter_state`)
 
     @property
     def disagreement_limit_j(self) -> float | None:
@@ -173,15 +174,20 @@ def gpu_energy(s: Series, window: Window) -> GpuEnergy:
     power_j = None if integral is None else integral.joules
     power_u = None if integral is None else integral.uncertainty_j
     counter = s.values.get(energy_key)
+    state = None
+    if counter is not None and s.meta.platform == "amd":
+        state = amd_counter_state(s.timestamps, counter, power, start, end + window.grace_ns, cadence.fresh)
+        counter = None if state is not None else counter  # never its 0 J: the power integral, or nothing
     fresh = None if counter is None else counter_delta_interpolated(s.timestamps, counter, start, end,
                                                                     window.grace_ns)
     read = None if fresh is None else window_delta(s.timestamps, s.values, energy_key, cadence, start, end, fresh,
                                                    window.grace_ns, s.endpoint)
     if read is None or read.delta is None:
         if integral is None:
-            return GpuEnergy(s.endpoint, s.meta.identity, None, "unavailable", refreshes=refreshes)
+            return GpuEnergy(s.endpoint, s.meta.identity, None, "unavailable", refreshes=refreshes,
+                             counter_state=state)
         return GpuEnergy(s.endpoint, s.meta.identity, power_j, "power_integral", power_u, power_j=power_j,
-                         power_uncertainty_j=power_u, refreshes=refreshes)
+                         power_uncertainty_j=power_u, refreshes=refreshes, counter_state=state)
     counter_j = read.delta.delta * _MJ_TO_J
     bound = (read.bound or 0.0) * _MJ_TO_J
     expected = (read.uncertainty or 0.0) * _MJ_TO_J
@@ -195,6 +201,35 @@ def gpu_energy(s: Series, window: Window) -> GpuEnergy:
                          read.delta.resets)
     return GpuEnergy(s.endpoint, s.meta.identity, counter_j, "counter", expected, bound, counter_j, expected, power_j,
                      power_u, refreshes, read.delta.resets)
+
+
+def amd_counter_state(ts: NDArray[np.int64], counter: NDArray[np.float64], power: NDArray[np.float64] | None,
+                      start: int, end: int, fresh: bool) -> str | None:
+    """Whether an AMD energy counter can be read over [start, end] (with the readings on either side): None when
+    it can, "unsupported" when it reads 0 throughout (AMD's exporter writes 0 where the counter is not supported:
+    an RX 7900 XTX, ROCm/device-metrics-exporter issue #259), "stuck" when it does not move over at least 2 of the
+    exporter's refreshes while the power gauge reads above 0 (a frozen counter: MI100 under ROCm 6.0-6.1,
+    ROCm/amdsmi issues #22 and #38). `fresh`: every scrape brings new values (the source's cadence).
+    A power gauge that never changes shows no refresh either: then nothing is said (the verdict's
+    `too_few_refreshes` is)."""
+    import numpy as np
+
+    lo = max(int(np.searchsorted(ts, start, side="left")) - 1, 0)
+    hi = int(np.searchsorted(ts, end, side="right")) + 1
+    values = counter[lo:hi]
+    read = values[~np.isnan(values)]
+    if not read.size:
+        return None
+    if not np.any(read):
+        return "unsupported"
+    if np.any(read != read[0]) or power is None:
+        return None
+    watts = power[lo:hi]
+    watts = watts[~np.isnan(watts)]
+    # The exporter's refreshes are seen in the power gauge (the counter, frozen, shows none): where every scrape is
+    # fresh each interval is one, else each change of the power reading.
+    spans = watts.size - 1 if fresh else int(np.count_nonzero(np.diff(watts)))
+    return "stuck" if spans >= 2 and float(np.mean(watts)) > 0 else None
 
 
 @dataclass(frozen=True, slots=True)

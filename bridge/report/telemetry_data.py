@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from bridge.endpoints import REFRESH_FIX, display_key
 from bridge.fields import FieldSpec, FieldTable
 from bridge.redact import redact_url
+from bridge.report.energy import amd_counter_state
 from bridge.report.events import EndpointState
 from bridge.report.refresh import (
     MIN_REFRESHES_PER_WINDOW,
     Cadence,
     RefreshedDelta,
     endpoint_cadence,
+    energy_keys,
     field_periods,
     refreshes_in,
     source_cadence,
@@ -257,6 +259,12 @@ def refreshed_counters(s: Series, counters: Sequence[MetricLabel], cadence: Cade
     for label, fresh in zip(counters, fresh_deltas, strict=True):
         if fresh is None:  # no valid sample in [start, end + grace]: omitted, whatever the cadence
             out[label.key] = None
+            continue
+        energy_key, power_key = energy_keys(s.values)
+        if s.meta.platform == "amd" and label.key == energy_key and amd_counter_state(
+                s.timestamps, s.values[label.key], s.values.get(power_key), window.start_ns,
+                window.end_ns + window.grace_ns, cadence.fresh) is not None:
+            out[label.key] = None  # unsupported or stuck: never its 0 J (the verdict says which)
             continue
         read = window_delta(s.timestamps, s.values, label.key, cadence, window.start_ns, window.end_ns, fresh,
                             window.grace_ns, s.endpoint)

@@ -48,6 +48,13 @@ FIXES: Mapping[str, str] = {
     "counter_glitch": "the energy counter read impossible values in the window (dropped and counted): check the "
                       "exporter and the driver (dmesg)",
     "counter_reset": "the energy counter reset in the window (a driver reload or GPU reset): rerun",
+    "counter_unsupported": "the GPU's energy counter reads 0 throughout, which AMD's exporter writes where the "
+                           "counter is not supported (consumer and APU parts, ROCm/device-metrics-exporter issue "
+                           "#259): the energy is the power gauge's integral where there is one; check `amd-smi "
+                           "metric -E` on the node",
+    "counter_stuck": "the energy counter did not move over 2 or more refreshes while the GPU drew power (a frozen "
+                     "counter, as on MI100 under ROCm 6.0-6.1, ROCm/amdsmi issue #22): the energy is the power "
+                     "gauge's integral; update ROCm and the driver, and check that `amd-smi metric -E` moves",
     "counter_power_disagree": "the energy counter and the power gauge's integral disagree: check which fields the "
                               "exporter serves (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, DCGM_FI_DEV_POWER_USAGE)",
     "no_gpu_selected": "no GPU served a pod matching --gpu-pods: see the reason beside it and "
@@ -109,6 +116,9 @@ def gpu_measurement(s: Series, window: Window, energy: GpuEnergy | None, check: 
 def _energy_reasons(energy: GpuEnergy, out: dict[str, Any]) -> list[str]:
     reasons = []
     out["energy_source"] = energy.source
+    if energy.counter_state is not None:  # the counter was not used (bridge/report/energy.py amd_counter_state)
+        out["counter_state"] = energy.counter_state
+        reasons.append(f"counter_{energy.counter_state}")
     if energy.uncertainty_j is not None:
         out["uncertainty_j"] = energy.uncertainty_j
     if energy.refreshes is not None:
