@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 import bridge.simulator
 from bridge.simulator import ManualClock, NodeModel, SimulatedExporter, SimulatorConfig, render_page
-from bridge.simulator.config import DIALECT_NAMES, NS
+from bridge.simulator.config import AMD_DIALECTS, DIALECT_NAMES, NS
 from bridge.simulator.model import Curve
 
 DATA = Path(__file__).parent / "data"
@@ -128,7 +128,7 @@ DIALECT_SHAPES = {
 
 def test_every_dialect_is_described() -> None:
     # amd: AMD's families and labels, none of DCGM's (tests/sources/test_simulator_amd.py)
-    assert set(DIALECT_SHAPES) | {"amd"} == set(DIALECT_NAMES)
+    assert set(DIALECT_SHAPES) | set(AMD_DIALECTS) == set(DIALECT_NAMES)
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECT_SHAPES))

@@ -11,7 +11,10 @@ from bridge.simulator.schema import DIALECTS
 Dialect = Literal[
     "legacy", "current", "old-namespace", "dcgm49", "dcgm410", "bare", "openmetrics", "sorted-labels", "spaced",
     "amd",  # AMD device-metrics-exporter: the same GPUs' values under its gpu_* families and labels
+    "amd-prefixed",  # the same under amd_gpu_* (the exporter's prefixed names)
+    "amd-2026",  # amd_gpu_*, the 2026 bare-metal label set (no gpu_uuid, partition type "none")
 ]
+AMD_DIALECTS = ("amd", "amd-prefixed", "amd-2026")
 PodLabels = Literal["none", "mapped", "empty"]
 Counters = Literal["full", "default"]
 FaultKind = Literal[
@@ -117,8 +120,8 @@ class SimulatorConfig:
             problems.append(f"unknown dialect {self.dialect!r} (one of: {', '.join(DIALECT_NAMES)})")
         if self.counters not in get_args(Counters):
             problems.append(f"counters must be full or default, got {self.counters!r}")
-        if self.dialect == "amd" and self.mig:
-            problems.append("the amd dialect has no MIG (its compute partitions are not simulated)")
+        if self.dialect in AMD_DIALECTS and self.mig:
+            problems.append(f"the {self.dialect} dialect has no MIG (its compute partitions are not simulated)")
         if not 0 <= self.mig <= 7:
             problems.append(f"mig must be 0-7 instances per GPU, got {self.mig}")
         if self.pod_labels not in get_args(PodLabels):

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from bridge.simulator.config import NS, SimulatorConfig
+from bridge.simulator.config import AMD_DIALECTS, NS, SimulatorConfig
 from bridge.simulator.schema import FIELDS, MIG_PROFILES, mig_profile_for
 
 Value = int | float
@@ -132,9 +132,14 @@ class NodeModel:
         self.config = config
         rng = random.Random(f"dcgm-sim:{config.seed}")
         uptime_ns = round(rng.uniform(1, 30) * 86_400 * NS)
+        amd = config.dialect in AMD_DIALECTS
+        if amd:  # counters near the ~1.9-2.1e7 J amd-smi shows on real MI210/MI300 parts (ROCm/amdsmi#38): ~0.5 days
+            uptime_ns = round((0.45 + (uptime_ns / (86_400 * NS) - 1) / 29 * 0.1) * 86_400 * NS)
         self.boot_ns = config.boot_ns if config.boot_ns is not None else now_ns() - uptime_ns
         # Without NODE_NAME the exporter's Hostname is its pod's name: DaemonSet name + 5 characters.
-        self.hostname = config.hostname or "dcgm-exporter-" + "".join(
+        # (AMD's GPU operator names its exporter DaemonSet default-metrics-exporter: silogen/kaiwo's MI300X lines.)
+        daemonset = "default-metrics-exporter-" if amd else "dcgm-exporter-"
+        self.hostname = config.hostname or daemonset + "".join(
             rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5)
         )
         self.gpus = tuple(_gpu(i, rng) for i in range(config.gpus))
@@ -157,7 +162,7 @@ class NodeModel:
             else:
                 entities.append(Entity(gpu.index))
                 instance_loads.append(load)
-            physics.append(_physics(load, grng))
+            physics.append(_physics(load, grng, amd))
         self.entities = tuple(entities)
         self._instance_loads = tuple(instance_loads)
         self._physics = tuple(physics)
@@ -308,9 +313,13 @@ def _fb_values(total: int, reserved: int, used: int) -> dict[str, Value]:
     }
 
 
-def _physics(load: Curve, rng: random.Random) -> _Physics:
-    """An H100 SXM: ~70 W idle, ~680 W at full load; GPU and HBM temperatures lag power by minutes."""
+def _physics(load: Curve, rng: random.Random, amd: bool = False) -> _Physics:
+    """An H100 SXM: ~70 W idle, ~680 W at full load; GPU and HBM temperatures lag power by minutes. `amd`: an
+    MI300X, 136-139 W idle as its exporter reports it (amd_gpu_package_power, ROCm/device-metrics-exporter PR #558),
+    up to its 750 W socket power (the same draws, rescaled, so the seeds' other values stay as they were)."""
     idle_w, span_w, ambient = rng.uniform(62, 78), rng.uniform(590, 630), rng.uniform(26, 32)
+    if amd:
+        idle_w, span_w = 136 + (idle_w - 62) / 16 * 3, span_w - 20
     power = load.affine(span_w, idle_w)
     return _Physics(
         load=load,

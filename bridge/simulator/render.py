@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from bridge.simulator.model import Entity, NodeModel, Snapshot, Value
 from bridge.simulator.schema import (
@@ -76,11 +77,8 @@ def entity_labels(model: NodeModel, index: int, spec: DialectSpec, attrs: Mappin
     """One entity's labels in the exporter's order; `overrides` replaces values by label key."""
     cfg, entity = model.config, model.entities[index]
     gpu = model.gpus[entity.gpu]
-    if spec.naming == "amd":  # populateLabelsFromGPU's default labels, sorted as client_golang writes them
-        host = () if cfg.no_hostname else (("hostname", model.hostname),)
-        return tuple(sorted([("card_model", cfg.model_name), ("gpu_compute_partition_type", "spx"),
-                             ("gpu_id", str(gpu.index)), ("gpu_partition_id", "0"),
-                             ("serial_number", gpu.uuid.removeprefix("GPU-")[:12]), *host]))
+    if spec.naming == "amd":
+        return amd_labels(model, index, spec, overrides)
     pairs = [("gpu", str(gpu.index)), (spec.uuid_label, gpu.uuid), ("pci_bus_id", gpu.pci_bus_id),
              ("device", gpu.device), ("modelName", cfg.model_name)]
     if entity.instance_id is not None:
@@ -100,6 +98,41 @@ def entity_labels(model: NodeModel, index: int, spec: DialectSpec, attrs: Mappin
     return tuple(sorted(pairs) if spec.sort_labels else pairs)
 
 
+# AMD device-metrics-exporter's label sets as real pages carry them (populateLabelsFromGPU; sorted, as client_golang
+# writes them), constant values as captured: 2025 from ROCm/device-metrics-exporter PR #236 (8x MI300X OAM,
+# ROCm 7, k8s), 2026 from PR #558 (bare metal MI300X, ROCm 7.14: `deployment_mode`, no gpu_uuid, partition type
+# "none"). Serials are 12 digits as real ones ("692407004236"); gpu_uuid has the real ones' shape.
+AMD_LABEL_SETS: Mapping[int, Mapping[str, str]] = MappingProxyType({
+    2025: MappingProxyType({"card_model": "102-G30211-0C", "card_series": "AMD Instinct MI300X OAM",
+                            "card_vendor": "AMD", "cluster_name": "amdgpu-k8s-metrics-exporter", "container": "",
+                            "driver_version": "6.14.14", "gpu_compute_partition_type": "spx",
+                            "gpu_memory_partition_type": "nps1", "gpu_partition_id": "NA", "job_id": "",
+                            "job_partition": "", "job_user": "", "namespace": "", "pod": "",
+                            "vbios_version": "022.040.003.042.000001"}),
+    2026: MappingProxyType({"card_model": "102-G30211-00", "container": "", "deployment_mode": "baremetal",
+                            "gpu_compute_partition_type": "none", "gpu_memory_partition_type": "nps1",
+                            "gpu_partition_id": "0", "job_id": "", "job_partition": "", "job_user": "",
+                            "namespace": "", "pod": ""}),
+})
+
+
+def amd_labels(model: NodeModel, index: int, spec: DialectSpec, overrides: Mapping[str, str] = {}) -> LabelPairs:
+    """One AMD GPU's labels: its label set's constants, its own gpu_id, serial, gpu_uuid (2025) and hostname,
+    and the pod's labels where the config maps pods."""
+    cfg, gpu = model.config, model.gpus[model.entities[index].gpu]
+    h = gpu.uuid.removeprefix("GPU-").replace("-", "")
+    labels = dict(AMD_LABEL_SETS[spec.amd_labels])
+    labels.update(gpu_id=str(gpu.index), serial_number=f"6924{int(h[:8], 16) % 10**8:08d}")
+    if spec.amd_labels == 2025:
+        labels["gpu_uuid"] = f"{h[:2]}ff74a1-0000-1000-80{h[2:4]}-{h[4:16]}"
+    if not cfg.no_hostname:
+        labels["hostname"] = model.hostname
+    if cfg.pod_labels == "mapped":
+        labels.update(pod=f"llm-server-{index // cfg.gpus_per_pod}", namespace=cfg.namespace, container="vllm")
+    labels.update((k, v) for k, v in overrides.items() if k in labels)
+    return tuple(sorted(labels.items()))
+
+
 def format_labels(pairs: LabelPairs, spec: DialectSpec) -> str:
     return spec.separator.join(f'{k}="{v}"' for k, v in pairs)
 
@@ -115,6 +148,7 @@ def build_layout(model: NodeModel, overrides: Mapping[int, Mapping[str, str]] = 
         name = family_name(field, spec.naming)
         if name is None or (cfg.counters == "default" and not field.default):
             continue
+        name = spec.prefix + name
         si = spec.naming in ("si", "si410")
         amd = AMD_FAMILIES.get(field.key) if spec.naming == "amd" else None
         if amd is not None:  # every AMD family is a gauge; the scale takes the value to its unit

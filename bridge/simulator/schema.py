@@ -218,6 +218,8 @@ class DialectSpec:
     openmetrics: bool = False
     sort_labels: bool = False  # run:ai's emulator sorts every label
     separator: str = ","  # the README example writes `{gpu="0", UUID=...}`
+    prefix: str = ""  # AMD's exporter writes `amd_gpu_*` as well as `gpu_*` (render.py AMD_LABEL_SETS)
+    amd_labels: int = 2025  # which of AMD's label sets (render.py AMD_LABEL_SETS)
 
     @property
     def content_type(self) -> str:
@@ -240,7 +242,12 @@ DIALECTS: Mapping[str, DialectSpec] = MappingProxyType({
     "openmetrics": DialectSpec("legacy", openmetrics=True),
     "sorted-labels": DialectSpec("legacy", sort_labels=True),
     "spaced": DialectSpec("legacy", separator=", "),
+    # AMD device-metrics-exporter as real pages show it (../shared/data/amd, tests/data/amd): its 2025 label set with
+    # bare names (ROCm/device-metrics-exporter PR #236) or `amd_` names (issue #233, exporter v1.3.1); its 2026 bare
+    # metal label set, `amd_` names, no gpu_uuid (PR #558, ROCm 7.14).
     "amd": DialectSpec("amd", host_label="hostname"),
+    "amd-prefixed": DialectSpec("amd", host_label="hostname", prefix="amd_"),
+    "amd-2026": DialectSpec("amd", host_label="hostname", prefix="amd_", amd_labels=2026),
 })
 
 

@@ -14,10 +14,11 @@ from bridge.fields import default_table
 from bridge.record_log import read_dicts, read_records
 from bridge.sidecar.session import Session
 from bridge.simulator import DIALECT_NAMES, Fault, ManualClock, SimulatedExporter, SimulatorConfig
+from bridge.simulator.config import AMD_DIALECTS
 from tests.sidecar.helpers import NS, scrape_synchronously, session_for
 
 
-@pytest.mark.parametrize("dialect", [d for d in DIALECT_NAMES if d != "amd"])  # amd: tests/sources/
+@pytest.mark.parametrize("dialect", [d for d in DIALECT_NAMES if d not in AMD_DIALECTS])  # amd: tests/sources/
 def test_every_dialect_yields_eight_gpus_with_the_report_keys(dialect, tmp_path):
     with SimulatedExporter(SimulatorConfig(gpus=8, dialect=dialect, seed=3)) as exporter:
         session = session_for([exporter.url], tmp_path)
