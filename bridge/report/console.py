@@ -113,6 +113,8 @@ def endpoint_line(report: Report, status: EndpointStatus) -> str:
     name = escape(status.display)
     if not status.up_at_end:
         return f"[red]✘[/red] {name} ({escape(status.reason or 'unreachable')})"
+    if status.reason:  # read, but left out: none of its GPUs taken by --gpu-pods (report/pods.py)
+        return f"[yellow]![/yellow] {name} ({escape(status.reason)})"
     if not status.has_data:  # it answered, but nothing it said was a sample (an HTML page, a wrong path)
         return f"[yellow]![/yellow] {name} (reachable, but no sample was read from it)"
     failed, due, gap_s = scrape_health(report, status.display)

@@ -46,6 +46,7 @@ from bridge.samples import CounterMode, GpuRecord
 
 if TYPE_CHECKING:
     from bridge.report.build import Report
+    from bridge.report.telemetry_data import EndpointStatus
 
 NO_GPU_SELECTED = "no_gpu_selected"
 NO_POD_LABELS = "no_pod_labels"
@@ -386,6 +387,24 @@ def report_for_pods(built: Report, timelines: Mapping[GpuKey, Timeline], pattern
     if "measurement" in data and selection.reasons:  # the selection's reasons join the run's verdict
         from bridge.report.verdict import with_reasons
 
-        data["measurement"] = with_reasons(data["measurement"], selection.reasons)
-    return replace(report, telemetry_data=data, energy=totals, records=built.records,
-                   read_errors=built.read_errors), selection
+        verdict = data["measurement"]
+        if not chosen and any(s.endpoint for s in built.series):  # samples were read: only the selection is empty
+            verdict = {**verdict, "reasons": [r for r in verdict.get("reasons", ()) if r != "no_data"],
+                       "fixes": {k: v for k, v in verdict.get("fixes", {}).items() if k != "no_data"}}
+        data["measurement"] = with_reasons(verdict, selection.reasons)
+    return replace(report, telemetry_data=data, energy=totals, records=built.records, read_errors=built.read_errors,
+                   endpoints=_endpoints_read(built, chosen, selection.reasons)), selection
+
+
+def _endpoints_read(built: Report, chosen: Sequence[Series], reasons: Sequence[str]) -> list[EndpointStatus]:
+    """The endpoints as read (every GPU's samples), each whose GPUs were all left out by the selection saying so:
+    its samples were read, the selection took none of them."""
+    taken = {s.endpoint for s in chosen}
+    records: dict[str, int] = {}
+    for s in built.series:
+        records[s.endpoint] = records.get(s.endpoint, 0) + len(s)
+    why = "no GPU carries pod labels" if NO_POD_LABELS in reasons else "none attributed to a matching pod"
+    return [replace(status, reason=f"{records[status.display]} records read; no GPU of it selected by --gpu-pods: "
+                                   f"{why}")
+            if status.up_at_end and status.display in records and status.display not in taken else status
+            for status in built.endpoints]

@@ -3,18 +3,21 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 from pathlib import Path
 
 import orjson
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from bridge.cli import main
 from bridge.config import Config
-from bridge.endpoints import TelemetryItems
+from bridge.endpoints import TelemetryItems, display_key
 from bridge.fields import default_table
 from bridge.record_log import read_dicts
+from bridge.report.console import render_console
 from bridge.sidecar.session import Session
 from bridge.simulator import SimulatedExporter, SimulatorConfig
 from tests.sidecar.helpers import scrape_synchronously
@@ -60,6 +63,14 @@ def test_a_run_whose_exporter_has_no_pod_labels_reports_no_gpu_and_a_not_valid_v
     assert session.outputs is not None and session.outputs.report is not None
     verdict = session.outputs.report.telemetry_data["measurement"]
     assert verdict["valid"] is False and {"no_gpu_selected", "no_pod_labels"} <= set(verdict["reasons"])
+    # every sample was read: the window is not the cause, nor an unreadable exporter (issue 44)
+    assert verdict["reasons"] == ["no_gpu_selected", "no_pod_labels"] and "no_data" not in verdict["fixes"]
+    records = sum(1 for _ in read_dicts(session.records.path))
+    out = io.StringIO()
+    render_console(session.outputs.report, Console(file=out, width=200, color_system=None))
+    [line] = [ln for ln in out.getvalue().splitlines() if display_key(exporter.url) in ln]
+    assert "no sample was read" not in line
+    assert f"{records} records read; no GPU of it selected by --gpu-pods: no GPU carries pod labels" in line
 
 
 @pytest.mark.parametrize("command", ["sidecar", "profile"])

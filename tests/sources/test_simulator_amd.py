@@ -106,8 +106,8 @@ def test_the_8_gpu_page_with_and_without_the_amd_prefix_gives_the_same_report(tm
 
 
 def test_a_mixed_nvidia_and_amd_run_reports_each_vendors_energy_and_efficiency(tmp_path: Path) -> None:
-    nvidia_model, nvidia = run("current", "http://h100:9400/metrics", gpus=4, seed=1)
-    amd_model, amd = run("amd-2026", "http://mi300x:5000/metrics", gpus=8, seed=2)
+    nvidia_model, nvidia = run("current", "http://h100:9400/metrics", gpus=2, seed=1)
+    amd_model, amd = run("amd-2026", "http://mi300x:5000/metrics", gpus=2, seed=2)
     write_report(build_report([*nvidia, *amd], phases=PROFILE, grace_ns=0), tmp_path, benchmark_json=BENCHMARK)
     doc = json.loads((tmp_path / "profile_export_aiperf.json").read_text())
     for vendor, model in (("nvidia", nvidia_model), ("amd", amd_model)):
