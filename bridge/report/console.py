@@ -284,6 +284,9 @@ def _print_vendor_energy(report: Report, vendor: str, named: str, energy: Energy
         marked = " (from the sampled power)" if energy.power_from_samples else ""
         parts.append(f"total average power {format_number(energy.average_power_w)} W{marked}")
     parts.append(f"over {_duration(energy.duration_s)} ({report.counter_mode} counters)")
+    grace_s = report.window.grace_ns / 1e9
+    if grace_s and report.counter_mode != "aiperf":  # AIPerf's end_time is later than the energy's end (issue 44)
+        parts.append(f"summary.end_time adds AIPerf's {grace_s:g} s grace (summary.energy_window)")
     separator = ", " if console.width >= WIDE_TABLE else "\n  "  # narrow: one figure per line, no wrapping
     if energy.bound_j:  # how far the truth can be (bridge/report/refresh.py), in the total's unit
         parts.append(f"bound ± {format_number(energy.bound_j / scale)} {unit}")

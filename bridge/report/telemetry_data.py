@@ -351,6 +351,16 @@ def error_summary(info: RunInfo, since_ns: int | None = None, until_ns: int | No
     return [{"error_details": {"type": kind, "message": message}, "count": n} for (kind, message), n in counts.items()]
 
 
+def energy_window(window: Window, mode: CounterMode, tz: tzinfo | None = None) -> dict[str, Any]:
+    """The span the energy covers, beside AIPerf's `end_time` (which adds the grace): `[start, end]` interpolated,
+    `[start, end + grace]` in AIPerf's mode, as AIPerf counts."""
+    assert window.start_ns is not None and window.end_ns is not None
+    end = window.end_ns + (window.grace_ns if mode == "aiperf" else 0)
+    return {"start_time": format_time(window.start_ns, tz), "end_time": format_time(end, tz),
+            "duration_s": (end - window.start_ns) / 1e9, "grace_s": window.grace_ns / 1e9,
+            "end_time_includes_grace": mode == "aiperf"}
+
+
 def build_block(series: Sequence[Series], window: Window, table: FieldTable, mode: CounterMode, info: RunInfo,
                 *, tz: tzinfo | None = None, errors_between: tuple[int | None, int | None] = (None, None)) -> Block:
     """`telemetry_data` for one window; `window` must be resolved (no open bound) unless there is no data."""
@@ -363,6 +373,10 @@ def build_block(series: Sequence[Series], window: Window, table: FieldTable, mod
         summary["start_time"] = format_time(window.start_ns, tz)
     if window.end_ns is not None:
         summary["end_time"] = format_time(window.end_ns + window.grace_ns, tz)
+    if window.start_ns is not None and window.end_ns is not None:
+        # AIPerf 0.13 writes end_time with the final scrape's grace; the energy and the gauges of the interpolated
+        # mode end at the window's end, so energy ÷ (end_time − start_time) would read low (issue 44): say which.
+        summary["energy_window"] = energy_window(window, mode, tz)
     summary["counter_mode"] = mode
     labels = [label_for(k, table) for k in ordered_keys(series, table)]
     scratch = Scratch()

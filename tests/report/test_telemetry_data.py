@@ -201,3 +201,24 @@ def test_the_accumulator_can_be_fed_live_and_reused() -> None:
 def test_an_unknown_counter_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="counter_mode"):
         build_report([], window=WINDOW, counter_mode="promql")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["interpolated", "aiperf"])
+def test_the_energy_window_stands_beside_aiperfs_end_time_which_adds_the_grace(mode: str) -> None:
+    # A 3 s run at 300 W with AIPerf's 0.666 s grace (AIPERF_GPU_FINAL_SCRAPE_GRACE_NS): end_time - start_time is
+    # 3.666 s, so energy ÷ it reads 18 % low; energy_window says what the energy covers (issue 44).
+    records = [rec(T0 + k * S // 10, {"nvidia_power_usage": 300.0, "nvidia_energy_consumption": 1.0 + 300e-6 * k / 10})
+               for k in range(-10, 50)]
+    built = build_report(records, window=explicit_window(T0, T0 + 3 * S, 666 * MS), counter_mode=mode)
+    summary = built.telemetry_data["summary"]
+    window = summary["energy_window"]
+
+    def seconds(text: str) -> float:
+        return datetime.fromisoformat(text).timestamp()
+
+    assert seconds(summary["end_time"]) - seconds(summary["start_time"]) == pytest.approx(3.666, abs=1e-6)
+    covered = 3.666 if mode == "aiperf" else 3.0
+    assert window["start_time"] == summary["start_time"] and window["grace_s"] == pytest.approx(0.666)
+    assert seconds(window["end_time"]) - seconds(window["start_time"]) == pytest.approx(covered, abs=1e-6)
+    assert window["duration_s"] == pytest.approx(covered) and window["end_time_includes_grace"] == (mode == "aiperf")
+    assert built.energy.total_energy_j / window["duration_s"] == pytest.approx(300.0, rel=0.01)  # not 245 W
