@@ -16,7 +16,7 @@ BRIDGE = Path(__file__).resolve().parent.parent / "bridge"
 LAYERS: list[set[str]] = [
     {"bridge", "bridge.samples", "bridge._kernel", "bridge.kernel", "bridge.views"},
     {"bridge.errors", "bridge.redact"},
-    {"bridge.endpoints", "bridge.fields", "bridge.simulator", "bridge.pods"},
+    {"bridge.endpoints", "bridge.fields", "bridge.simulator", "bridge.pods", "bridge.headers"},
     {"bridge.config", "bridge.fetch", "bridge.parse", "bridge.relabel", "bridge.events", "bridge.discovery"},
     {"bridge.record_log", "bridge.health", "bridge.sources"},
     {"bridge.scrape", "bridge.normalize", "bridge.select"},

@@ -20,13 +20,13 @@ follows `..._INSECURE` (default false: TLS, as the spec says).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from bridge.errors import ConfigError
+from bridge.headers import header_pairs
 from bridge.otlp.starttime import StartTimeMode
 
 Protocol = Literal["http/protobuf", "grpc"]
@@ -123,7 +123,7 @@ def resolve_config(
     elif not url.lower().startswith(("http://", "https://")):
         problems.append(f"OTLP endpoint {url!r}: an HTTP endpoint needs http:// or https://")
 
-    header_pairs = _resolve_headers(headers, pick(None, "HEADERS") if headers is None else None, problems)
+    pairs = header_pairs(headers if headers is not None else pick(None, "HEADERS"), problems)
 
     timeout = timeout_s
     if timeout is None:
@@ -160,7 +160,7 @@ def resolve_config(
     return OtlpConfig(
         endpoint=url,
         protocol="grpc" if proto == "grpc" else "http/protobuf",
-        headers=header_pairs,
+        headers=pairs,
         timeout_s=timeout if timeout is not None else defaults.timeout_s,
         compression="gzip" if comp == "gzip" else "none",
         insecure=grpc_insecure,
@@ -208,42 +208,3 @@ def _grpc_target(url: str, insecure: bool, problems: list[str]) -> tuple[str, bo
         return parts.netloc, parts.scheme == "http"
     return url, insecure
 
-
-# RFC 9110 §5.1 field names (tokens) and §5.5 field values: a line break or a control character in a value
-# (percent-decoded: `%0D%0A`) would end the header and start another on the OTLP/HTTP client's request.
-_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-z]+")
-_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\xff]")
-
-
-def _resolve_headers(
-    flag: str | Mapping[str, str] | None, env_value: str | None, problems: list[str]
-) -> tuple[tuple[str, str], ...]:
-    pairs = _header_pairs(flag, env_value, problems)
-    for name, value in pairs:
-        if not _FIELD_NAME.fullmatch(name):
-            problems.append(f"OTLP header {name!r}: not a valid HTTP header name (letters, digits, !#$%&'*+-.^_`|~)")
-        elif _BAD_VALUE.search(value):  # never echo the value: it may hold a token
-            problems.append(f"OTLP header {name!r}: its value holds a line break, a control character or a "
-                            "character outside Latin-1 (the value is not shown)")
-    return pairs
-
-
-def _header_pairs(
-    flag: str | Mapping[str, str] | None, env_value: str | None, problems: list[str]
-) -> tuple[tuple[str, str], ...]:
-    if isinstance(flag, Mapping):
-        return tuple((str(k).lower(), str(v)) for k, v in flag.items())
-    text = flag if flag is not None else env_value
-    if not text:
-        return ()
-    pairs = []
-    for item in text.split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            # Never echo the item: it may hold a token.
-            problems.append("OTLP headers: an item is not key=value (the value is not shown)")
-            continue
-        pairs.append((unquote(key.strip()).lower(), unquote(value.strip())))
-    return tuple(pairs)
