@@ -13,6 +13,7 @@ import click
 
 from bridge.errors import ReportInputError
 from bridge.pods import parse_pod_patterns
+from bridge.redact import redact_url
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE
 
 if TYPE_CHECKING:
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
     from bridge.samples import GpuRecord
 
 GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
+PROMETHEUS_HEADERS_ENV = "DCGM_BRIDGE_PROMETHEUS_HEADERS"
+PROMETHEUS_TOKEN_ENV = "DCGM_BRIDGE_PROMETHEUS_BEARER_TOKEN_FILE"
+PROMETHEUS_USER_ENV = "DCGM_BRIDGE_PROMETHEUS_USER"
+PROMETHEUS_PASSWORD_ENV = "DCGM_BRIDGE_PROMETHEUS_PASSWORD_FILE"
 
 
 @click.command()
@@ -29,6 +34,22 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
               help="Instead of --jsonl: a PromQL store (Prometheus, VictoriaMetrics, Mimir) holding the run.")
 @click.option("--run-id", help="With --prometheus: the run's run_id label. With --jsonl: the run to report when the "
                                 "record log holds several (default: the newest).")
+@click.option("--prometheus-headers", metavar="K=V,K2=V2", envvar=PROMETHEUS_HEADERS_ENV,
+              help=f"With --prometheus: headers sent with every query, e.g. X-Scope-OrgID=tenant (Mimir) "
+                   f"(env {PROMETHEUS_HEADERS_ENV}). Values are never printed.")
+@click.option("--prometheus-headers-file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar=f"{PROMETHEUS_HEADERS_ENV}_FILE",
+              help=f"With --prometheus: a file of K=V headers, one or more a line, for secret ones "
+                   f"(env {PROMETHEUS_HEADERS_ENV}_FILE).")
+@click.option("--prometheus-bearer-token-file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar=PROMETHEUS_TOKEN_ENV,
+              help=f"With --prometheus: send `Authorization: Bearer <the file's token>` (env {PROMETHEUS_TOKEN_ENV}).")
+@click.option("--prometheus-user", envvar=PROMETHEUS_USER_ENV,
+              help=f"With --prometheus: basic auth user, e.g. Grafana Cloud's instance id (env {PROMETHEUS_USER_ENV}; "
+                   "the password from --prometheus-password-file).")
+@click.option("--prometheus-password-file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar=PROMETHEUS_PASSWORD_ENV,
+              help=f"With --prometheus-user: the file holding the password or token (env {PROMETHEUS_PASSWORD_ENV}).")
 @click.option("--strip-suffix", type=click.Choice(["_total"]),
               help="With --prometheus: counters arrived with Prometheus' _total suffix (OTLP into Prometheus).")
 @click.option("--start-ns", type=int, help="Profiling start, wall-clock ns (with --end-ns).")
@@ -64,7 +85,10 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
            events_path: Path | None, counter_mode: str | None, grace_ns: int, output: Path | None,
            profile_export_prefix: str | None, write_csv: bool, show_console: bool,
            metrics_csv: tuple[str, ...], html_path: Path | None, gpu_pods: tuple[str, ...] = (),
-           gpu_pod_selectors: tuple[str, ...] = (), require_valid: bool = False) -> None:
+           gpu_pod_selectors: tuple[str, ...] = (), require_valid: bool = False,
+           prometheus_headers: str | None = None, prometheus_headers_file: Path | None = None,
+           prometheus_bearer_token_file: Path | None = None, prometheus_user: str | None = None,
+           prometheus_password_file: Path | None = None) -> None:
     """Rebuild telemetry_data (+ energy, CSV, phase files) from a record log and a window.
 
     The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
@@ -86,6 +110,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         raise click.UsageError("give one record source: --jsonl FILE or --prometheus URL --run-id ID")
     if prometheus_url is not None and not run_id:
         raise click.UsageError("--prometheus needs --run-id")
+    store_headers = store_headers_of(prometheus_headers, prometheus_headers_file, prometheus_bearer_token_file,
+                                     prometheus_user, prometheus_password_file) if prometheus_url else {}
     if (start_ns is None) != (end_ns is None):
         raise click.UsageError("--start-ns and --end-ns go together")
     if start_ns is not None and end_ns is not None and end_ns < start_ns:
@@ -120,7 +146,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         if log is not None:
             source, kwargs["record_log_run"] = one_run(log, run_id)
         if prometheus_url is not None:
-            source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix)
+            source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix,
+                                    store_headers)
         built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
                              grace_ns=grace_ns, record_log=log, **kwargs)
         if selecting:  # (records of one run of several, else the log's pods read from its file)
@@ -135,7 +162,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     if run.skipped:
         click.echo(f"warning: {run.skipped} unreadable or unknown events were skipped", err=True)
     if not selecting or built.telemetry_data["pods"]["gpus"]:
-        check_window_has_records(built, jsonl or prometheus_url or "")
+        check_window_has_records(built, jsonl or redact_url(prometheus_url or ""))
     json_path = output or (jsonl.parent if jsonl else Path(".")) / output_names(profile_export_prefix)[0]
     try:
         written = write_report(built, json_path.parent, profile_export_prefix, json_path=json_path,
@@ -307,10 +334,37 @@ def _when(ns: int | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ns / _NS_PER_S)) + " UTC"
 
 
+def store_headers_of(text: str | None, file: Path | None, token_file: Path | None, user: str | None,
+                     password_file: Path | None) -> dict[str, str]:
+    """The headers `report --prometheus` sends (bridge/headers.py, as the OTLP side takes them): the flag's or
+    variable's `k=v` items, a headers file's, a bearer token's or basic auth's `Authorization`. Every problem is
+    said at once, never a value; exit 2."""
+    from bridge.errors import ConfigError
+    from bridge.headers import basic, bearer, header_pairs, headers_of_file, read_secret
+
+    problems: list[str] = []
+    pairs = [*header_pairs(text, problems, "--prometheus-headers")]
+    if file is not None:
+        pairs += headers_of_file(file, "--prometheus-headers-file", problems)
+    if token_file is not None:
+        pairs.append(bearer(read_secret(token_file, "--prometheus-bearer-token-file")))
+    if (user is None) != (password_file is None):
+        problems.append("--prometheus-user and --prometheus-password-file go together")
+    elif user is not None and password_file is not None:
+        pairs.append(basic(user, read_secret(password_file, "--prometheus-password-file")))
+    if sum(name == "authorization" for name, _ in pairs) > 1:
+        problems.append("give one Authorization: a bearer token, a user and password, or an Authorization header")
+    if problems:
+        raise ConfigError("\n".join(sorted(problems)))
+    return dict(pairs)
+
+
 def _store_records(url: str, run_id: str, kwargs: dict[str, Any], grace_ns: int, table: Any,
-                   strip_suffix: str | None) -> list[Any]:
+                   strip_suffix: str | None, headers: dict[str, str] | None = None) -> list[Any]:
     """The run's records from a PromQL store, over the span the window needs (with a margin for the
-    samples that bracket its edges)."""
+    samples that bracket its edges). The URL is never printed with its credentials, nor a header's value."""
+    from bridge.redact import scrub, secret_list, url_secrets
+    from bridge.report.promql import connect
     from bridge.report.store import records_from_store
     from bridge.report.window import phases_from_marks
 
@@ -321,8 +375,20 @@ def _store_records(url: str, run_id: str, kwargs: dict[str, Any], grace_ns: int,
     if not starts or not ends:
         raise click.UsageError("--prometheus needs a window: --start-ns/--end-ns, --phase-manifest or --events")
     margin = 60 * 10**9
+    secrets = secret_list([*url_secrets(url), *(headers or {}).values()])
     try:
-        return list(records_from_store(url, run_id, min(starts) - margin, max(ends) + grace_ns + margin, table,
+        client = connect(url, headers=headers)
+        return list(records_from_store(client, run_id, min(starts) - margin, max(ends) + grace_ns + margin, table,
                                        strip_suffix=strip_suffix))
     except Exception as exc:  # the store's client raises many kinds; name the store and the cause
-        raise click.ClickException(f"cannot read run {run_id!r} from {url}: {exc}") from None
+        raise click.ClickException(scrub(f"cannot read run {run_id!r} from {redact_url(url)}: {exc}{_auth_hint(exc)}",
+                                         secrets)) from None
+
+
+def _auth_hint(exc: Exception) -> str:
+    """What to do when the store refused the query for want of credentials (401/403)."""
+    text = str(exc)
+    if not any(code in text for code in ("401", "403", "Unauthorized", "Forbidden")):
+        return ""
+    return ("; the store wants credentials: --prometheus-headers (X-Scope-OrgID for Mimir), "
+            "--prometheus-bearer-token-file, or --prometheus-user with --prometheus-password-file")
