@@ -105,17 +105,19 @@ def _amd_label(labels: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-def amd_identity(labels: Mapping[str, str]) -> tuple[str, str | None]:
-    """An AMD GPU's key and its partition, in the stated order (DESIGN.md "AMD identity"): the board serial (what the
-    exporter labels every series with, and amdsmi reads, so both name a GPU alike), else the device UUID, else
-    `unknown:<hostname>:<gpu_id>` (which identifies nothing across endpoints, select.py); the partition only under
-    a splitting compute partition type (`_AMD_SPLIT`), where it is the instance of its package."""
+def amd_identity(labels: Mapping[str, str]) -> tuple[str, str | None, str | None]:
+    """An AMD GPU's key, its partition and its device UUID, in the stated order (DESIGN.md "AMD identity"): the key
+    is the board serial (what the exporter labels every series with, and amdsmi reads, so both name a GPU alike),
+    else the device UUID, else `unknown:<hostname>:<gpu_id>` (which identifies nothing across endpoints,
+    select.py); the partition only under a splitting compute partition type (`_AMD_SPLIT`), where it is the
+    instance of its package; the device UUID where the source has one (the report shows it, as AIPerf 0.13's
+    amdsmi collector does with amdsmi_get_gpu_device_uuid)."""
     gpu = labels.get("gpu_id", "")
     hostname = _label(labels, "hostname")
     split = (_label(labels, "gpu_compute_partition_type") or "").lower() in _AMD_SPLIT
     partition = _amd_label(labels, "gpu_partition_id") if split else None
-    key = _amd_label(labels, "serial_number") or _amd_label(labels, "gpu_uuid") or f"unknown:{hostname or ''}:{gpu}"
-    return key, partition
+    serial, uuid = _amd_label(labels, "serial_number"), _amd_label(labels, "gpu_uuid")
+    return serial or uuid or f"unknown:{hostname or ''}:{gpu}", partition, uuid
 
 
 def _amd_meta_of(labels: Mapping[str, str]) -> GpuMeta:
@@ -126,7 +128,7 @@ def _amd_meta_of(labels: Mapping[str, str]) -> GpuMeta:
     partition is an instance of its package, as a MIG instance is of its GPU, so the package's power and energy
     count once. Labels a Prometheus server added (`instance`, `job`, `node`: kaiwo's MI300X lines) are not read."""
     gpu = labels["gpu_id"]
-    key, partition = amd_identity(labels)
+    key, partition, device_uuid = amd_identity(labels)
     return GpuMeta(
         gpu_index=int(gpu) if gpu.isdigit() else None,
         gpu_uuid=key,
@@ -139,6 +141,7 @@ def _amd_meta_of(labels: Mapping[str, str]) -> GpuMeta:
         gpu_instance_id=partition,
         gpu_instance_profile=_label(labels, "gpu_compute_partition_type") if partition is not None else None,
         platform="amd",
+        device_uuid=device_uuid,
     )
 
 
@@ -416,7 +419,7 @@ class Normalizer:
                 # Device-level field repeated on a MIG instance series: the parent's, counted once.
                 parent = GpuIdentity(meta.gpu_uuid, None)
                 if parent not in metas:
-                    metas[parent] = replace(meta, gpu_instance_id=None, gpu_instance_profile=None)
+                    metas[parent] = replace(meta, gpu_instance_id=None, gpu_instance_profile=None, device_uuid=None)
                 fallback = parent_fallback.setdefault(parent, {})
                 if meta.gpu_instance_id == "0":  # AMD partition 0 carries the package's sensors, the others 0
                     fallback[spec.key] = slot

@@ -41,7 +41,8 @@ _AIPERF_IDENTITY = (
     "gpu_index", "gpu_uuid", "gpu_model_name", "pci_bus_id", "device",
     "hostname", "namespace", "pod_name", "platform",
 )
-_OURS = ("gpu_instance_id", "gpu_instance_profile", "run_id", "phase", "scrape_start_ns", "scrape_end_ns")
+_OURS = ("gpu_instance_id", "gpu_instance_profile", "device_uuid", "run_id", "phase", "scrape_start_ns",
+         "scrape_end_ns")
 
 
 def record_to_dict(rec: GpuRecord) -> dict[str, Any]:
@@ -127,6 +128,7 @@ def dict_to_record(obj: Mapping[str, Any]) -> GpuRecord:
         telemetry_data={k: float(v) for k, v in data.items() if isinstance(v, int | float)},
         gpu_instance_id=obj.get("gpu_instance_id"),
         gpu_instance_profile=obj.get("gpu_instance_profile"),
+        device_uuid=obj.get("device_uuid"),
         run_id=obj.get("run_id"),
         phase=obj.get("phase"),
         scrape_start_ns=obj.get("scrape_start_ns"),

@@ -81,6 +81,10 @@ class GpuMeta:
     gpu_instance_id: str | None = None
     gpu_instance_profile: str | None = None
     platform: str = "nvidia"  # "amd" for AMD's exporter and amdsmi
+    # The device's own UUID where the source has one and `gpu_uuid`, the identity, may be another name: an AMD GPU
+    # is keyed by its board serial (a local amdsmi and the exporter name it alike), the report shows the device
+    # UUID (normalize.amd_identity).
+    device_uuid: str | None = None
 
     @property
     def identity(self) -> tuple[str, str | None]:

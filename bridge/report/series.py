@@ -70,6 +70,7 @@ class GpuMeta:
     platform: str
     gpu_instance_id: str | None
     gpu_instance_profile: str | None
+    device_uuid: str | None = None  # bridge/samples.py GpuMeta.device_uuid
 
     @property
     def identity(self) -> tuple[str, str | None]:
@@ -101,7 +102,8 @@ class Series:
 
 
 _FIRST_BYTES = 64 * 1024  # a series' first row buffer: ~200 records of 40 keys
-_FILLABLE = ("gpu_model_name", "pci_bus_id", "device", "hostname", "namespace", "pod_name", "gpu_instance_profile")
+_FILLABLE = ("gpu_model_name", "pci_bus_id", "device", "hostname", "namespace", "pod_name", "gpu_instance_profile",
+             "device_uuid")
 
 
 def _values_of(keys: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
@@ -237,7 +239,7 @@ class SeriesRows:
 
         return GpuMeta(first.gpu_index, first.gpu_uuid, pick("gpu_model_name"), pick("pci_bus_id"), pick("device"),
                        pick("hostname"), pick("namespace"), pick("pod_name"), first.platform, first.gpu_instance_id,
-                       pick("gpu_instance_profile"))
+                       pick("gpu_instance_profile"), pick("device_uuid"))
 
     def finish(self, endpoint: str) -> Series:
         """The series over the rows in memory (views of them; more records may still be added later), for a

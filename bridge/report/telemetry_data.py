@@ -328,6 +328,12 @@ def gpu_entry(s: Series, labels: Sequence[MetricLabel], window: Window, mode: Co
                              "platform": meta.platform, "hostname": meta.hostname, "namespace": meta.namespace,
                              "pod_name": meta.pod_name, "gpu_instance_id": meta.gpu_instance_id,
                              "gpu_instance_profile": meta.gpu_instance_profile}
+    if meta.platform == "amd" and not meta.gpu_uuid.startswith("unknown:"):
+        # keyed by the board serial (normalize.amd_identity); shown by the device UUID where the source has one,
+        # as AIPerf 0.13's amdsmi collector does, the serial beside it
+        entry["gpu_uuid"] = meta.device_uuid or meta.gpu_uuid
+        if meta.gpu_uuid != meta.device_uuid:  # (else no serial: the key is the device UUID)
+            entry["serial_number"] = meta.gpu_uuid
     entry = {k: v for k, v in entry.items() if v is not None}  # AIPerf dumps with exclude_none
     entry["metrics"] = series_metrics(s, labels, window, mode, scratch)
     return entry

@@ -60,9 +60,11 @@ class FakeAmdGpu:
     serial: str
     name: str = "AMD Instinct MI300X"
     curve: PowerCurve = field(default_factory=PowerCurve)
-    resolution_uj: float = 15.259
+    # amdsmi_get_energy_count's counter_resolution on a real MI100 (ROCm/amdsmi#22: 15.300000190734863 µJ per tick)
+    # and a counter at what amd-smi shows on a real MI210 after days of uptime (ROCm/amdsmi#38: 20909145.914 J)
+    resolution_uj: float = 15.300000190734863
     energy_period_s: float = 0.001
-    energy_offset_j: float = 5.0e6
+    energy_offset_j: float = 20909145.914
     rocm6: bool = False
     unsupported: frozenset[str] = frozenset()
     vram_total: int = 192 * 10**9
