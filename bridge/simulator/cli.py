@@ -37,7 +37,9 @@ from bridge.simulator.server import SimulatedExporter
 @click.option("--dialect", type=click.Choice(DIALECT_NAMES), default="legacy", show_default=True,
               help="legacy: Hostname (<= 4.8.2); current: hostname; old-namespace: -o 1.x names; "
                    "dcgm49: 4.9 DCGM 4.7 names and units; dcgm410: and 4.10's _BYTES_PER_SECOND; "
-                   "bare: no HELP/TYPE; openmetrics; sorted-labels; spaced.")
+                   "bare: no HELP/TYPE; openmetrics; sorted-labels; spaced; amd: AMD device-metrics-exporter "
+                   "(2025 labels), amd-prefixed: its amd_ names, amd-2026: amd_ names and the 2026 bare-metal "
+                   "labels (no gpu_uuid).")
 @click.option("--mig", type=click.IntRange(0, 7), default=0, show_default=True, help="MIG instances per GPU.")
 @click.option("--pod-labels", "pod_labels", flag_value="mapped", help="pod/namespace/container per GPU.")
 @click.option("--empty-pod-labels", "pod_labels", flag_value="empty", help='The old pod="" style.')
