@@ -157,7 +157,7 @@ def endpoint_statuses(info: RunInfo, series: Sequence[Series], until_ns: int | N
 
 
 def gpu_keys(series: Sequence[Series]) -> dict[tuple[str, str | None], str]:
-    """identity → `gpu_<index>[_mig<id>][@host]`, unique within one endpoint's series."""
+    """identity → `gpu_<index>[_mig<id>|_partition<id>][@host]`, unique within one endpoint's series."""
     by_index: dict[int | None, list[GpuMeta]] = {}
     for s in series:
         by_index.setdefault(s.meta.gpu_index, []).append(s.meta)
@@ -168,8 +168,8 @@ def gpu_keys(series: Sequence[Series]) -> dict[tuple[str, str | None], str]:
         hosts_tell = len({m.hostname for m in metas}) == len(uuids) and all(m.hostname for m in metas)
         for meta in metas:
             key = base
-            if meta.gpu_instance_id is not None:
-                key += f"_mig{meta.gpu_instance_id}"
+            if meta.gpu_instance_id is not None:  # an AMD compute partition is named as one (normalize.py)
+                key += f"_{'partition' if meta.platform == 'amd' else 'mig'}{meta.gpu_instance_id}"
             if len(uuids) > 1:
                 key += f"@{meta.hostname}" if hosts_tell else f"@{meta.gpu_uuid}"
             keys[meta.identity] = key

@@ -63,3 +63,11 @@ def test_amdsmi_shows_the_device_uuid_and_dedups_with_the_exporter_by_serial() -
     dedup.observe("mi300x:5000", [r.identity for r in remote])
     dropped = dedup.observe("amdsmi-local", [r.identity for r in local[:1]])
     assert dropped == {"amdsmi-local": "mi300x:5000"}  # one GPU, one count: the local reader is its duplicate
+
+
+def test_a_cpx_partition_is_keyed_as_a_partition_of_its_package() -> None:
+    kaiwo = (DATA / "kaiwo_mi300x_gfx-activity_via-prometheus.txt").read_bytes()
+    records = exporter_records(kaiwo, "http://prometheus:9090", range(11))
+    built = build_report(records, window=explicit_window(2 * S, 8 * S, 0))
+    keys = sorted(built.telemetry_data["endpoints"]["prometheus:9090"]["gpus"])
+    assert keys == ["gpu_0", "gpu_2", "gpu_47_partition0"]  # the CPX line: gpu_id 47, partition 0
