@@ -4,7 +4,8 @@ Everything of a run that is not a GPU record goes to the events file, one JSON o
 `type`; the sidecar writes it (record_log.LineWriter.write_event), the report reads it (report/events.py).
 
     type            record            fields (in the order written)
-    configured      `Configured`      time_ns, run_id, endpoints_configured, endpoints_successful, counter_mode
+    configured      `Configured`      time_ns, run_id, endpoints_configured, endpoints_successful, counter_mode,
+                                      grace_ns (the final-scrape grace, so `validate` can rebuild the window)
     phase           `PhaseMark`       name, kind, event, time_ns
     scrape_error    `ScrapeFailure`   endpoint, time_ns, kind, message
                                       (kind `unit`: a value contradicting its name's unit, once per family)
@@ -57,6 +58,7 @@ class Configured:
     endpoints_configured: tuple[str, ...] = ()
     endpoints_successful: tuple[str, ...] = ()
     counter_mode: CounterMode | None = None  # None in files of versions before the mode was recorded
+    grace_ns: int | None = None  # None in files of versions before the grace was recorded
 
 
 class EndpointState(NamedTuple):
@@ -154,7 +156,7 @@ def event_from_dict(obj: Mapping[str, Any]) -> Event:
             mode = obj.get("counter_mode")  # one `report` does not know is left to its own default
             return Configured(int(obj["time_ns"]), _optional_str(obj.get("run_id")),
                               _strings(obj.get("endpoints_configured")), _strings(obj.get("endpoints_successful")),
-                              next((m for m in COUNTER_MODES if m == mode), None))
+                              next((m for m in COUNTER_MODES if m == mode), None), _grace(obj.get("grace_ns")))
         if kind == "gpu_shared":
             instance = obj.get("gpu_instance_id")
             return GpuShared(str(obj["endpoint"]), int(obj["time_ns"]), str(obj["gpu_uuid"]),
@@ -184,6 +186,14 @@ def _strings(value: object) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         raise TypeError(f"expected a list, got {value!r}")
     return tuple(str(v) for v in value)
+
+
+def _grace(value: object) -> int | None:
+    """A recorded grace, or None (left to the reader's default) when it is not an integer number of ns from 0 to
+    60 s (`report --grace-ns`'s range)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 60_000_000_000:
+        return value
+    return None
 
 
 def _optional_str(value: object) -> str | None:

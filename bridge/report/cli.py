@@ -6,6 +6,7 @@ Imports numpy, rich and the builder only when the command runs, so `dcgm-bridge 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,9 @@ from bridge.pods import parse_pod_patterns
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE
 
 if TYPE_CHECKING:
+    from bridge.fields import FieldTable
+    from bridge.report.build import Report
+    from bridge.report.events import RunEvents
     from bridge.report.runs import LogRead
     from bridge.samples import GpuRecord
 
@@ -40,8 +44,9 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
 @click.option("--counter-mode", type=click.Choice(COUNTER_MODES),
               help="interpolated (default, or the live run's mode from --events): exact window, reset-aware; "
                    "aiperf: AIPerf 0.13's rule.")
-@click.option("--grace-ns", type=click.IntRange(0, 60_000_000_000), envvar=GRACE_ENV, default=666_000_000,
-              show_default=True, help=f"Trailing grace after the requests end (env {GRACE_ENV}).")
+@click.option("--grace-ns", type=click.IntRange(0, 60_000_000_000), envvar=GRACE_ENV,
+              help=f"Trailing grace after the requests end (env {GRACE_ENV}; default: the run's, recorded in "
+                   "--events, else 666000000).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="profile_export_aiperf.json to merge into (created when missing; default beside --jsonl).")
 @click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix.")
@@ -61,7 +66,7 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
               help="Exit 1 when the measurement verdict is NOT valid (the report is still written).")
 def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, strip_suffix: str | None,
            start_ns: int | None, end_ns: int | None, phase_manifest: Path | None,
-           events_path: Path | None, counter_mode: str | None, grace_ns: int, output: Path | None,
+           events_path: Path | None, counter_mode: str | None, grace_ns: int | None, output: Path | None,
            profile_export_prefix: str | None, write_csv: bool, show_console: bool,
            metrics_csv: tuple[str, ...], html_path: Path | None, gpu_pods: tuple[str, ...] = (),
            gpu_pod_selectors: tuple[str, ...] = (), require_valid: bool = False) -> None:
@@ -71,11 +76,9 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     --events; --events also supplies endpoints, errors and endpoint states when combined with the others.
     """
     from bridge.fields import default_table, table_with_custom
-    from bridge.report.build import build_report
     from bridge.report.console import render_console
     from bridge.report.events import RunEvents, load_events
-    from bridge.report.runs import read_log
-    from bridge.report.window import WindowError, explicit_window, load_manifest
+    from bridge.report.window import WindowError
     from bridge.report.write import ReportWriteError, output_names, write_report
 
     pod_patterns = parse_pod_patterns(gpu_pods)
@@ -100,33 +103,15 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     run = load_events(events_path) if events_path is not None else RunEvents()
     if gpu_pod_selectors:
         pod_patterns = _with_selected_pods(pod_patterns, gpu_pod_selectors, run, events_path)
-    if start_ns is None:
-        check_one_run(run, events_path)
-    if counter_mode is None:
-        counter_mode = run.counter_mode or DEFAULT_COUNTER_MODE
-    kwargs: dict[str, Any] = {
-        "marks": run.marks, "requests_end_ns": run.requests_end_ns,
-        "endpoints_configured": run.endpoints_configured, "endpoints_successful": run.endpoints_successful,
-        "errors": run.errors, "endpoint_states": run.states,
-    }
     try:
-        if start_ns is not None and end_ns is not None:
-            kwargs["window"] = explicit_window(start_ns, end_ns, grace_ns)
-            check_times(start_ns, end_ns)
-        elif phase_manifest is not None:
-            kwargs["phases"] = load_manifest(phase_manifest)
-        log = read_log(jsonl) if jsonl is not None else None  # the one pass over the log (its hash too)
-        source: Any = None
-        if log is not None:
-            source, kwargs["record_log_run"] = one_run(log, run_id)
-        if prometheus_url is not None:
-            source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix)
-        built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
-                             grace_ns=grace_ns, record_log=log, **kwargs)
+        rebuilt = rebuild(jsonl, events_path, run=run, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
+                          phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id, table=table,
+                          prometheus=(prometheus_url, strip_suffix) if prometheus_url is not None else None)
+        built, counter_mode = rebuilt.report, rebuilt.report.counter_mode
         if selecting:  # (records of one run of several, else the log's pods read from its file)
-            pods_source: Any = source if isinstance(source, list) else jsonl
+            pods_source: Any = rebuilt.source if isinstance(rebuilt.source, list) else jsonl
             built = _pods_only(built, pods_source, pod_patterns, run.shared, table=table, counter_mode=counter_mode,
-                               grace_ns=grace_ns, **kwargs)
+                               grace_ns=built.window.grace_ns, **rebuilt.kwargs)
     except WindowError as exc:  # a manifest with no usable phase, …: the input's fault, exit 2
         raise click.UsageError(str(exc)) from None
     if built.read_errors:
@@ -156,6 +141,55 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     for path in written:
         click.echo(f"wrote {path}")
     exit_on_verdict(built.telemetry_data, require_valid, echo=not show_console)
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """A report rebuilt from its inputs, and what it was built from (the pods' selection builds again from these)."""
+
+    report: Report
+    source: Any  # the records: the log as read, one run's records, or a store's
+    kwargs: dict[str, Any]  # build_report's window, marks, endpoints, errors and states, the run taken
+
+
+def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | None = None, start_ns: int | None = None,
+            end_ns: int | None = None, grace_ns: int | None = None, phase_manifest: Path | None = None,
+            counter_mode: str | None = None, run_id: str | None = None, table: FieldTable | None = None,
+            prometheus: tuple[str, str | None] | None = None) -> Rebuild:
+    """The one way a report is built from a finished run's files, for `report` and `validate` alike: the window is
+    --start-ns/--end-ns (plus the grace), else the profiling phase of --phase-manifest, else the events file's marks;
+    the grace and the counter mode are the flags', else the run's (its `configured` event), else the defaults; the
+    run is --run-id's, else the log's newest. `prometheus`: (URL, strip suffix) instead of the record log."""
+    from bridge.report.build import build_report
+    from bridge.report.events import RunEvents, load_events
+    from bridge.report.runs import read_log
+    from bridge.report.window import DEFAULT_GRACE_NS, explicit_window, load_manifest
+
+    if run is None:
+        run = load_events(events_path) if events_path is not None else RunEvents()
+    if start_ns is None:
+        check_one_run(run, events_path)
+    mode = counter_mode or run.counter_mode or DEFAULT_COUNTER_MODE
+    grace = grace_ns if grace_ns is not None else run.grace_ns if run.grace_ns is not None else DEFAULT_GRACE_NS
+    kwargs: dict[str, Any] = {
+        "marks": run.marks, "requests_end_ns": run.requests_end_ns,
+        "endpoints_configured": run.endpoints_configured, "endpoints_successful": run.endpoints_successful,
+        "errors": run.errors, "endpoint_states": run.states,
+    }
+    if start_ns is not None and end_ns is not None:
+        kwargs["window"] = explicit_window(start_ns, end_ns, grace)
+        check_times(start_ns, end_ns)
+    elif phase_manifest is not None:
+        kwargs["phases"] = load_manifest(phase_manifest)
+    log = read_log(jsonl) if jsonl is not None else None  # the one pass over the log (its hash too)
+    source: Any = None
+    if log is not None:
+        source, kwargs["record_log_run"] = one_run(log, run_id)
+    if prometheus is not None:
+        source = _store_records(prometheus[0], run_id or "", kwargs, grace, table, prometheus[1])
+    built = build_report(source, table=table, counter_mode=mode, grace_ns=grace,  # type: ignore[arg-type]
+                         record_log=log, events_file=events_path, **kwargs)
+    return Rebuild(built, source, kwargs)
 
 
 def exit_on_verdict(telemetry_data: dict[str, Any], require_valid: bool, *, echo: bool = True) -> None:

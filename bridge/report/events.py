@@ -28,6 +28,7 @@ class RunEvents:
     states: list[EndpointState] = field(default_factory=list)
     skipped: int = 0
     counter_mode: CounterMode | None = None  # the live run's mode (the `configured` event), a default for `report`
+    grace_ns: int | None = None  # the live run's final-scrape grace (the `configured` event), a default for `report`
     run_ids: list[str] = field(default_factory=list)  # of the `configured` events, in order (one per run)
     refreshes: list[Refresh] = field(default_factory=list)  # the exporters' refresh periods as the run saw them
     pods: list[PodsResolved] = field(default_factory=list)  # what the run's --gpu-pod-selector resolved to
@@ -68,7 +69,8 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
         endpoints_configured=list(configured.endpoints_configured) if configured else None,
         endpoints_successful=list(configured.endpoints_successful) if configured else None,
         errors=errors, states=states, skipped=skipped,
-        counter_mode=configured.counter_mode if configured else None, run_ids=run_ids, refreshes=refreshes,
+        counter_mode=configured.counter_mode if configured else None,
+        grace_ns=configured.grace_ns if configured else None, run_ids=run_ids, refreshes=refreshes,
         pods=pods, shared=shared,
     )
 

@@ -182,17 +182,20 @@ def measurement(series: Sequence[Series], keys: Mapping[tuple[str, tuple[str, st
     return out
 
 
-def window_and_hash(window: Window, file: str | None, sha256: str | None, run_id: str | None = None
-                    ) -> dict[str, Any]:
+def window_and_hash(window: Window, file: str | None, sha256: str | None, run_id: str | None = None,
+                    events: Path | None = None) -> dict[str, Any]:
     """What `dcgm-bridge validate` needs to redo the report: the window, and the record log's file name and the
     SHA-256 of its bytes as written (gzip included; none when there is no log or it could not be read), with the
-    run taken from it when it holds several."""
+    run taken from it when it holds several; and the same of the events file the phase marks came from."""
     out: dict[str, Any] = {"window": {"start_ns": window.start_ns, "end_ns": window.end_ns,
                                       "grace_ns": window.grace_ns}}
     if file is not None and sha256 is not None:
         out["record_log"] = {"file": file, "sha256": sha256}
         if run_id is not None:
             out["record_log"]["run_id"] = run_id
+    events_sha256 = file_sha256(events) if events is not None else None
+    if events is not None and events_sha256 is not None:
+        out["events"] = {"file": events.name, "sha256": events_sha256}
     return out
 
 

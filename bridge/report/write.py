@@ -57,9 +57,7 @@ def write_report(report: Report, artifact_dir: Path, prefix: str | None = None,
         benchmark = read_json_object(benchmark_json)
     else:
         benchmark = benchmark_json if benchmark_json is not None else existing
-    energy = vendor_energy_metrics(report.energy, report.amd_energy, benchmark)
-    if existing is not None and "nvidia_energy_per_user" not in energy:
-        _rescale_energy_per_user(existing, energy)
+    energy = energy_for(report, benchmark, existing)
     written = [merge_json(json_path, {"telemetry_data": report.telemetry_data, **energy}, existing)]
     if write_csv:
         written.append(write_csv_section(json_path.parent / csv_name, report, energy, existing or benchmark))
@@ -69,6 +67,15 @@ def write_report(report: Report, artifact_dir: Path, prefix: str | None = None,
             atomic_write(path, orjson.dumps(phase_file.document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
             written.append(path)
     return written
+
+
+def energy_for(report: Report, benchmark: Mapping[str, Any] | None, existing: Mapping[str, Any] | None
+               ) -> dict[str, dict[str, Any]]:
+    """The energy metrics written beside `telemetry_data` (`validate` rebuilds them by this same rule)."""
+    energy = vendor_energy_metrics(report.energy, report.amd_energy, benchmark)
+    if existing is not None and "nvidia_energy_per_user" not in energy:
+        _rescale_energy_per_user(existing, energy)
+    return energy
 
 
 def read_json_object(path: Path) -> dict[str, Any]:
@@ -229,7 +236,7 @@ _HEADERS = {tag: (header, unit) for tag, header, unit in ENERGY_FAMILY}
 _PERCENTILE = re.compile(r"p\d+$")
 
 
-def _energy_row(tag: str, result: Mapping[str, Any]) -> list[str]:
+def energy_row(tag: str, result: Mapping[str, Any]) -> list[str]:
     """AIPerf's system-metric row: `<header> (<unit>)` (no unit for count/requests), value `.2f`."""
     header, unit = _HEADERS[tag]
     unit = str(result.get("unit", unit))
@@ -246,12 +253,12 @@ def with_energy_rows(text: str, energy: Mapping[str, Mapping[str, Any]],
     the end of the section. Rows of a previous merge (or of AIPerf's own telemetry) are replaced."""
     lines = text.splitlines(keepends=True)
     newline = "\r\n" if text.endswith("\r\n") or "\r\n" in text else "\n"
-    names = {_energy_row(tag, {"unit": unit, "avg": 0.0})[0] for tag, _, unit in ENERGY_FAMILY}
-    names |= {_energy_row(tag, result)[0] for tag, result in energy.items() if tag in _HEADERS}
+    names = {energy_row(tag, {"unit": unit, "avg": 0.0})[0] for tag, _, unit in ENERGY_FAMILY}
+    names |= {energy_row(tag, result)[0] for tag, result in energy.items() if tag in _HEADERS}
     start = next((i for i, line in enumerate(lines) if line.rstrip("\r\n") == "Metric,Value"), None)
     if start is None:  # no single-value section: a new one after the existing rows
         body = text if text.endswith(("\n", "\r")) else text + newline
-        section = [f"Metric,Value{newline}"] + [_csv_line(_energy_row(t, r), newline) for t, r in energy.items()
+        section = [f"Metric,Value{newline}"] + [_csv_line(energy_row(t, r), newline) for t, r in energy.items()
                                                 if t in _HEADERS]
         return body + newline + "".join(section)
     end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
@@ -259,7 +266,7 @@ def with_energy_rows(text: str, energy: Mapping[str, Mapping[str, Any]],
     tags = sorted(tag for tag, value in (benchmark or {}).items()
                   if isinstance(value, Mapping) and "unit" in value and tag not in ENERGY_TAGS
                   and not any(_PERCENTILE.match(k) and value[k] is not None for k in value))
-    new = sorted((tag, _csv_line(_energy_row(tag, result), newline)) for tag, result in energy.items()
+    new = sorted((tag, _csv_line(energy_row(tag, result), newline)) for tag, result in energy.items()
                  if tag in _HEADERS)
     if len(tags) == len(kept):
         rows = sorted([*zip(tags, kept, strict=True), *new], key=lambda item: item[0])

@@ -275,7 +275,7 @@ class Session:
             configured = tuple(redact_url(u) for u in self.preference if u in scraped)  # (the report's preference)
             successful = tuple(redact_url(p.url) for p in self.probes if p.reachable)
             self.events.write_event(Configured(self._now_ns(), self.run_id, configured, successful,
-                                               self.config.counter_mode))
+                                               self.config.counter_mode, self.config.final_scrape_grace_ns))
             if not successful:
                 logger.warning("no exporter answered (%s): collecting nothing until one does; check the URLs with "
                                "`dcgm-bridge parse URL`", ", ".join(configured) or "no endpoint configured")
