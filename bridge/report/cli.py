@@ -89,10 +89,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         raise click.UsageError("give one record source: --jsonl FILE or --prometheus URL --run-id ID")
     if prometheus_url is not None and not run_id:
         raise click.UsageError("--prometheus needs --run-id")
-    if (start_ns is None) != (end_ns is None):
-        raise click.UsageError("--start-ns and --end-ns go together")
-    if start_ns is not None and end_ns is not None and end_ns < start_ns:
-        raise click.UsageError(f"--end-ns {end_ns} is before --start-ns {start_ns}: the window ends before it starts")
+    check_window_flags(start_ns, end_ns)
     if start_ns is None and phase_manifest is None and events_path is None:
         raise click.UsageError("give the window: --start-ns A --end-ns B, --phase-manifest FILE or --events FILE")
     if jsonl is not None:
@@ -275,6 +272,13 @@ def check_times(*times: int | None) -> None:
             unit = "seconds" if value < 10**11 else "milliseconds" if value < 10**14 else "microseconds"
             raise ReportInputError(f"{flag} {value} looks like {unit}, not wall-clock nanoseconds "
                                    f"(now is about {time.time_ns()}); e.g. date +%s%N")
+
+
+def check_window_flags(start_ns: int | None, end_ns: int | None) -> None:
+    if (start_ns is None) != (end_ns is None):
+        raise click.UsageError("--start-ns and --end-ns go together")
+    if start_ns is not None and end_ns is not None and end_ns < start_ns:
+        raise click.UsageError(f"--end-ns {end_ns} is before --start-ns {start_ns}: the window ends before it starts")
 
 
 def check_writable(path: Path, flag: str) -> None:

@@ -60,9 +60,13 @@ FIXES: Mapping[str, str] = {
     "duplicate_series": "a page held one series (metric name and labels) twice with different values (the first "
                         "was used, the last with --counter-mode aiperf; see error_summary): check the exporter's "
                         "collectors and its custom-metrics file",
-    "no_hash": "the report stores no SHA-256 of its record log: rebuild it with `dcgm-bridge report`",
-    "hash_mismatch": "the record log's bytes are not those the report was built from: rebuild the report",
-    "numbers_differ": "a number in the report differs from the one the record log gives: rebuild the report",
+    "no_hash": "the report stores no SHA-256 of its record log or events file: rebuild it with `dcgm-bridge report`",
+    "hash_mismatch": "the record log's or the events file's bytes are not those the report was built from: rebuild "
+                     "the report",
+    "window_differs": "the report's window is not the one the events file's phase marks give: rebuild the report, "
+                      "or give `validate` the window `report` was given (--start-ns/--end-ns, --phase-manifest)",
+    "report_differs": "a value of the report, its CSV section or a phase file differs from the rebuild from the "
+                      "record log: rebuild the report",
 }
 
 
