@@ -119,14 +119,16 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
         "the events file's phase marks"
     lines.append(f"window: {_window_text(window)} (from {source})")
     held_window = verdict.get("window") if isinstance(verdict, dict) else None
-    if _differences(held_window, window, "/telemetry_data/measurement/window"):
+    moved = _differences(held_window, window, "/telemetry_data/measurement/window")
+    if moved:
         reasons.append("window_differs")
-        lines.append(f"  the report's window differs: {_window_text(held_window)}")
+        lines.append("  the report's window differs (stored vs rebuilt):")
+        lines.extend(f"  {line}" for line in moved)
     checked, differ = compare_report(report_path, doc, rebuilt)
     if differ:
         reasons.append("report_differs")
         lines.append(f"values: {len(differ)} of {checked} differ from the rebuild (stored vs rebuilt):")
-        lines.extend(f"  {line}" for line in differ[:SHOWN])
+        lines.extend(f"  {line}" for line in _shown(differ))
         if len(differ) > SHOWN:
             lines.append(f"  … and {len(differ) - SHOWN} more")
     else:
@@ -139,6 +141,17 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
     else:
         lines.append("measurement valid")
     return Validation(not reasons, reasons, lines)
+
+
+def _shown(differ: list[str]) -> list[str]:
+    """The first `SHOWN` differences, the first of each part (`telemetry_data`, each energy metric, the CSV, each
+    phase file) ahead of the rest, in their order, so that every part that differs is named."""
+    firsts: dict[str, int] = {}
+    for i, line in enumerate(differ):
+        parts = line.split("/", 3)
+        firsts.setdefault("/".join(parts[1:3] if parts[1:2] == ["phases"] else parts[1:2]), i)
+    order = [*firsts.values(), *(i for i in range(len(differ)) if i not in firsts.values())][:SHOWN]
+    return [differ[i] for i in sorted(order)]
 
 
 def _sha256_of(report: Report, key: str) -> str | None:
@@ -163,7 +176,7 @@ def compare_report(report_path: Path, doc: Mapping[str, Any], rebuilt: Report) -
     energy = energy_for(rebuilt, doc, doc)
     fresh = _as_written({"telemetry_data": rebuilt.telemetry_data, **energy})
     held = {"telemetry_data": doc["telemetry_data"], **{k: v for k, v in doc.items() if k in ENERGY_TAGS}}
-    diff = _Diff()
+    diff = _Diff(_APART)
     diff.compare(held, fresh, "")
     csv_path = report_path.with_suffix(".csv")
     if csv_path.is_file():
@@ -200,12 +213,13 @@ class _Diff:
     """A recursive comparison of two JSON values, by type: paths are JSON Pointers (RFC 6901: `/` between keys,
     `~1` for a `/` in one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, skip: tuple[str, ...] = ()) -> None:
+        self.skip = skip
         self.leaves = 0
         self.found: list[str] = []
 
     def compare(self, held: Any, fresh: Any, path: str) -> None:
-        if path in _APART:
+        if path in self.skip:
             return
         if isinstance(held, dict) and isinstance(fresh, dict):
             for key in held.keys() - fresh.keys():
@@ -298,7 +312,10 @@ def _escape(key: str) -> str:
 
 
 def _same(held: Any, fresh: Any) -> bool:
-    """Equal as JSON values: numbers (not booleans) to 1e-9 relative, everything else of the same type and equal."""
+    """Equal as JSON values: integers exactly (1e-9 of a time in ns is more than a second), other numbers (not
+    booleans) to 1e-9 relative, everything else of the same type and equal."""
+    if isinstance(held, int) and isinstance(fresh, int):
+        return type(held) is type(fresh) and held == fresh
     if _is_number(held) and _is_number(fresh):
         return bool(held == fresh or abs(held - fresh) <= RELATIVE * max(abs(held), abs(fresh)))
     return type(held) is type(fresh) and held == fresh
