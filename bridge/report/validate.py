@@ -222,7 +222,7 @@ class _Diff:
         if path in self.skip:
             return
         if isinstance(held, dict) and isinstance(fresh, dict):
-            for key in held.keys() - fresh.keys():
+            for key in (k for k in held if k not in fresh):
                 self.leaves += 1
                 self.found.append(f"{_pointer(path, key)}: {_show(held[key])}, rebuilt: absent (an extra key)")
             for key in fresh:
@@ -245,6 +245,7 @@ class _Diff:
     def compare_csv(self, path: Path, rebuilt: Report, fresh: Mapping[str, Any]) -> None:
         """The telemetry section's rows, keyed by endpoint, GPU UUID and metric, cell by cell as the writer
         formats them; and the energy rows in AIPerf's `Metric,Value` section when the file has one."""
+        from bridge.report.energy import ENERGY_FAMILY
         from bridge.report.write import CSV_HEADER, csv_section, energy_row
 
         try:
@@ -258,18 +259,27 @@ class _Diff:
         if start is None:  # a CSV `report` was not asked to write into (AIPerf's own): nothing of ours to check
             return
         base = f"/{path.name}"
-        self._compare_rows(_csv_rows(lines[start:]), _csv_rows(csv_section(rebuilt).lstrip("\r\n").splitlines()),
-                           base)
+        try:  # a cell beyond csv's field limit: the file is not one the writer wrote
+            held = _csv_rows(lines[start:])
+            rows = {row[0]: row[1:] for row in csv.reader(lines[:start]) if len(row) >= 2}
+        except csv.Error as exc:
+            self.found.append(f"{base}: unreadable as CSV ({exc})")
+            return
+        self._compare_rows(held, _csv_rows(csv_section(rebuilt).lstrip("\r\n").splitlines()), base)
         energy = {tag: value for tag, value in fresh.items() if tag != "telemetry_data"}
         if not any(line == "Metric,Value" for line in lines[:start]):
             return
-        rows = {row[0]: row[1:] for row in csv.reader(lines[:start]) if len(row) >= 2}
+        written = {energy_row(tag, result)[0] for tag, result in energy.items()}
+        for name in rows.keys() & {energy_row(tag, {"unit": unit, "avg": 0.0})[0] for tag, _, unit in ENERGY_FAMILY}:
+            if name not in written:
+                self.leaves += 1
+                self.found.append(f"{base}/Metric,Value/{name}: {_show(rows[name][0])}, rebuilt: absent (an extra row)")
         for tag, result in energy.items():
             name, value = energy_row(tag, result)
             self.leaves += 1
-            held = rows.get(name)
-            if held != [value]:
-                self.found.append(f"{base}/Metric,Value/{name}: {_show(held[0] if held else None)}, rebuilt: "
+            cells = rows.get(name)
+            if cells != [value]:
+                self.found.append(f"{base}/Metric,Value/{name}: {_show(cells[0] if cells else None)}, rebuilt: "
                                   f"{_show(value)}")
 
     def _compare_rows(self, held: tuple[list[str], dict[str, list[str]]],
@@ -277,7 +287,7 @@ class _Diff:
         held_header, held_rows = held
         fresh_header, fresh_rows = fresh
         self.compare(held_header, fresh_header, f"{base}/header")
-        for key in held_rows.keys() - fresh_rows.keys():
+        for key in (k for k in held_rows if k not in fresh_rows):
             self.leaves += 1
             self.found.append(f"{base}/{key}: a row, rebuilt: absent (an extra row)")
         for key, row in fresh_rows.items():

@@ -260,6 +260,22 @@ def test_an_energy_row_edited_in_aiperfs_section_of_the_csv_is_not_valid(run: Pa
     _not_valid(_validate(run), "report_differs", '/profile_export_aiperf.csv/Metric,Value/Total GPU Energy (J): "1.00"')
 
 
+def test_an_energy_row_the_rebuild_has_not_is_not_valid(run: Path) -> None:
+    path = run / "profile_export_aiperf.csv"
+    row = b"Performance per Watt (requests/sec/W),9.00\r\n"  # the JSON has no request throughput: no such row
+    path.write_bytes(path.read_bytes().replace(b"Metric,Value\r\n", b"Metric,Value\r\n" + row))
+    _not_valid(_validate(run), "report_differs",
+               '/profile_export_aiperf.csv/Metric,Value/Performance per Watt (requests/sec/W): "9.00", rebuilt: absent')
+
+
+def test_a_csv_no_writer_wrote_is_a_difference_not_a_traceback(run: Path) -> None:
+    path = run / "profile_export_aiperf.csv"
+    path.write_bytes(path.read_bytes() + b'"' + b"x" * 200_000 + b'"\r\n')
+    result = _validate(run)
+    _not_valid(result, "report_differs", "/profile_export_aiperf.csv: unreadable as CSV (field larger than")
+    assert "Traceback" not in result.output
+
+
 def test_a_changed_events_file_is_not_valid(run: Path) -> None:
     path = run / "gpu_telemetry_events.jsonl"
     path.write_bytes(path.read_bytes() + b'{"type":"scrape_error","endpoint":"x","time_ns":1,"kind":"timeout"}\n')
