@@ -6,7 +6,6 @@ Imports numpy, rich and the builder only when the command runs, so `dcgm-bridge 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,16 +98,13 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     table = table_with_custom(default_table(), list(metrics_csv))
     run = load_events(events_path) if events_path is not None else RunEvents()
     if gpu_pod_selectors:
-        pod_patterns = _with_selected_pods(pod_patterns, gpu_pod_selectors, run, events_path)
+        pod_patterns = with_selected_pods(pod_patterns, gpu_pod_selectors, run, events_path)
     try:
-        rebuilt = rebuild(jsonl, events_path, run=run, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
-                          phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id, table=table,
-                          prometheus=(prometheus_url, strip_suffix) if prometheus_url is not None else None)
-        built, counter_mode = rebuilt.report, rebuilt.report.counter_mode
-        if selecting:  # (records of one run of several, else the log's pods read from its file)
-            pods_source: Any = rebuilt.source if isinstance(rebuilt.source, list) else jsonl
-            built = _pods_only(built, pods_source, pod_patterns, run.shared, table=table, counter_mode=counter_mode,
-                               grace_ns=built.window.grace_ns, **rebuilt.kwargs)
+        built = rebuild(jsonl, events_path, run=run, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
+                        phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id, table=table,
+                        prometheus=(prometheus_url, strip_suffix) if prometheus_url is not None else None,
+                        pods=pod_patterns if selecting else None)
+        counter_mode = built.counter_mode
     except WindowError as exc:  # a manifest with no usable phase, …: the input's fault, exit 2
         raise click.UsageError(str(exc)) from None
     if built.read_errors:
@@ -140,23 +136,15 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     exit_on_verdict(built.telemetry_data, require_valid, echo=not show_console)
 
 
-@dataclass(frozen=True)
-class Rebuild:
-    """A report rebuilt from its inputs, and what it was built from (the pods' selection builds again from these)."""
-
-    report: Report
-    source: Any  # the records: the log as read, one run's records, or a store's
-    kwargs: dict[str, Any]  # build_report's window, marks, endpoints, errors and states, the run taken
-
-
 def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | None = None, start_ns: int | None = None,
             end_ns: int | None = None, grace_ns: int | None = None, phase_manifest: Path | None = None,
             counter_mode: str | None = None, run_id: str | None = None, table: FieldTable | None = None,
-            prometheus: tuple[str, str | None] | None = None) -> Rebuild:
+            prometheus: tuple[str, str | None] | None = None, pods: tuple[Any, ...] | None = None) -> Report:
     """The one way a report is built from a finished run's files, for `report` and `validate` alike: the window is
     --start-ns/--end-ns (plus the grace), else the profiling phase of --phase-manifest, else the events file's marks;
     the grace and the counter mode are the flags', else the run's (its `configured` event), else the defaults; the
-    run is --run-id's, else the log's newest. `prometheus`: (URL, strip suffix) instead of the record log."""
+    run is --run-id's, else the log's newest. `prometheus`: (URL, strip suffix) instead of the record log; `pods`:
+    the --gpu-pods patterns (with those --gpu-pod-selector picked) when selecting."""
     from bridge.report.build import build_report
     from bridge.report.events import RunEvents, load_events
     from bridge.report.runs import read_log
@@ -186,7 +174,11 @@ def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | No
         source = _store_records(prometheus[0], run_id or "", kwargs, grace, table, prometheus[1])
     built = build_report(source, table=table, counter_mode=mode, grace_ns=grace,  # type: ignore[arg-type]
                          record_log=log, events_file=events_path, **kwargs)
-    return Rebuild(built, source, kwargs)
+    if pods is not None:  # (records of one run of several, else the log's pods read from its file)
+        pods_source: Any = source if isinstance(source, list) else jsonl
+        built = _pods_only(built, pods_source, pods, run.shared, table=table, counter_mode=mode, grace_ns=grace,
+                           record_log=log, events_file=events_path, **kwargs)
+    return built
 
 
 def exit_on_verdict(telemetry_data: dict[str, Any], require_valid: bool, *, echo: bool = True) -> None:
@@ -221,7 +213,7 @@ def one_run(log: LogRead, run_id: str | None) -> tuple[LogRead | list[GpuRecord]
     return list(records_of_run(jsonl, chosen, errors)), chosen
 
 
-def _with_selected_pods(patterns: Any, values: tuple[str, ...], run: Any, events_path: Path | None) -> Any:
+def with_selected_pods(patterns: Any, values: tuple[str, ...], run: Any, events_path: Path | None) -> Any:
     """`--gpu-pod-selector`: `patterns` plus the pods the run recorded that the selectors pick (report/pods.py)."""
     from bridge.discovery import SELECTOR_FLAG, parse_pod_selector, pod_selector_problems
     from bridge.report.pods import patterns_of_selectors

@@ -60,8 +60,15 @@ class Validation:
               help="As `report --counter-mode` (default: the run's, recorded in the events file).")
 @click.option("--run-id", help="As `report --run-id`: the run of a record log that holds several (default: the "
                                "newest).")
+@click.option("--metrics-csv", type=click.Path(exists=True, dir_okay=False), multiple=True,
+              help="As `report --metrics-csv`: the custom-metrics CSV the report was built with.")
+@click.option("--gpu-pods", multiple=True, metavar="NAMESPACE/GLOB", help="As `report --gpu-pods` (repeatable).")
+@click.option("--gpu-pod-selector", "gpu_pod_selectors", multiple=True, metavar="NAMESPACE/SELECTOR",
+              help="As `report --gpu-pod-selector` (repeatable).")
 def validate(artifact_dir: Path, start_ns: int | None, end_ns: int | None, grace_ns: int | None,
-             phase_manifest: Path | None, counter_mode: str | None, run_id: str | None) -> None:
+             phase_manifest: Path | None, counter_mode: str | None, run_id: str | None,
+             metrics_csv: tuple[str, ...] = (), gpu_pods: tuple[str, ...] = (),
+             gpu_pod_selectors: tuple[str, ...] = ()) -> None:
     """Re-check a finished run: the hashes of the record log and the events file, the window against the phase
     marks, and every key and value of the report, the CSV section and the phase files against a rebuild.
 
@@ -71,7 +78,8 @@ def validate(artifact_dir: Path, start_ns: int | None, end_ns: int | None, grace
 
     check_window_flags(start_ns, end_ns)
     result = validate_run(artifact_dir, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
-                          phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id)
+                          phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id,
+                          metrics_csv=metrics_csv, gpu_pods=gpu_pods, gpu_pod_selectors=gpu_pod_selectors)
     for line in result.lines:
         click.echo(line)
     raise SystemExit(0 if result.valid else 1)
@@ -79,9 +87,13 @@ def validate(artifact_dir: Path, start_ns: int | None, end_ns: int | None, grace
 
 def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int | None = None,
                  grace_ns: int | None = None, phase_manifest: Path | None = None, counter_mode: str | None = None,
-                 run_id: str | None = None) -> Validation:
+                 run_id: str | None = None, metrics_csv: tuple[str, ...] = (), gpu_pods: tuple[str, ...] = (),
+                 gpu_pod_selectors: tuple[str, ...] = ()) -> Validation:
+    from bridge.fields import default_table, table_with_custom
+    from bridge.pods import parse_pod_patterns
     from bridge.record_log import EVENTS_FILE, EXPORT_FILE
-    from bridge.report.cli import rebuild
+    from bridge.report.cli import rebuild, with_selected_pods
+    from bridge.report.events import load_events
     from bridge.report.verdict import FIXES, file_sha256
     from bridge.report.window import WindowError
 
@@ -90,9 +102,17 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
     if log is None:
         raise ReportInputError(f"validate: no {EXPORT_FILE} (or .gz) beside {events}: nothing to rebuild from")
     report_path, doc = _find_report(artifact_dir, log.name)
+    pods = parse_pod_patterns(gpu_pods)
     try:
-        rebuilt = rebuild(log, events, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
-                          phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id).report
+        run = load_events(events)
+        if gpu_pod_selectors:
+            pods = with_selected_pods(pods, gpu_pod_selectors, run, events)
+        rebuilt = rebuild(log, events, run=run, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
+                          phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id,
+                          table=table_with_custom(default_table(), list(metrics_csv)),
+                          pods=pods if gpu_pods or gpu_pod_selectors else None)
+    except ReportInputError:  # already one line naming the input
+        raise
     except WindowError as exc:
         raise ReportInputError(f"validate: {exc}") from None
     except (ValueError, TypeError, OSError) as exc:

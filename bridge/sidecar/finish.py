@@ -149,7 +149,8 @@ def _pods_only(report: Report, session: FinishedRun, events: Path | RunEvents, k
     live = session.pod_timelines
     timelines = live.timelines.timelines() if live is not None else timelines_of_log(session.records.path)
     timelines = with_shared(timelines, (load_events(events) if isinstance(events, Path) else events).shared)
-    report, selection = report_for_pods(report, timelines, patterns, **event_kwargs(events), **kwargs)
+    report, selection = report_for_pods(report, timelines, patterns, **event_kwargs(events), **kwargs,
+                                        events_file=events if isinstance(events, Path) else None)
     if selection.warning:
         logger.warning("%s", selection.warning)
     logger.info("pods: %s", selection.summary_line())

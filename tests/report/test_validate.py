@@ -185,6 +185,20 @@ for name, kind in (("warmup", "warmup"), ("profiling", "profiling")):
 """
 
 
+def test_a_report_of_some_pods_gpus_is_valid_given_the_same_pods(run: Path) -> None:
+    import dataclasses
+
+    pods = {GPUS[0][0]: ("bench", "llama-0"), GPUS[1][0]: ("other", "train-0")}
+    write_log(run / "gpu_telemetry_export.jsonl", (dataclasses.replace(
+        r, namespace=pods[r.gpu_uuid][0], pod_name=pods[r.gpu_uuid][1]) for r in _records()))
+    built = _report(run, "--gpu-pods", "bench/llama-*")
+    assert built.exit_code == 0, built.output
+    assert list(_gpus(_json(run / "profile_export_aiperf.json"))) == ["gpu_0"]
+    given = _validate(run, "--gpu-pods", "bench/llama-*")
+    assert given.exit_code == 0, given.output
+    _not_valid(_validate(run), "report_differs", f"/telemetry_data/endpoints/{ENDPOINT}/gpus/gpu_1: absent, rebuilt: ")
+
+
 # --- the issue's cases --------------------------------------------------------------------------------------
 
 
