@@ -185,6 +185,21 @@ for name, kind in (("warmup", "warmup"), ("profiling", "profiling")):
 """
 
 
+def test_a_report_over_a_manifests_window_is_valid_given_that_manifest(run: Path) -> None:
+    """`profile -- aiperf` takes the window from AIPerf's phase_manifest.json when no marks were posted."""
+    manifest = run / "aiperf" / "phase_manifest.json"
+    manifest.parent.mkdir()
+    manifest.write_bytes(orjson.dumps({"schema_version": 1, "phases": [
+        {"phase_name": "profiling", "phase_kind": "profiling", "phase_index": 0, "profiling_index": 0,
+         "start_ns": PROFILING[0] + 2 * S, "end_ns": PROFILING[1]}]}))
+    assert _report(run, "--phase-manifest", str(manifest)).exit_code == 0
+    given = _validate(run, "--phase-manifest", str(manifest))
+    assert given.exit_code == 0, given.output
+    assert f"(from {manifest})" in given.output
+    _not_valid(_validate(run), "window_differs",
+               f"/telemetry_data/measurement/window/start_ns: {PROFILING[0] + 2 * S}, rebuilt: {PROFILING[0]}")
+
+
 def test_a_report_of_some_pods_gpus_is_valid_given_the_same_pods(run: Path) -> None:
     import dataclasses
 
