@@ -94,7 +94,7 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
     from bridge.record_log import EVENTS_FILE, EXPORT_FILE
     from bridge.report.cli import rebuild, with_selected_pods
     from bridge.report.events import load_events
-    from bridge.report.verdict import FIXES, file_sha256
+    from bridge.report.verdict import FIXES
     from bridge.report.window import WindowError
 
     events = _first(artifact_dir, EVENTS_FILE)
@@ -117,29 +117,16 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
         raise ReportInputError(f"validate: {exc}") from None
     except (ValueError, TypeError, OSError) as exc:
         raise ReportInputError(f"validate: cannot rebuild the report from {log}: {exc}") from None
-    stored: dict[str, Any] = doc["telemetry_data"]
-    verdict = stored.get("measurement") if isinstance(stored.get("measurement"), dict) else {}
-    reasons: list[str] = []
+    held = doc["telemetry_data"].get("measurement")
+    verdict: dict[str, Any] = held if isinstance(held, dict) else {}
     lines = [f"report: {report_path}"]
-    for key, what, path, sha256 in (("record_log", "record log", log, _sha256_of(rebuilt, "record_log")),
-                                    ("events", "events", events, file_sha256(events))):
-        lines.append(f"{what}: {path}")
-        held = verdict.get(key) if isinstance(verdict, dict) else None
-        stored_hash = held.get("sha256") if isinstance(held, dict) else None
-        if not stored_hash:
-            reasons.append("no_hash")
-            lines.append(f"  the report stores no SHA-256 of the {what}")
-        elif stored_hash != sha256:
-            reasons.append("hash_mismatch")
-            lines.append(f"  SHA-256 differs from the one the report stores ({stored_hash!r} vs {sha256!r})")
-        else:
-            lines.append("  SHA-256 matches the report's")
-    window = rebuilt.telemetry_data.get("measurement", {}).get("window")
+    reasons = _check_hashes(verdict, rebuilt, {"record_log": ("record log", log), "events": ("events", events)},
+                            lines)
     source = "--start-ns/--end-ns" if start_ns is not None else f"{phase_manifest}" if phase_manifest else \
         "the events file's phase marks"
+    window = rebuilt.telemetry_data.get("measurement", {}).get("window")
     lines.append(f"window: {_window_text(window)} (from {source})")
-    held_window = verdict.get("window") if isinstance(verdict, dict) else None
-    moved = _differences(held_window, window, "/telemetry_data/measurement/window")
+    moved = _differences(verdict.get("window"), window, "/telemetry_data/measurement/window")
     if moved:
         reasons.append("window_differs")
         lines.append("  the report's window differs (stored vs rebuilt):")
@@ -163,6 +150,30 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
     return Validation(not reasons, reasons, lines)
 
 
+def _check_hashes(verdict: Mapping[str, Any], rebuilt: Report, files: Mapping[str, tuple[str, Path]],
+                  lines: list[str]) -> list[str]:
+    """The reasons (`no_hash`, `hash_mismatch`) the SHA-256 the report stores of each file (`files`: its key in the
+    verdict → what it is, its path) gives against the one the rebuild read; its lines appended to `lines`."""
+    reasons = []
+    for key, (what, path) in files.items():
+        lines.append(f"{what}: {path}")
+        stored, read = _sha256_in(verdict, key), _sha256_in(rebuilt.telemetry_data.get("measurement", {}), key)
+        if not stored:
+            reasons.append("no_hash")
+            lines.append(f"  the report stores no SHA-256 of the {what}")
+        elif stored != read:
+            reasons.append("hash_mismatch")
+            lines.append(f"  SHA-256 differs from the one the report stores ({_show(stored)} vs {_show(read)})")
+        else:
+            lines.append("  SHA-256 matches the report's")
+    return reasons
+
+
+def _sha256_in(verdict: Mapping[str, Any], key: str) -> Any:
+    held = verdict.get(key)
+    return held.get("sha256") if isinstance(held, dict) else None
+
+
 def _shown(differ: list[str]) -> list[str]:
     """The first `SHOWN` differences, the first of each part (`telemetry_data`, each energy metric, the CSV, each
     phase file) ahead of the rest, in their order, so that every part that differs is named."""
@@ -172,11 +183,6 @@ def _shown(differ: list[str]) -> list[str]:
         firsts.setdefault("/".join(parts[1:3] if parts[1:2] == ["phases"] else parts[1:2]), i)
     order = [*firsts.values(), *(i for i in range(len(differ)) if i not in firsts.values())][:SHOWN]
     return [differ[i] for i in sorted(order)]
-
-
-def _sha256_of(report: Report, key: str) -> str | None:
-    held = report.telemetry_data.get("measurement", {}).get(key)
-    return held.get("sha256") if isinstance(held, dict) else None
 
 
 def _window_text(window: Any) -> str:
