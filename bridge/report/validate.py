@@ -20,7 +20,7 @@ Exit 0 valid, 1 not valid, 2 unreadable input (README "Exit codes").
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 RELATIVE = 1e-9
 SHOWN = 20  # differences listed; the rest counted
 # Checked apart (the hashes against the files, the window against the marks), so left out of the value diff.
-_APART = ("/telemetry_data/measurement/window", "/telemetry_data/measurement/record_log/sha256",
-          "/telemetry_data/measurement/events")
+_HASHES = ("/telemetry_data/measurement/record_log/sha256", "/telemetry_data/measurement/events")
+_APART = ("/telemetry_data/measurement/window", *_HASHES)
 
 
 @dataclass
@@ -101,7 +101,7 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
     log = next((p for p in (events.parent / EXPORT_FILE, events.parent / f"{EXPORT_FILE}.gz") if p.is_file()), None)
     if log is None:
         raise ReportInputError(f"validate: no {EXPORT_FILE} (or .gz) beside {events}: nothing to rebuild from")
-    report_path, doc = _find_report(artifact_dir, log.name)
+    (report_path, doc), *others = _find_reports(artifact_dir, log.name)
     pods = parse_pod_patterns(gpu_pods)
     try:
         run = load_events(events)
@@ -132,6 +132,13 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
         lines.append("  the report's window differs (stored vs rebuilt):")
         lines.extend(f"  {line}" for line in moved)
     checked, differ = compare_report(report_path, doc, rebuilt)
+    read = _sha256_in(rebuilt.telemetry_data.get("measurement", {}), "record_log")
+    for path, other in others:  # a copy that claims the same record log is checked as well, window included
+        if read is not None and _sha256_in(other["telemetry_data"].get("measurement") or {}, "record_log") == read:
+            lines.append(f"report: {path} (built from the same record log)")
+            more, found = compare_report(path, other, rebuilt, skip=_HASHES)
+            checked += more
+            differ += [f"/{path.relative_to(artifact_dir).as_posix()}{line}" for line in found]
     if differ:
         reasons.append("report_differs")
         lines.append(f"values: {len(differ)} of {checked} differ from the rebuild (stored vs rebuilt):")
@@ -191,9 +198,11 @@ def _window_text(window: Any) -> str:
     return f"start_ns {window.get('start_ns')!r}, end_ns {window.get('end_ns')!r}, grace_ns {window.get('grace_ns')!r}"
 
 
-def compare_report(report_path: Path, doc: Mapping[str, Any], rebuilt: Report) -> tuple[int, list[str]]:
-    """(values compared, differences): `telemetry_data` and the energy metrics of `doc`, the CSV section beside
-    `report_path` and the per-phase files below its folder, each against `rebuilt` as `report` writes it."""
+def compare_report(report_path: Path, doc: Mapping[str, Any], rebuilt: Report, skip: tuple[str, ...] = _APART
+                   ) -> tuple[int, list[str]]:
+    """(values compared, differences): `telemetry_data` and the energy metrics of `doc` (any `nvidia_*`, `amd_*`
+    key), the CSV section beside `report_path` and the per-phase files below its folder, each against `rebuilt` as
+    `report` writes it; the paths `skip` names are left out."""
     import orjson
 
     from bridge.report.energy import ENERGY_TAGS
@@ -201,8 +210,9 @@ def compare_report(report_path: Path, doc: Mapping[str, Any], rebuilt: Report) -
 
     energy = energy_for(rebuilt, doc, doc)
     fresh = _as_written({"telemetry_data": rebuilt.telemetry_data, **energy})
-    held = {"telemetry_data": doc["telemetry_data"], **{k: v for k, v in doc.items() if k in ENERGY_TAGS}}
-    diff = _Diff(_APART)
+    held = {"telemetry_data": doc["telemetry_data"],
+            **{k: v for k, v in doc.items() if k in ENERGY_TAGS or k.startswith(("nvidia_", "amd_"))}}
+    diff = _Diff(skip)
     diff.compare(held, fresh, "")
     csv_path = report_path.with_suffix(".csv")
     if csv_path.is_file():
@@ -287,7 +297,7 @@ class _Diff:
         base = f"/{path.name}"
         try:  # a cell beyond csv's field limit: the file is not one the writer wrote
             held = _csv_rows(lines[start:])
-            rows = {row[0]: row[1:] for row in csv.reader(lines[:start]) if len(row) >= 2}
+            rows = _by_key((row[0], row[1:]) for row in csv.reader(lines[:start]) if len(row) >= 2)
         except csv.Error as exc:
             self.found.append(f"{base}: unreadable as CSV ({exc})")
             return
@@ -296,8 +306,9 @@ class _Diff:
         if not any(line == "Metric,Value" for line in lines[:start]):
             return
         written = {energy_row(tag, result)[0] for tag, result in energy.items()}
-        for name in rows.keys() & {energy_row(tag, {"unit": unit, "avg": 0.0})[0] for tag, _, unit in ENERGY_FAMILY}:
-            if name not in written:
+        family = {energy_row(tag, {"unit": unit, "avg": 0.0})[0] for tag, _, unit in ENERGY_FAMILY} | written
+        for name in rows:
+            if name.replace(" (again)", "") in family and name not in written:
                 self.leaves += 1
                 self.found.append(f"{base}/Metric,Value/{name}: {_show(rows[name][0])}, rebuilt: absent (an extra row)")
         for tag, result in energy.items():
@@ -336,7 +347,18 @@ def _csv_rows(lines: list[str]) -> tuple[list[str], dict[str, list[str]]]:
         return [], {}
     header = rows[0]
     metric = header.index("Metric") if "Metric" in header else 5
-    return header, {"/".join(_escape(row[i]) for i in (0, 3, metric) if i < len(row)): row for row in rows[1:]}
+    return header, _by_key(("/".join(_escape(row[i]) for i in (0, 3, metric) if i < len(row)), row)
+                           for row in rows[1:])
+
+
+def _by_key(rows: Iterable[tuple[str, list[str]]]) -> dict[str, list[str]]:
+    """Rows by key; a key again is kept as `key (again)`, so a row written twice is a difference, not hidden."""
+    out: dict[str, list[str]] = {}
+    for key, row in rows:
+        while key in out:
+            key += " (again)"
+        out[key] = row
+    return out
 
 
 def _pointer(path: str, key: object) -> str:
@@ -383,9 +405,9 @@ def _first(root: Path, name: str) -> Path:
     return found[0]
 
 
-def _find_report(root: Path, log_name: str) -> tuple[Path, dict[str, Any]]:
-    """The report JSON below `root` that holds `telemetry_data`, preferring one whose verdict names `log_name`
-    (a report merged into AIPerf's folder is found there too)."""
+def _find_reports(root: Path, log_name: str) -> list[tuple[Path, dict[str, Any]]]:
+    """The report JSONs below `root` that hold `telemetry_data`, the one to check first: the shallowest whose
+    verdict names `log_name`, else the shallowest (a report merged into AIPerf's folder is found there too)."""
     import orjson
 
     candidates: list[tuple[Path, dict[str, Any]]] = []
@@ -398,11 +420,14 @@ def _find_report(root: Path, log_name: str) -> tuple[Path, dict[str, Any]]:
             continue
         if isinstance(doc, dict) and isinstance(doc.get("telemetry_data"), dict):
             candidates.append((path, doc))
-    for path, doc in candidates:
-        verdict = doc["telemetry_data"].get("measurement")
-        if isinstance(verdict, dict) and (verdict.get("record_log") or {}).get("file") == log_name:
-            return path, doc
     if not candidates:
         raise ReportInputError(f"validate: no report (a JSON file with telemetry_data) at or below {root}; "
                                "rebuild it with `dcgm-bridge report`")
-    return candidates[0]
+    first = next((i for i, (_, doc) in enumerate(candidates) if _names_log(doc, log_name)), 0)
+    return [candidates[first], *candidates[:first], *candidates[first + 1:]]
+
+
+def _names_log(doc: Mapping[str, Any], log_name: str) -> bool:
+    verdict = doc["telemetry_data"].get("measurement")
+    held = verdict.get("record_log") if isinstance(verdict, dict) else None
+    return isinstance(held, dict) and held.get("file") == log_name

@@ -305,6 +305,36 @@ def test_a_csv_no_writer_wrote_is_a_difference_not_a_traceback(run: Path) -> Non
     assert "Traceback" not in result.output
 
 
+def test_a_row_written_twice_in_the_csv_is_not_valid(run: Path) -> None:
+    """A reader may take either copy: one that differs must not hide behind an honest one."""
+    path = run / "profile_export_aiperf.csv"
+    lines = path.read_bytes().decode().split("\r\n")
+    energy = next(i for i, line in enumerate(lines) if line.startswith("Total GPU Energy (J),"))
+    power = next(i for i, line in enumerate(lines) if ",NVIDIA GPU Power Usage (W)," in line)
+    lines.insert(power, lines[power].replace(",NVIDIA GPU Power Usage (W),", ",NVIDIA GPU Power Usage (W),1"))
+    lines.insert(energy, "Total GPU Energy (J),1.00")
+    path.write_bytes("\r\n".join(lines).encode())
+    _not_valid(_validate(run), "report_differs",
+               f"/profile_export_aiperf.csv/{ENDPOINT}/{GPUS[0][0]}/NVIDIA GPU Power Usage (W) (again): a row",
+               '/profile_export_aiperf.csv/Metric,Value/Total GPU Energy (J) (again): ')
+
+
+def test_a_second_report_of_the_same_record_log_is_checked_too(run: Path) -> None:
+    """An honest copy beside the report must not vouch for an edited one (`report -o` into AIPerf's folder)."""
+    aiperf = run / "artifacts" / "model-concurrency4"
+    aiperf.mkdir(parents=True)
+    assert _report(run, "-o", str(aiperf / "profile_export_aiperf.json")).exit_code == 0
+    assert _validate(run).exit_code == 0
+    _edit_report(aiperf, lambda doc: doc["nvidia_total_gpu_energy"].update(unit="kJ"))
+    _not_valid(_validate(run), "report_differs",
+               '/artifacts/model-concurrency4/profile_export_aiperf.json/nvidia_total_gpu_energy/unit: "kJ"')
+
+
+def test_an_extra_energy_metric_is_not_valid(run: Path) -> None:
+    _edit_report(run, lambda doc: doc.update(nvidia_total_gpu_energy_kj={"unit": "kJ", "avg": 3.0}))
+    _not_valid(_validate(run), "report_differs", "/nvidia_total_gpu_energy_kj: {")
+
+
 def test_a_changed_events_file_is_not_valid(run: Path) -> None:
     path = run / "gpu_telemetry_events.jsonl"
     path.write_bytes(path.read_bytes() + b'{"type":"scrape_error","endpoint":"x","time_ns":1,"kind":"timeout"}\n')
