@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 RELATIVE = 1e-9
 SHOWN = 20  # differences listed; the rest counted
 # Checked apart (the hashes against the files, the window against the marks), so left out of the value diff.
-_HASHES = ("/telemetry_data/measurement/record_log/sha256", "/telemetry_data/measurement/events")
+_HASHES = ("/telemetry_data/measurement/record_log/sha256", "/telemetry_data/measurement/events/sha256")
 _APART = ("/telemetry_data/measurement/window", *_HASHES)
 
 
