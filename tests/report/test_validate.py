@@ -214,6 +214,20 @@ def test_a_report_of_some_pods_gpus_is_valid_given_the_same_pods(run: Path) -> N
     _not_valid(_validate(run), "report_differs", f"/telemetry_data/endpoints/{ENDPOINT}/gpus/gpu_1: absent, rebuilt: ")
 
 
+def test_the_phases_a_run_took_from_aiperf_are_recorded_as_marks_only_when_marks_say_them_exactly() -> None:
+    from bridge.report.window import Phase, phases_from_marks
+    from bridge.sidecar.finish import marks_of_phases
+
+    manifest = [Phase("warmup", "warmup", 0, T0 - 9 * S, T0 - S, None),
+                Phase("profiling", "profiling", 1, T0, T0 + S, 0)]
+    assert phases_from_marks(marks_of_phases(manifest)) == manifest
+    cancelled = [Phase("profiling", "profiling", 0, T0, T0 + S, 0, was_cancelled=True)]  # marks have no cancel
+    unnumbered = [Phase("profiling", "profiling", 3, T0, T0 + S, 0)]
+    unknown_kind = [Phase("decode", "decode", 0, T0, T0 + S, None)]
+    assert marks_of_phases(cancelled) == marks_of_phases(unnumbered) == marks_of_phases(unknown_kind) == []
+    assert marks_of_phases(None) == []
+
+
 # --- the cases --------------------------------------------------------------------------------------
 
 
