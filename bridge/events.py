@@ -7,6 +7,8 @@ Everything of a run that is not a GPU record goes to the events file, one JSON o
     configured      `Configured`      time_ns, run_id, endpoints_configured, endpoints_successful, counter_mode,
                                       grace_ns (the final-scrape grace, so `validate` can rebuild the window)
     phase           `PhaseMark`       name, kind, event, time_ns
+                                      (posted; or, at the end of a run that posted none, the phases it took
+                                      from the benchmark's files, so the file holds the report's window)
     scrape_error    `ScrapeFailure`   endpoint, time_ns, kind, message
                                       (kind `unit`: a value contradicting its name's unit, once per family)
     endpoint_state  `EndpointState`   endpoint, time_ns, state, reason

@@ -64,8 +64,8 @@ FIXES: Mapping[str, str] = {
     "hash_mismatch": "the record log's or the events file's bytes are not those the report was built from: rebuild "
                      "the report",
     "window_differs": "the report's window is not the one the events file's phase marks give: rebuild the report, "
-                      "or give `validate` the window the report was built over (`report`'s --start-ns/--end-ns or "
-                      "--phase-manifest; `profile -- aiperf`: --phase-manifest with AIPerf's phase_manifest.json)",
+                      "or give `validate` the window the report was built over as `report` takes it (--start-ns/"
+                      "--end-ns, --phase-manifest: a cancelled AIPerf run's is its phase_manifest.json)",
     "report_differs": "a value of the report, its CSV section or a phase file differs from the rebuild from the "
                       "record log: rebuild the report",
 }
