@@ -381,7 +381,7 @@ def _phase_table(phases: Sequence[PhaseEnergy]) -> str:
             energy += f" ± {_joules(p.uncertainty_j)}"
         vendor = f' data-vendor="{_e(p.vendor)}"' if p.vendor else ""
         named = f"{p.name} ({p.vendor})" if p.vendor else p.name
-        rows.append(f'<tr data-phase="{_e(p.name)}" data-energy-j="{joules}"{stated}{vendor}><td>{_e(named)}</td>'
+        rows.append(f'<tr data-phase="{_e(p.name)}" data-energy-j="{joules}"{vendor}{stated}><td>{_e(named)}</td>'
                     f"<td>{_e(p.kind)}</td><td class='num'>{offset(p.start_s)}</td>"
                     f"<td>{p.duration_s:,.1f} s</td><td class='num'>{energy}</td><td class='num'>{power}</td>"
                     f"<td class='bars'>{bar}</td><td>{_e(p.source)}</td></tr>")

@@ -508,13 +508,13 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
         ages = fresh_ages(ts, values[key], COUNTER_HOLD_S, 0.0 if local else _slowest_refresh(ts, cadence), local)
         stale, shown = ages.stale, ages.instants_ns  # each reading at the instant it shows, where its age is known
         shift = round(stale.shift_s * 1e9)
-        read = counter_delta_interpolated(shown, values[key], start + shift, end + shift, grace_ns + shift) or fresh
+        once, counter = _first_showings(shown, values[key])
+        read = counter_delta_interpolated(once, counter, start + shift, end + shift, grace_ns + shift) or fresh
         edge_bounds = stale_edge_bounds(ts, values[key], start, end, read_at(shown, ts, (start + shift, end + shift)),
                                         round(stale.most_s * 1e9))
         if edge_bounds is None:
             return WindowDelta(read)
-        expected = fresh_uncertainty(shown, values[key], start + shift, end + shift, edge_bounds, ENERGY_RESOLUTION_MJ,
-                                     stale)
+        expected = fresh_uncertainty(once, counter, start + shift, end + shift, edge_bounds, ENERGY_RESOLUTION_MJ, stale)
         return WindowDelta(read, sum(edge_bounds), expected)
     # Timed at DCGM's refreshes: each refresh read the counter's last update, up to the hold before it.
     timed = refreshed_delta(ts, values[key], cadence, start, end, None if power is None else power * 1e-6,  # W → MJ/s
@@ -522,6 +522,19 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
     if timed is None:
         return WindowDelta(timed)
     return WindowDelta(timed, timed.bound, timed.uncertainty)
+
+
+def _first_showings(shown: NDArray[np.int64], values: NDArray[np.float64]) -> tuple[NDArray[np.int64],
+                                                                                    NDArray[np.float64]]:
+    """The valid readings, each update once: readings of the same update show the same instant, and a line read
+    through two readings at one instant has no slope to extrapolate with."""
+    import numpy as np
+
+    valid = np.flatnonzero(~np.isnan(values))
+    t = shown[valid]
+    first = np.ones(t.size, dtype=bool)
+    first[1:] = t[1:] != t[:-1]
+    return t[first], values[valid][first]
 
 
 def _slowest_refresh(ts: NDArray[np.int64], cadence: Cadence) -> float:
