@@ -244,26 +244,14 @@ def check_times(*times: int | None) -> None:
 
 
 def check_writable(path: Path, flag: str) -> None:
-    """A promised output that cannot be written is said before any work (exit 2): a folder, a file that cannot be
-    opened for writing, or no folder to make it in (the writer makes missing folders). Tried, not judged from the
-    modes: root ignores them, a read-only mount does not."""
-    import tempfile
+    """A promised output that cannot be written is said before any work (exit 2): a folder, a link (never written
+    through), a file that cannot be opened for writing, or a folder where the new file cannot be made (the writer
+    makes missing folders). Tried as bridge/files.py writes, not judged from the modes, and nothing is changed."""
+    from bridge.files import write_problem
 
-    if path.is_dir():
-        raise ReportInputError(f"{flag} {path} is a folder; give a file path")
-    folder = path.absolute().parent
-    while not folder.exists():
-        folder = folder.parent
-    try:
-        if path.exists():
-            with path.open("ab"):  # opened, not changed
-                pass
-        else:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
-    except OSError as exc:
-        raise ReportInputError(f"{flag} {path}: cannot write there ({exc.strerror or exc}); give a path you can "
-                               "write") from None
+    problem = write_problem(path)
+    if problem is not None:
+        raise ReportInputError(f"{flag} {problem}")
 
 
 def check_one_run(run: Any, events_path: Path | None) -> None:
