@@ -20,10 +20,10 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["LinkRefused", "same_file", "write_atomically", "write_problem"]
+__all__ = ["LinkRefused", "own_file_problem", "same_file", "write_atomically", "write_problem"]
 
 _NEW_FILE_MODE = 0o644
 
@@ -135,4 +135,19 @@ def same_file(path: Path, others: Iterable[Path]) -> Path | None:
                 continue
             if (theirs.st_dev, theirs.st_ino) == (info.st_dev, info.st_ino):
                 return other
+    return None
+
+
+def own_file_problem(flag: str, path: Path, own: Mapping[str, Path | None]) -> str | None:
+    """Why output `path` may not be written: it is one of the run's own inputs or files (`own`: what each is ->
+    its path; a folder stands for everything below it), e.g. a tab-completion slip that would replace the
+    record log with an HTML page. None when it is none of them."""
+    resolved = Path(os.path.realpath(path))
+    for what, other in own.items():
+        if other is None:
+            continue
+        if same_file(path, [other]) is not None or (other.is_dir() and Path(os.path.realpath(other)) in
+                                                    resolved.parents):
+            return (f"{flag} {path} is {what} ({other}): writing there would replace it; give another path for "
+                    f"{flag}")
     return None

