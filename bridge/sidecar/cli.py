@@ -255,9 +255,10 @@ def sidecar(live: bool, **flags: Any) -> None:
     # A native sidecar that exits is restarted by the kubelet (and would overwrite the finished run):
     # with exit_on_complete false it stays up after POST /complete until SIGTERM.
     try:
+        token = sidecar_token(config)
         server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
                                on_complete=finish if config.exit_on_complete else None,
-                               metrics_text=session.exposition, token=sidecar_token(config),
+                               metrics_text=session.exposition, token=token,
                                protect_reads=config.control_protect_reads)
         server.start()
     except ConfigError:  # the port is taken: nothing ran, so no empty artifact folder is left behind
@@ -272,7 +273,12 @@ def sidecar(live: bool, **flags: Any) -> None:
 
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
-    session.configure()
+    try:
+        session.configure()  # no NVML, no GPU: the session lets the folder go (session.abandon)
+    except BaseException:
+        server.stop()
+        remove_if_empty(made)
+        raise
     session.start()
     pod_watch: Any = None
     if selected is not None and apis is not None:  # the pods are followed as they move (sidecar/pod_watch.py)
@@ -284,7 +290,7 @@ def sidecar(live: bool, **flags: Any) -> None:
     if done_file is not None:
         from bridge.sidecar.artifacts import done_marker_is_ours
 
-        done_marker_is_ours(done_file, session.run_id)  # an earlier run's marker is removed now
+        done_marker_is_ours(done_file, session.run_id, token)  # an earlier run's marker is removed now
     watch = OtlpLossWatch()
     finished_by_file = False
     # A look at the done file once a second when there is one, and at the OTLP counters when the forwarder says
@@ -298,7 +304,7 @@ def sidecar(live: bool, **flags: Any) -> None:
         look.clear()
         if done.is_set():
             break
-        if done_file is not None and done_marker_is_ours(done_file, session.run_id):
+        if done_file is not None and done_marker_is_ours(done_file, session.run_id, token):
             finished_by_file = True
             break
         if session.forwarder is not None:
@@ -387,11 +393,13 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
         check_not_the_runs(html_path, "--html", session)
     from bridge.errors import BridgeError
 
+    made = missing_folders(Path(config.artifact_dir)) if session is not None else []
     try:
         run = run_profile(config, session, argv, live=live, stop_timeout=stop_timeout, env=env,
                           keep_children=keep_children)
-    except BridgeError:
-        raise  # its own message and exit code (bridge/cli.py)
+    except BridgeError:  # its own message and exit code (bridge/cli.py); a failed start leaves no folder
+        remove_if_empty(made)
+        raise
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None
     _summary(run, session, html_path)
