@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 from click.testing import CliRunner
 
 from bridge.cli import main
+from bridge.errors import ConfigError
 
 NEIGHBOUR = 65534
 QUIET = {"AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "DCGM_BRIDGE_CONNECT_TIMEOUT": "0.3",
@@ -251,3 +253,116 @@ def test_inline_chart_json_cannot_end_the_script_or_start_markup() -> None:
     assert "\\u003c!--\\u003cscript\\u003e\\u2028\\u0026\\u003c/script\\u003e" in inline
     assert SCRIPT_HOST in json.dumps(json.loads(inline), ensure_ascii=False)  # the same value, read back
     assert page.count("<script") == 2  # the data and the page's own script, nothing the hostname opened
+
+
+# -- 4. secrets and locks only the owner can touch ---------------------------------------------------------
+@pytest.mark.root
+@as_root
+def test_a_token_file_a_neighbour_made_first_is_refused_and_the_run_does_not_start(tmp_path: Path, team: Path) -> None:
+    from bridge.sidecar.control_token import token_from_file
+
+    planted = team / "control-token"
+
+    def plant() -> None:
+        planted.write_text("the-neighbours-token\n")
+        planted.chmod(0o644)
+
+    as_neighbour(plant)
+    with pytest.raises(ConfigError, match=f"{planted} belongs to uid {NEIGHBOUR}, not to this user .uid 0.*"
+                                          "remove it .a new one is made, mode 0600. or chown 0 it"):
+        token_from_file(planted)
+    folder = tmp_path / "a"
+    result = cli(["sidecar", "--gpu-telemetry", "localhost:1", "--artifact-dir", str(folder)],
+                 env={"DCGM_BRIDGE_CONTROL_TOKEN_FILE": str(planted)})
+    assert result.exit_code == 2 and f"belongs to uid {NEIGHBOUR}" in result.output, result.output
+    assert not folder.exists()  # nothing of the refused start stays
+    assert planted.read_text() == "the-neighbours-token\n"
+
+
+def test_a_token_file_others_may_read_is_refused_with_chmod_600(tmp_path: Path) -> None:
+    from bridge.sidecar.control_token import token_from_file
+
+    token = tmp_path / "control-token"
+    token.write_text("mine\n")
+    token.chmod(0o640)
+    with pytest.raises(ConfigError, match=r"readable or writable by others \(mode 0640\): chmod 600"):
+        token_from_file(token)
+    token.chmod(0o600)
+    assert token_from_file(token) == "mine"
+
+
+def test_protecting_reads_without_a_token_exits_2_and_leaves_nothing(tmp_path: Path) -> None:
+    folder = tmp_path / "a"
+    result = cli(["sidecar", "--gpu-telemetry", "localhost:1", "--artifact-dir", str(folder)],
+                 env={"DCGM_BRIDGE_CONTROL_PROTECT_READS": "true"})
+    assert result.exit_code == 2, result.output
+    assert "Error: DCGM_BRIDGE_CONTROL_PROTECT_READS=true needs a token" in result.output
+    assert not folder.exists()
+
+
+@pytest.mark.root
+@as_root
+def test_a_neighbour_can_neither_open_the_lock_nor_take_the_folder_and_is_told_by_whom(team: Path) -> None:
+    from bridge.sidecar.folder_lock import LOCK_FILE, FolderLock
+
+    lock = FolderLock(team, "run-a")
+    lock.acquire()
+    try:
+        assert (team / LOCK_FILE).stat().st_mode & 0o777 == 0o600
+
+        def neighbour() -> None:
+            with pytest.raises(PermissionError):  # so no shared flock can outlive the run and keep it out
+                os.open(team / LOCK_FILE, os.O_RDONLY)
+            with pytest.raises(ConfigError, match=f"--artifact-dir {team} is locked by uid 0 .another user's run"):
+                FolderLock(team, "run-b").acquire()
+            with pytest.raises(ConfigError, match="is locked by uid 0"):
+                FolderLock(team, "run-b", use_flock=False).acquire()
+
+        as_neighbour(neighbour)
+    finally:
+        lock.release()
+    restarted = FolderLock(team, "run-a")  # the run's own restarted process takes it at once
+    restarted.acquire()
+    restarted.release()
+
+
+def test_a_lock_file_left_0644_by_an_older_version_is_narrowed_to_0600(tmp_path: Path) -> None:
+    from bridge.sidecar.folder_lock import LOCK_FILE, FolderLock
+
+    (tmp_path / LOCK_FILE).write_text("{}\n")
+    (tmp_path / LOCK_FILE).chmod(0o644)
+    lock = FolderLock(tmp_path, "run-a")
+    lock.acquire()
+    try:
+        assert (tmp_path / LOCK_FILE).stat().st_mode & 0o777 == 0o600
+    finally:
+        lock.release()
+
+
+def test_with_a_token_the_done_file_ends_the_run_only_when_it_carries_it(tmp_path: Path) -> None:
+    from bridge.sidecar.artifacts import done_marker_is_ours
+
+    done = tmp_path / "done"
+    done.write_text("run-a 0\n")  # the run id, but no token: anyone who can write the volume could write this
+    assert not done_marker_is_ours(done, "run-a", "s3cret") and not done.exists()
+    done.write_text("run-a 0 guessed\n")
+    assert not done_marker_is_ours(done, "run-a", "s3cret") and not done.exists()
+    done.write_text("run-a 0 s3cret\n")
+    assert done_marker_is_ours(done, "run-a", "s3cret")
+    assert done_marker_is_ours(done, "run-a")  # without a token the run id is the rule, as before
+
+
+def test_kubes_legacy_sidecar_marker_carries_the_token_and_only_its_user_reads_it(tmp_path: Path) -> None:
+    from bridge.kube.jobset import CONTROL_TOKEN_FILE, DONE_FILE, control_plane_script
+    from bridge.sidecar.artifacts import done_marker_is_ours
+    from bridge.sidecar.control_token import token_from_file
+    from tests.kube.test_jobset import VARIANTS
+
+    line = next(line for line in control_plane_script(VARIANTS["legacy"]).splitlines() if DONE_FILE in line)
+    token_file, done = tmp_path / "control-token", tmp_path / "done"
+    token = token_from_file(token_file)  # as the sidecar makes it at start
+    subprocess.run(["sh", "-c", "rc=3; " + line.replace(CONTROL_TOKEN_FILE, str(token_file))
+                    .replace(DONE_FILE, str(done))], env={"DCGM_BRIDGE_RUN_ID": "bench-1", "PATH": os.environ["PATH"]},
+                   check=True)
+    assert done.stat().st_mode & 0o777 == 0o600
+    assert done_marker_is_ours(done, "bench-1", token)
