@@ -366,3 +366,59 @@ def test_kubes_legacy_sidecar_marker_carries_the_token_and_only_its_user_reads_i
                    check=True)
     assert done.stat().st_mode & 0o777 == 0o600
     assert done_marker_is_ours(done, "bench-1", token)
+
+
+# -- 6. bad numbers in the events file and the phase manifest ---------------------------------------------
+BAD_NUMBERS = [("18446744073709551616", "18446744073709551616 is beyond 64 bits"),
+               ("9223372036854775808", "9223372036854775808 is beyond 64 bits"),
+               ("NaN", "NaN is not a number"), ("1e400", "1e400 is beyond any time"),
+               ("-Infinity", "-Infinity is not a number"), ("1" * 5000, "1111111111")]
+
+
+@pytest.mark.parametrize(("literal", "problem"), BAD_NUMBERS)
+def test_a_bad_number_in_the_events_file_exits_2_naming_the_file_and_line(tmp_path: Path, literal: str,
+                                                                          problem: str) -> None:
+    log = _record_log(tmp_path)
+    events = tmp_path / "gpu_telemetry_events.jsonl"
+    start = json.dumps({"type": "phase", "name": "profiling", "kind": "profiling", "event": "start", "time_ns": T0})
+    end = ('{"type":"phase","name":"profiling","kind":"profiling","event":"end","time_ns":' + literal + "}")
+    events.write_text(f'{{"type":"configured","time_ns":{T0},"run_id":"r"}}\n{start}\n{end}\n')
+    result = cli(["report", "--jsonl", str(log), "--events", str(events)])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"Error: --events {events} line 3: ") and problem in line, line
+    assert not (tmp_path / "profile_export_aiperf.json").exists()
+
+
+@pytest.mark.parametrize(("literal", "problem"), BAD_NUMBERS)
+def test_a_bad_number_in_the_phase_manifest_exits_2_naming_the_file_and_line(tmp_path: Path, literal: str,
+                                                                            problem: str) -> None:
+    log = _record_log(tmp_path)
+    manifest = tmp_path / "phase_manifest.json"
+    manifest.write_text('{"schema_version": 1,\n "phases": [\n  {"phase_kind": "profiling", "phase_index": 0,\n'
+                        f'   "start_ns": {T0},\n   "end_ns": {literal}}}]}}\n')
+    result = cli(["report", "--jsonl", str(log), "--phase-manifest", str(manifest)])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"Error: {manifest} line 5: ") and problem in line, line
+
+
+def test_a_record_log_line_with_a_bad_number_is_skipped_and_counted(tmp_path: Path) -> None:
+    log = _record_log(tmp_path)
+    lines = log.read_bytes().splitlines(keepends=True)
+    lines[2] = re.sub(rb'"timestamp_ns":\d+', b'"timestamp_ns":18446744073709551616', lines[2])
+    lines[3] = re.sub(rb'"timestamp_ns":\d+', b'"timestamp_ns":NaN', lines[3])
+    log.write_bytes(b"".join(lines))
+    result = cli(["report", "--jsonl", str(log), *_window()])
+    assert result.exit_code == 0, result.output
+    assert "warning: 2 unreadable lines" in result.output
+
+
+def test_a_restarted_sidecar_skips_an_event_with_a_bad_time_instead_of_failing(tmp_path: Path) -> None:
+    from bridge.report.events import load_events
+
+    events = tmp_path / "gpu_telemetry_events.jsonl"
+    events.write_text('{"type":"phase","name":"p","kind":"profiling","event":"start","time_ns":18446744073709551616}\n'
+                      f'{{"type":"phase","name":"p","kind":"profiling","event":"start","time_ns":{T0}}}\n')
+    run = load_events(events)  # (not strict: the run's own file, read back by its restarted process)
+    assert [m.time_ns for m in run.marks] == [T0] and run.skipped == 1

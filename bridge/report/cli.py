@@ -101,7 +101,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         if path is not None:
             check_writable(path, flag)
     table = table_with_custom(default_table(), list(metrics_csv))
-    run = load_events(events_path) if events_path is not None else RunEvents()
+    run = load_events(events_path, strict=True) if events_path is not None else RunEvents()
     if gpu_pod_selectors:
         pod_patterns = _with_selected_pods(pod_patterns, gpu_pod_selectors, run, events_path)
     if start_ns is None:
