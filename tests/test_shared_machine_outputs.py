@@ -422,3 +422,30 @@ def test_a_restarted_sidecar_skips_an_event_with_a_bad_time_instead_of_failing(t
                       f'{{"type":"phase","name":"p","kind":"profiling","event":"start","time_ns":{T0}}}\n')
     run = load_events(events)  # (not strict: the run's own file, read back by its restarted process)
     assert [m.time_ns for m in run.marks] == [T0] and run.skipped == 1
+
+
+@pytest.mark.slow
+def test_a_sidecar_with_a_token_ends_on_the_done_file_only_when_it_carries_the_token(tmp_path: Path) -> None:
+    import time
+
+    import httpx
+
+    from bridge.simulator import SimulatedExporter, SimulatorConfig
+    from tests.sidecar.helpers import start_sidecar, stop
+
+    done, token_file = tmp_path / "done", tmp_path / "control-token"
+    with SimulatedExporter(SimulatorConfig(gpus=1, seed=3)) as exporter:
+        process, base = start_sidecar(tmp_path / "log", exporter.url, tmp_path / "out", "--run-id", "run-x",
+                                      DCGM_BRIDGE_DONE_FILE=str(done), DCGM_BRIDGE_CONTROL_TOKEN_FILE=str(token_file))
+        try:
+            done.write_text("run-x 0\n")  # the run id alone, as anyone who can write the volume could
+            deadline = time.monotonic() + 10
+            while done.exists() and time.monotonic() < deadline:  # (the sidecar looks once a second)
+                time.sleep(0.1)
+            assert not done.exists()
+            assert process.poll() is None and httpx.get(base + "/readyz", timeout=5).status_code == 200
+            done.write_text(f"run-x 0 {token_file.read_text().strip()}\n")
+            assert process.wait(60) == 0
+        finally:
+            stop(process)
+    assert f"{done} names run run-x but not its control token: removed and ignored" in (tmp_path / "log").read_text()
