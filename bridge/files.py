@@ -23,7 +23,7 @@ import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["LinkRefused", "own_file_problem", "same_file", "write_atomically", "write_problem"]
+__all__ = ["LinkRefused", "own_file_problem", "read_output", "same_file", "write_atomically", "write_problem"]
 
 _NEW_FILE_MODE = 0o644
 
@@ -66,6 +66,21 @@ def write_atomically(path: Path, data: bytes) -> None:
             os.fsync(folder)
     finally:
         os.close(folder)
+
+
+def read_output(path: Path) -> bytes:
+    """An output's current bytes (a JSON or CSV merged into), never read through a link: a link planted there would
+    otherwise have root read another user's file into the report (LinkRefused)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkRefused(errno.ELOOP, link_message(path)) from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise LinkRefused(errno.EINVAL, f"{path} is not a regular file: remove it or give another path")
+        return f.read()
 
 
 def _existing_mode(folder: int, path: Path) -> int:

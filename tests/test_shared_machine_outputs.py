@@ -133,6 +133,19 @@ def test_a_link_planted_after_the_check_is_refused_by_the_writer_itself(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["page.html", "victim"]  # no temporary left
 
 
+@pytest.mark.parametrize("name", ["profile_export_aiperf.json", "profile_export_aiperf.csv"])
+def test_a_report_file_that_became_a_link_is_neither_read_nor_written(tmp_path: Path, name: str) -> None:
+    from bridge.report.write import ReportWriteError, write_report
+
+    victim = root_only_file(tmp_path / "victim", "secret,1\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / name).symlink_to(victim)
+    with pytest.raises(ReportWriteError, match=f"{tmp_path / 'out' / name} is a symbolic link"):
+        write_report(_report(), tmp_path / "out")
+    assert victim.read_text() == "secret,1\n"
+    assert "secret" not in "".join(p.read_text() for p in (tmp_path / "out").iterdir() if not p.is_symlink())
+
+
 def test_the_writer_replaces_a_file_in_one_step_keeping_its_mode(tmp_path: Path) -> None:
     from bridge.files import write_atomically
 

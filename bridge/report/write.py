@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from bridge.errors import ReportError
-from bridge.files import LinkRefused, write_atomically
+from bridge.files import LinkRefused, read_output, write_atomically
 from bridge.report.energy import ENERGY_FAMILY, ENERGY_TAGS, vendor_energy_metrics
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ def write_report(report: Report, artifact_dir: Path, prefix: str | None = None,
     """Write or merge the JSON, the CSV section and (2+ phases) the phase files; returns the paths."""
     json_name, csv_name = output_names(prefix)
     json_path = json_path or artifact_dir / json_name
-    existing = read_json_object(json_path) if json_path.exists() else None
+    existing = read_json_object(json_path, output=True) if os.path.lexists(json_path) else None
     benchmark: Mapping[str, Any] | None
     if isinstance(benchmark_json, Path):
         benchmark = read_json_object(benchmark_json)
@@ -70,9 +71,12 @@ def write_report(report: Report, artifact_dir: Path, prefix: str | None = None,
     return written
 
 
-def read_json_object(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path, *, output: bool = False) -> dict[str, Any]:
+    """The JSON object in `path`; `output`: a file about to be merged into, never read through a link."""
     try:
-        doc = orjson.loads(path.read_bytes())
+        doc = orjson.loads(read_output(path) if output else path.read_bytes())
+    except LinkRefused as exc:
+        raise ReportWriteError(str(exc.strerror)) from None
     except OSError as exc:
         raise ReportWriteError(f"cannot read {path}: {exc.strerror or exc}") from None
     except orjson.JSONDecodeError as exc:
@@ -99,7 +103,7 @@ _DECLARED_AFTER_TELEMETRY = ("input_config", "run_info", "was_cancelled", "is_co
 
 def merge_json(path: Path, updates: Mapping[str, Any], existing: dict[str, Any] | None = None) -> Path:
     """Put `updates`' keys into the JSON object at `path`, keeping every other key and the order."""
-    doc = existing if existing is not None else (read_json_object(path) if path.exists() else {})
+    doc = existing if existing is not None else (read_json_object(path, output=True) if os.path.lexists(path) else {})
     atomic_write(path, orjson.dumps(merged_document(doc, updates), option=orjson.OPT_INDENT_2))
     return path
 
@@ -210,9 +214,11 @@ def write_csv_section(path: Path, report: Report, energy: Mapping[str, Mapping[s
     """Append the section to an existing CSV (replacing one a previous report wrote), or create it; the
     energy metrics join its `Metric,Value` rows."""
     text = ""
-    if path.exists():
+    if os.path.lexists(path):
         try:
-            text = path.read_bytes().decode("utf-8", errors="replace")  # keep its \r\n
+            text = read_output(path).decode("utf-8", errors="replace")  # keep its \r\n
+        except LinkRefused as exc:
+            raise ReportWriteError(str(exc.strerror)) from None
         except OSError as exc:
             raise ReportWriteError(f"cannot read {path}: {exc.strerror or exc}") from None
         text = _strip_telemetry_section(text)
