@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -36,7 +37,9 @@ def as_neighbour(action: Callable[[], object]) -> None:
     """`action` run by another user: a forked child that drops to uid/gid 65534 first. Its exception (repr)
     fails the test; nothing of it runs as root."""
     read, write = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():  # (3.12 warns of fork in a threaded process; the child only plants a file)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         os.close(read)
         try:
