@@ -465,3 +465,14 @@ def test_a_sidecar_with_a_token_ends_on_the_done_file_only_when_it_carries_the_t
         finally:
             stop(process)
     assert f"{done} names run run-x but not its control token: removed and ignored" in (tmp_path / "log").read_text()
+
+
+# -- 7. a failed start leaves nothing behind ----------------------------------------------------------------
+def test_a_sidecar_whose_local_source_cannot_start_leaves_no_lock_spool_or_folder(tmp_path: Path) -> None:
+    from tests.test_user_errors import _no_nvml
+
+    _no_nvml(tmp_path)  # (skips where NVML starts)
+    folder = tmp_path / "runs" / "a"
+    result = cli(["sidecar", "--gpu-telemetry", "pynvml", "--artifact-dir", str(folder)])
+    assert result.exit_code == 2 and "Error: --gpu-telemetry pynvml: " in result.output, result.output
+    assert list(tmp_path.iterdir()) == []  # no lock, no spool, not even the folders it made
