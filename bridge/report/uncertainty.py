@@ -101,6 +101,12 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start
     edge_power: list[float] = []
     for edge, edge_bound in zip((start, end), edge_bounds, strict=True):
         i = int(np.searchsorted(t, edge, side="right"))
+        if (i == 0 or i == t.size) and t.size >= 4:  # beyond the readings: the line of the nearest interval, extended
+            beyond = _extended(t, v, i, edge, stale)
+            shapes.append(min(beyond[0], edge_bound))
+            ages.append(beyond[1] * stale.q95_s / math.sqrt(2))
+            edge_power.append(beyond[1])
+            continue
         if not 0 < i < t.size or t[i] <= t[i - 1]:
             shapes.append(edge_bound)
             edge_power.append(0.0)
@@ -126,6 +132,20 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start
     # The shapes add: a benchmark's load starts at its window's start and stops at its end, and a line read across
     # both steps misses the same way twice (the power is lower before the start and after the end).
     return min(sum(shapes) + math.hypot(*ages) + shared + 2 * resolution, sum(edge_bounds))
+
+
+def _extended(t: NDArray[np.int64], v: NDArray[np.float64], i: int, edge: int, stale: Staleness) -> tuple[float, float]:
+    """(shape term, power) for an edge a little beyond the readings (0 < δ: the final scrape's value is older than the
+    window's end): the counter is extended at the nearest interval's rate, which is off from the power beyond it by at
+    most the change the last three intervals show, beyond the ages' noise; over δ."""
+    last = i == t.size
+    k = t.size - 2 if last else 0  # the nearest interval
+    rates = [_rate(t, v, j) for j in ((k, k - 1, k - 2) if last else (k, k + 1, k + 2))]
+    known = [r for r in rates if r is not None]
+    power = known[0]
+    change = _beyond(max(known) - min(known), 2 / math.sqrt(2) * power * stale.q95_s / (float(t[k + 1] - t[k]) / 1e9))
+    delta = abs(edge - int(t[-1] if last else t[0])) / 1e9
+    return change * delta, power
 
 
 def _beyond(seen: float, noise: float) -> float:
