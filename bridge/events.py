@@ -144,36 +144,48 @@ def event_from_dict(obj: Mapping[str, Any]) -> Event:
     try:
         if kind == "phase":
             return PhaseMark(str(obj["name"]), _one_of(obj["kind"], PHASE_KINDS), _one_of(obj["event"], PHASE_EVENTS),
-                             int(obj["time_ns"]))
+                             _ns(obj["time_ns"]))
         if kind == "scrape_error":
-            return ScrapeFailure(str(obj["endpoint"]), int(obj["time_ns"]), _one_of(obj.get("kind"), FAILURE_KINDS),
+            return ScrapeFailure(str(obj["endpoint"]), _ns(obj["time_ns"]), _one_of(obj.get("kind"), FAILURE_KINDS),
                                  str(obj.get("message") or ""))
         if kind == "endpoint_state":
-            return EndpointState(str(obj["endpoint"]), int(obj["time_ns"]), _one_of(obj["state"], ENDPOINT_STATES),
+            return EndpointState(str(obj["endpoint"]), _ns(obj["time_ns"]), _one_of(obj["state"], ENDPOINT_STATES),
                                  str(obj.get("reason") or ""))
         if kind == "refresh":
-            return Refresh(str(obj["endpoint"]), int(obj["time_ns"]), float(obj["period_s"]),
+            return Refresh(str(obj["endpoint"]), _ns(obj["time_ns"]), float(obj["period_s"]),
                            int(obj.get("refreshes") or 0), int(obj.get("scrapes") or 0))
         if kind == "configured":
             mode = obj.get("counter_mode")  # one `report` does not know is left to its own default
-            return Configured(int(obj["time_ns"]), _optional_str(obj.get("run_id")),
+            return Configured(_ns(obj["time_ns"]), _optional_str(obj.get("run_id")),
                               _strings(obj.get("endpoints_configured")), _strings(obj.get("endpoints_successful")),
                               next((m for m in COUNTER_MODES if m == mode), None), _grace(obj.get("grace_ns")))
         if kind == "gpu_shared":
             instance = obj.get("gpu_instance_id")
-            return GpuShared(str(obj["endpoint"]), int(obj["time_ns"]), str(obj["gpu_uuid"]),
+            return GpuShared(str(obj["endpoint"]), _ns(obj["time_ns"]), str(obj["gpu_uuid"]),
                              None if instance is None else str(instance), _strings(obj.get("pods")))
         if kind == "pods":
-            return PodsResolved(int(obj["time_ns"]), _strings(obj.get("selectors")),
+            return PodsResolved(_ns(obj["time_ns"]), _strings(obj.get("selectors")),
                                 tuple(_pod(p) for p in obj.get("pods") or ()))
         if kind == "complete":
             end = obj.get("requests_end_ns")
-            return Complete(int(obj["time_ns"]), int(end) if end is not None else None,
+            return Complete(_ns(obj["time_ns"]), _ns(end) if end is not None else None,
                             bool(obj.get("collection_complete", True)), tuple(obj.get("endpoints") or ()),
                             obj.get("otlp"), obj.get("record_log"))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed {kind} event: {exc!r}") from None
     raise ValueError(f"unknown event type {kind!r}")
+
+
+def _ns(value: object) -> int:
+    """A time in ns: an integer of 64 bits (the report's arrays hold int64). A time of 2^64 (a float to orjson) or
+    NaN is a malformed event, not an OverflowError later (`report` names such a line: report/events.py)."""
+    if isinstance(value, str):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise ValueError(f"time {value!r} is not a number of ns")
+    if not -2**63 <= value < 2**63:
+        raise ValueError(f"time {value!r} is beyond 64 bits")
+    return int(value)
 
 
 def _one_of(value: object, allowed: Sequence[T]) -> T:

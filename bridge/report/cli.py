@@ -93,10 +93,14 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         raise click.UsageError("give the window: --start-ns A --end-ns B, --phase-manifest FILE or --events FILE")
     if jsonl is not None:
         check_record_log(jsonl)
-    if html_path is not None:
-        check_writable(html_path, "--html")
+    json_path = output or (jsonl.parent if jsonl else Path(".")) / output_names(profile_export_prefix)[0]
+    csv_path = json_path.parent / output_names(profile_export_prefix)[1] if write_csv else None
+    check_own_inputs(jsonl, events_path, phase_manifest, json_path, html_path, csv_path)
+    for flag, path in (("--output", json_path), ("--csv", csv_path), ("--html", html_path)):
+        if path is not None:
+            check_writable(path, flag)
     table = table_with_custom(default_table(), list(metrics_csv))
-    run = load_events(events_path) if events_path is not None else RunEvents()
+    run = load_events(events_path, strict=True) if events_path is not None else RunEvents()
     if gpu_pod_selectors:
         pod_patterns = with_selected_pods(pod_patterns, gpu_pod_selectors, run, events_path)
     try:
@@ -114,7 +118,6 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         click.echo(f"warning: {run.skipped} unreadable or unknown events were skipped", err=True)
     if not selecting or built.telemetry_data["pods"]["gpus"]:
         check_window_has_records(built, jsonl or prometheus_url or "")
-    json_path = output or (jsonl.parent if jsonl else Path(".")) / output_names(profile_export_prefix)[0]
     try:
         written = write_report(built, json_path.parent, profile_export_prefix, json_path=json_path,
                                write_csv=write_csv)
@@ -151,7 +154,7 @@ def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | No
     from bridge.report.window import DEFAULT_GRACE_NS, explicit_window, load_manifest
 
     if run is None:
-        run = load_events(events_path) if events_path is not None else RunEvents()
+        run = load_events(events_path, strict=True) if events_path is not None else RunEvents()
     if start_ns is None:
         check_one_run(run, events_path)
     mode = counter_mode or run.counter_mode or DEFAULT_COUNTER_MODE
@@ -274,26 +277,31 @@ def check_window_flags(start_ns: int | None, end_ns: int | None) -> None:
 
 
 def check_writable(path: Path, flag: str) -> None:
-    """A promised output that cannot be written is said before any work (exit 2): a folder, a file that cannot be
-    opened for writing, or no folder to make it in (the writer makes missing folders). Tried, not judged from the
-    modes: root ignores them, a read-only mount does not."""
-    import tempfile
+    """A promised output that cannot be written is said before any work (exit 2): a folder, a link (never written
+    through), a file that cannot be opened for writing, or a folder where the new file cannot be made (the writer
+    makes missing folders). Tried as bridge/files.py writes, not judged from the modes, and nothing is changed."""
+    from bridge.files import write_problem
 
-    if path.is_dir():
-        raise ReportInputError(f"{flag} {path} is a folder; give a file path")
-    folder = path.absolute().parent
-    while not folder.exists():
-        folder = folder.parent
-    try:
-        if path.exists():
-            with path.open("ab"):  # opened, not changed
-                pass
-        else:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
-    except OSError as exc:
-        raise ReportInputError(f"{flag} {path}: cannot write there ({exc.strerror or exc}); give a path you can "
-                               "write") from None
+    problem = write_problem(path)
+    if problem is not None:
+        raise ReportInputError(f"{flag} {problem}")
+
+
+def check_own_inputs(jsonl: Path | None, events: Path | None, manifest: Path | None, json_path: Path,
+                     html_path: Path | None, csv_path: Path | None) -> None:
+    """No output is written over an input (or another output): `--html` given the record log by a slip of tab
+    completion would replace the run's only record with a page."""
+    from bridge.files import own_file_problem
+
+    inputs = {"the record log": jsonl, "the events file": events, "the phase manifest": manifest}
+    outputs = {"--html": html_path, "--output": json_path, "--csv": csv_path}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        others = {**inputs, **{f"the {other} file": p for other, p in outputs.items() if other != flag}}
+        problem = own_file_problem(flag, path, others)
+        if problem is not None:
+            raise ReportInputError(problem)
 
 
 def check_one_run(run: Any, events_path: Path | None) -> None:

@@ -104,7 +104,7 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
     (report_path, doc), *others = _find_reports(artifact_dir, log.name)
     pods = parse_pod_patterns(gpu_pods)
     try:
-        run = load_events(events)
+        run = load_events(events, strict=True)  # a damaged number: exit 2 naming the line, as `report`
         if gpu_pod_selectors:
             pods = with_selected_pods(pods, gpu_pod_selectors, run, events)
         rebuilt = rebuild(log, events, run=run, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,

@@ -214,11 +214,15 @@ class Session:
                 self.outputs = SessionOutputs(self.artifact_dir, [self.records.path, self.events.path])
 
     def abandon(self) -> None:
-        """A start that failed before anything was collected (the control port taken): the folder is let go and
-        this run's empty spool removed, so nothing of the attempt stays behind."""
+        """A start that failed before anything was collected (the control port taken, no NVML): the folder is let go
+        and this run's empty spool removed, so nothing of the attempt stays behind."""
         with self._lock:
             if self.state != "created":
                 return
+            for loop in self.loops.values():  # the local readers a failed configure had opened
+                if isinstance(loop.group.fetcher, SourceFetcher):
+                    loop.group.fetcher.close()
+            self.loops.clear()
             spool = self.live_series.spool_dir if self.live_series is not None else None
             if spool is not None:
                 with contextlib.suppress(OSError):  # only while empty: nothing was spooled yet
@@ -241,6 +245,14 @@ class Session:
                 self.prepare_artifacts()
             if self.state != "created":
                 return self.probes
+            try:
+                return self._configure()
+            except BaseException:  # no NVML, no GPU, …: a start that fails leaves nothing behind (DESIGN.md)
+                self.abandon()
+                raise
+
+    def _configure(self) -> list[Probe]:
+        with self._lock:
             self.started_ns = self._now_ns()
             local = self.config.telemetry.local  # this machine's GPUs: no exporter defaults probed beside them
             urls = candidate_endpoints(self.config.telemetry.urls, () if local else self.config.default_endpoints)
