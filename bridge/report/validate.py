@@ -20,6 +20,7 @@ Exit 0 valid, 1 not valid, 2 unreadable input (README "Exit codes").
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from bridge.errors import ReportInputError
+from bridge.files import read_output
 from bridge.samples import COUNTER_MODES
 
 if TYPE_CHECKING:
@@ -215,18 +217,18 @@ def compare_report(report_path: Path, doc: Mapping[str, Any], rebuilt: Report, s
     diff = _Diff(skip)
     diff.compare(held, fresh, "")
     csv_path = report_path.with_suffix(".csv")
-    if csv_path.is_file():
+    if os.path.lexists(csv_path):
         diff.compare_csv(csv_path, rebuilt, fresh)
     if rebuilt.writes_phase_files:
         for phase_file in rebuilt.phase_files:
             path = report_path.parent / phase_file.relpath
             try:
-                stored_phase: Any = orjson.loads(path.read_bytes())
+                stored_phase: Any = orjson.loads(read_output(path))
             except FileNotFoundError:
                 diff.found.append(f"/{phase_file.relpath}: absent, rebuilt: a phase file")
                 continue
             except (OSError, orjson.JSONDecodeError) as exc:
-                diff.found.append(f"/{phase_file.relpath}: unreadable ({exc}), rebuilt: a phase file")
+                diff.found.append(f"/{phase_file.relpath}: unreadable ({_reason(exc)}), rebuilt: a phase file")
                 continue
             diff.compare(stored_phase, _as_written(phase_file.document), f"/{phase_file.relpath}")
     return diff.leaves, diff.found
@@ -285,9 +287,9 @@ class _Diff:
         from bridge.report.write import CSV_HEADER, csv_section, energy_row
 
         try:
-            text = path.read_bytes().decode("utf-8", errors="replace")
+            text = read_output(path).decode("utf-8", errors="replace")
         except OSError as exc:
-            self.found.append(f"/{path.name}: unreadable ({exc.strerror or exc})")
+            self.found.append(f"/{path.name}: unreadable ({_reason(exc)})")
             return
         lines = text.splitlines()
         header = ",".join(CSV_HEADER) + ","
@@ -361,6 +363,10 @@ def _by_key(rows: Iterable[tuple[str, list[str]]]) -> dict[str, list[str]]:
     return out
 
 
+def _reason(exc: Exception) -> str:
+    return str(exc.strerror) if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
 def _pointer(path: str, key: object) -> str:
     return f"{path}/{_escape(str(key))}"
 
@@ -415,7 +421,7 @@ def _find_reports(root: Path, log_name: str) -> list[tuple[Path, dict[str, Any]]
         if "phases" in path.relative_to(root).parts:
             continue
         try:
-            doc = orjson.loads(path.read_bytes())
+            doc = orjson.loads(read_output(path))  # a link is none of ours (the writer never makes one): skipped
         except (OSError, orjson.JSONDecodeError):
             continue
         if isinstance(doc, dict) and isinstance(doc.get("telemetry_data"), dict):

@@ -349,6 +349,22 @@ def test_an_extra_energy_metric_is_not_valid(run: Path) -> None:
     _not_valid(_validate(run), "report_differs", "/nvidia_total_gpu_energy_kj: {")
 
 
+def test_a_phase_file_or_csv_that_is_a_link_is_named_not_read(run: Path, tmp_path: Path) -> None:
+    """A neighbour's link in a shared folder: root's validate must not read another user's file into its output."""
+    secret = tmp_path / "secret.json"
+    secret.write_bytes(b'{"data": {"password": "hunter2"}}')
+    phase = run / "phases" / "warmup" / "gpu_telemetry.json"
+    phase.unlink()
+    phase.symlink_to(secret)
+    csv_path = run / "profile_export_aiperf.csv"
+    csv_path.unlink()
+    csv_path.symlink_to(secret)
+    result = _validate(run)
+    _not_valid(result, "report_differs", "/phases/warmup/gpu_telemetry.json: unreadable (", "is a symbolic link",
+               "/profile_export_aiperf.csv: unreadable (")
+    assert "hunter2" not in result.output
+
+
 def test_a_changed_events_file_is_not_valid(run: Path) -> None:
     path = run / "gpu_telemetry_events.jsonl"
     path.write_bytes(path.read_bytes() + b'{"type":"scrape_error","endpoint":"x","time_ns":1,"kind":"timeout"}\n')
