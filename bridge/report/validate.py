@@ -12,6 +12,8 @@ log it names. The report is rebuilt from the record log and the events file as `
   rows in AIPerf's `Metric,Value` section) and of each per-phase file against the rebuild: a missing or extra
   key, GPU or row, a value of another JSON type (a number written as a string), another string (a unit) or a
   number off by more than 1e-9 relative is a difference, named by its path and both values (`report_differs`);
+  so is every other report below ARTIFACT_DIR that stores the same record log's SHA-256 (window included);
+  a CSV or phase file that is a link is named, never read (bridge/files.py `read_output`);
 - the verdict recomputed.
 
 Exit 0 valid, 1 not valid, 2 unreadable input (README "Exit codes").
