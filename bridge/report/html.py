@@ -134,7 +134,8 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
     if run_id:
         cards.insert(0, ("Run", run_id))
     # Every endpoint's state, a down one included (not only in the text dump below).
-    cards += [(f"Endpoint {s.display}", "up" if s.up_at_end else f"down: {s.reason or 'unreachable'}")
+    cards += [(f"Endpoint {s.display}", (f"up: {s.reason}" if s.reason else "up") if s.up_at_end  # (--gpu-pods)
+               else f"down: {s.reason or 'unreachable'}")
               for s in report.endpoints]
     card_html = "".join(f'<div class="card"><span>{_e(k)}</span><b>{_code(v)}</b></div>' for k, v in cards)
     phases = _phase_energy(report, series, origin, last)
