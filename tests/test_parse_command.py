@@ -71,3 +71,15 @@ def test_an_html_page_answered_with_200_is_a_content_type_error_not_a_page():
     assert result.exit_code == 1
     assert "answered an HTML page (text/html; charset=utf-8): it is not a dcgm-exporter /metrics endpoint" \
         in result.output and result.output.count("\n") == 1
+
+
+def test_a_page_that_declares_its_families_but_serves_no_sample_says_the_exporter_sees_no_gpu(tmp_path):
+    # A real L4 page's HELP/TYPE lines without its samples: what dcgm-exporter serves when DCGM may watch no GPU
+    # (GKE time-sharing, NVIDIA/dcgm-exporter issue 222). It is a dcgm-exporter page, not "not a metrics page".
+    real = next(p for p in REAL_PAGES if "kops_l4" in p.name).read_text().splitlines()
+    page = tmp_path / "declared.prom"
+    page.write_text("".join(f"{line}\n" for line in real if line.startswith(("# HELP", "# TYPE"))))
+    result = CliRunner().invoke(main, ["parse", str(page)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1
+    assert "declares 23 families (DCGM_FI_DEV_SM_CLOCK," in result.output and "sees no GPU" in result.output
+    assert "issue 222" in result.output and "not a metrics page" not in result.output
