@@ -514,7 +514,8 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
                                         round(stale.most_s * 1e9))
         if edge_bounds is None:
             return WindowDelta(read)
-        expected = fresh_uncertainty(once, counter, start + shift, end + shift, edge_bounds, ENERGY_RESOLUTION_MJ, stale)
+        expected = fresh_uncertainty(once, counter, start + shift, end + shift, edge_bounds, ENERGY_RESOLUTION_MJ,
+                                     stale)
         return WindowDelta(read, sum(edge_bounds), expected)
     # Timed at DCGM's refreshes: each refresh read the counter's last update, up to the hold before it.
     timed = refreshed_delta(ts, values[key], cadence, start, end, None if power is None else power * 1e-6,  # W → MJ/s
