@@ -67,6 +67,7 @@ class RecordedRun:
     outputs: SessionOutputs
     nodes: Sequence[SimulatedExporter]
     steps: list[Step] = field(default_factory=list)
+    _served: dict[int, list[Served]] = field(default_factory=dict, repr=False)
 
     @property
     def records_path(self) -> Path:
@@ -89,7 +90,9 @@ class RecordedRun:
 
     def served(self, step: Step) -> list[Served]:
         """Ground truth: what every simulator served at `step` (its model's snapshot at the step's time)."""
-        out = []
+        if step.index in self._served:
+            return self._served[step.index]
+        out = self._served[step.index] = []
         for node in self.nodes:
             model = node.model
             for entity, values in zip(model.entities, model.snapshot(step.t_ns).values, strict=True):

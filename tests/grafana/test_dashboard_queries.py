@@ -499,8 +499,10 @@ def test_every_gauge_panel_shows_what_the_simulators_served_at_every_step(stored
 @pytest.mark.parametrize("store_name", STORES)
 def test_every_rate_panel_shows_the_served_counters_rate(stored_run, name, key, store_name):
     """The panel's graph over the run, per GPU: no point above the most a counter moved in one step, spread over the
-    1 s rate window (a window holds at most one step's move, extrapolated by at most a sample interval, < 25 %),
-    none below 0, and where the counter moves, some point above a tenth of its slowest true rate."""
+    1 s rate window (a window holds at most one step's move: the steps are over a second apart), times what the store
+    may extrapolate (VictoriaMetrics: nothing; Prometheus: up to 1.1 sample intervals at each end, so with as few as
+    two samples in the window 1 + 2 x 1.1 times what they show), none below 0, and where the counter moves, some
+    point above a tenth of its slowest true rate."""
     doc, store, run = load(name), stored_run.stores[store_name], stored_run.run
     _, _, target = next(q for q in panel_queries(doc) if q[0] == key)
     counters = [_truth(run.served(step), RATES[key], "gpu") for step in run.steps]
@@ -511,8 +513,8 @@ def test_every_rate_panel_shows_the_served_counters_rate(stored_run, name, key, 
     for (uuid,) in counters[0]:
         moves = [(b[(uuid,)] - a[(uuid,)], (sb.t_ns - sa.t_ns) / 1e9)
                  for a, b, sa, sb in zip(counters, counters[1:], run.steps, run.steps[1:], strict=False)]
-        most = max(move for move, _ in moves) / window_s * 1.25
-        assert all(0 <= point <= most + 1e-12 for point in shown[uuid]), (uuid, most, shown[uuid])
+        most = max(move for move, _ in moves) / window_s * (1 + 2 * 1.1 if store_name == "prometheus-scrape" else 1.01)
+        assert all(0 <= point <= most + 1e-12 for point in shown[uuid]), (uuid, most, max(shown[uuid]))
         if most:
             slowest = min(move / dt for move, dt in moves)
             assert max(shown[uuid]) >= slowest / 10, (uuid, slowest, shown[uuid])
