@@ -4,8 +4,11 @@ Everything of a run that is not a GPU record goes to the events file, one JSON o
 `type`; the sidecar writes it (record_log.LineWriter.write_event), the report reads it (report/events.py).
 
     type            record            fields (in the order written)
-    configured      `Configured`      time_ns, run_id, endpoints_configured, endpoints_successful, counter_mode
+    configured      `Configured`      time_ns, run_id, endpoints_configured, endpoints_successful, counter_mode,
+                                      grace_ns (the final-scrape grace, so `validate` can rebuild the window)
     phase           `PhaseMark`       name, kind, event, time_ns
+                                      (posted; or, at the end of a run that posted none, the phases it took
+                                      from the benchmark's files, so the file holds the report's window)
     scrape_error    `ScrapeFailure`   endpoint, time_ns, kind, message
                                       (kind `unit`: a value contradicting its name's unit, once per family)
     endpoint_state  `EndpointState`   endpoint, time_ns, state, reason
@@ -57,6 +60,7 @@ class Configured:
     endpoints_configured: tuple[str, ...] = ()
     endpoints_successful: tuple[str, ...] = ()
     counter_mode: CounterMode | None = None  # None in files of versions before the mode was recorded
+    grace_ns: int | None = None  # None in files of versions before the grace was recorded
 
 
 class EndpointState(NamedTuple):
@@ -140,36 +144,48 @@ def event_from_dict(obj: Mapping[str, Any]) -> Event:
     try:
         if kind == "phase":
             return PhaseMark(str(obj["name"]), _one_of(obj["kind"], PHASE_KINDS), _one_of(obj["event"], PHASE_EVENTS),
-                             int(obj["time_ns"]))
+                             _ns(obj["time_ns"]))
         if kind == "scrape_error":
-            return ScrapeFailure(str(obj["endpoint"]), int(obj["time_ns"]), _one_of(obj.get("kind"), FAILURE_KINDS),
+            return ScrapeFailure(str(obj["endpoint"]), _ns(obj["time_ns"]), _one_of(obj.get("kind"), FAILURE_KINDS),
                                  str(obj.get("message") or ""))
         if kind == "endpoint_state":
-            return EndpointState(str(obj["endpoint"]), int(obj["time_ns"]), _one_of(obj["state"], ENDPOINT_STATES),
+            return EndpointState(str(obj["endpoint"]), _ns(obj["time_ns"]), _one_of(obj["state"], ENDPOINT_STATES),
                                  str(obj.get("reason") or ""))
         if kind == "refresh":
-            return Refresh(str(obj["endpoint"]), int(obj["time_ns"]), float(obj["period_s"]),
+            return Refresh(str(obj["endpoint"]), _ns(obj["time_ns"]), float(obj["period_s"]),
                            int(obj.get("refreshes") or 0), int(obj.get("scrapes") or 0))
         if kind == "configured":
             mode = obj.get("counter_mode")  # one `report` does not know is left to its own default
-            return Configured(int(obj["time_ns"]), _optional_str(obj.get("run_id")),
+            return Configured(_ns(obj["time_ns"]), _optional_str(obj.get("run_id")),
                               _strings(obj.get("endpoints_configured")), _strings(obj.get("endpoints_successful")),
-                              next((m for m in COUNTER_MODES if m == mode), None))
+                              next((m for m in COUNTER_MODES if m == mode), None), _grace(obj.get("grace_ns")))
         if kind == "gpu_shared":
             instance = obj.get("gpu_instance_id")
-            return GpuShared(str(obj["endpoint"]), int(obj["time_ns"]), str(obj["gpu_uuid"]),
+            return GpuShared(str(obj["endpoint"]), _ns(obj["time_ns"]), str(obj["gpu_uuid"]),
                              None if instance is None else str(instance), _strings(obj.get("pods")))
         if kind == "pods":
-            return PodsResolved(int(obj["time_ns"]), _strings(obj.get("selectors")),
+            return PodsResolved(_ns(obj["time_ns"]), _strings(obj.get("selectors")),
                                 tuple(_pod(p) for p in obj.get("pods") or ()))
         if kind == "complete":
             end = obj.get("requests_end_ns")
-            return Complete(int(obj["time_ns"]), int(end) if end is not None else None,
+            return Complete(_ns(obj["time_ns"]), _ns(end) if end is not None else None,
                             bool(obj.get("collection_complete", True)), tuple(obj.get("endpoints") or ()),
                             obj.get("otlp"), obj.get("record_log"))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed {kind} event: {exc!r}") from None
     raise ValueError(f"unknown event type {kind!r}")
+
+
+def _ns(value: object) -> int:
+    """A time in ns: an integer of 64 bits (the report's arrays hold int64). A time of 2^64 (a float to orjson) or
+    NaN is a malformed event, not an OverflowError later (`report` names such a line: report/events.py)."""
+    if isinstance(value, str):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise ValueError(f"time {value!r} is not a number of ns")
+    if not -2**63 <= value < 2**63:
+        raise ValueError(f"time {value!r} is beyond 64 bits")
+    return int(value)
 
 
 def _one_of(value: object, allowed: Sequence[T]) -> T:
@@ -184,6 +200,14 @@ def _strings(value: object) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         raise TypeError(f"expected a list, got {value!r}")
     return tuple(str(v) for v in value)
+
+
+def _grace(value: object) -> int | None:
+    """A recorded grace, or None (left to the reader's default) when it is not an integer number of ns from 0 to
+    60 s (`report --grace-ns`'s range)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 60_000_000_000:
+        return value
+    return None
 
 
 def _optional_str(value: object) -> str | None:

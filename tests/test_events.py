@@ -20,9 +20,9 @@ from bridge.events import (
 from bridge.samples import PhaseMark, ScrapeFailure
 
 LINES: list[tuple[Event, bytes]] = [
-    (Configured(1, "r1", ("http://a:9400/metrics",), (), "interpolated"),
+    (Configured(1, "r1", ("http://a:9400/metrics",), (), "interpolated", 666_000_000),
      b'{"type":"configured","time_ns":1,"run_id":"r1","endpoints_configured":["http://a:9400/metrics"],'
-     b'"endpoints_successful":[],"counter_mode":"interpolated"}\n'),
+     b'"endpoints_successful":[],"counter_mode":"interpolated","grace_ns":666000000}\n'),
     (PhaseMark("p", "profiling", "start", 2),
      b'{"type":"phase","name":"p","kind":"profiling","event":"start","time_ns":2}\n'),
     (ScrapeFailure("http://a:9400/metrics", 3, "timeout", "slow"),
@@ -51,6 +51,8 @@ def test_a_configured_event_of_an_older_version_takes_the_defaults() -> None:
     old = {"type": "configured", "time_ns": 1, "endpoints_configured": ["u"], "endpoints_successful": ["u"]}
     assert event_from_dict(old) == Configured(1, None, ("u",), ("u",), None)
     assert event_from_dict({**old, "counter_mode": "linear"}) == Configured(1, None, ("u",), ("u",), None)
+    for grace in (-1, "666000000", 1.5, True, 60_000_000_001):  # not a grace `report --grace-ns` takes: the default
+        assert event_from_dict({**old, "grace_ns": grace}) == Configured(1, None, ("u",), ("u",), None)
 
 
 @pytest.mark.parametrize("obj", [

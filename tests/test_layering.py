@@ -15,7 +15,7 @@ BRIDGE = Path(__file__).resolve().parent.parent / "bridge"
 # of its own package; never a module of its own layer outside its package, never one above.
 LAYERS: list[set[str]] = [
     {"bridge", "bridge.samples", "bridge._kernel", "bridge.kernel", "bridge.views"},
-    {"bridge.errors", "bridge.redact"},
+    {"bridge.errors", "bridge.redact", "bridge.files"},
     {"bridge.endpoints", "bridge.fields", "bridge.simulator", "bridge.pods"},
     {"bridge.config", "bridge.fetch", "bridge.parse", "bridge.relabel", "bridge.events", "bridge.discovery"},
     {"bridge.record_log", "bridge.health", "bridge.sources"},

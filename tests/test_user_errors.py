@@ -190,6 +190,19 @@ def _taken_port(tmp_path: Path) -> str:
     return str(taken.getsockname()[1])
 
 
+def _no_nvml(tmp_path: Path) -> list[str]:
+    """`profile --gpu-telemetry pynvml` where NVML cannot start (no nvidia-ml-py, no driver, no GPU)."""
+    try:
+        import pynvml  # type: ignore[import-not-found, unused-ignore]
+
+        pynvml.nvmlInit()
+    except Exception:  # not installed, or NVML does not start: the case this is about
+        return ["profile", "--gpu-telemetry", "pynvml", "--artifact-dir", str(tmp_path / "a"), "--", "touch",
+                str(tmp_path / "ran")]
+    pynvml.nvmlShutdown()
+    pytest.skip("NVML starts on this machine: no failed start to check")
+
+
 _HELD: list[socket.socket] = []
 _KUBE = ["kube", "profile", "--model", "m", "--url", "http://frontend:8000", "--job-id", "bench-1"]
 USAGE_AND_CONFIG_ERRORS = {
@@ -222,6 +235,7 @@ USAGE_AND_CONFIG_ERRORS = {
     "profile: --html unwritable": (lambda t: ["profile", "--html", "/proc/no/x.html", "--artifact-dir",
                                               str(t / "a"), "--", "touch", str(t / "ran")],
                                    "--html /proc/no/x.html: cannot write there"),
+    "profile: no NVML (a failed start leaves no lock, spool or folder)": (_no_nvml, "--gpu-telemetry pynvml: "),
     "profile: misspelt option": (lambda t: ["profile", "--artfact-dir", "x", "--", "true"], "--artfact-dir"),
     "no such command": (lambda t: ["reprot"], "No such command 'reprot'"),
 }

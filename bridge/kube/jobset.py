@@ -342,8 +342,11 @@ def control_plane_script(spec: ProfileSpec) -> str:
         )
     lines += ['"$@"', "rc=$?", 'echo "benchmark exited with status $rc"']
     if telemetry.enabled and telemetry.legacy_sidecar:
-        # The run id first: the sidecar ignores (and removes) a marker an earlier run left on the volume.
-        lines.append(f'printf "%s %s\\n" "$DCGM_BRIDGE_RUN_ID" "$rc" > {DONE_FILE}')
+        # The run id first: the sidecar ignores (and removes) a marker an earlier run left on the volume. The
+        # control token last, from the volume only the two containers share: a marker without it ends no run.
+        # umask 077: the marker carries a secret, so only this user may read it.
+        lines.append(f'(umask 077; printf "%s %s %s\\n" "$DCGM_BRIDGE_RUN_ID" "$rc" "$(cat {CONTROL_TOKEN_FILE})" '
+                     f'> {DONE_FILE})')
     if spec.results_hold_seconds > 0:
         lines += [
             f'echo "artifacts in {ARTIFACTS} for up to {spec.results_hold_seconds}s: '

@@ -122,11 +122,11 @@ def _statistical(deviations: NDArray[np.float64], hold_s: float, most: float) ->
     """No hold grid fits: the ages vary over `spread` (uniform over [0, L] has a median deviation of L/4). A part that
     no reading shows: up to the hold, where DCGM samples on a grid locked to the counter's own (so only where the
     exporter's refresh, `spread`, is at least as slow), and it may drift, unseen. So the mean age lies in
-    [0, spread/2 + that]."""
+    [0, spread/2 + that]. With no grid to show that a hold exists (a counter that counts continuously has none, and a
+    curve the quadratic misses widens `spread` too), the edges stay where they are and the whole range is uncertain."""
     spread = min(4 * _median_abs(deviations), most)
     hidden = min(hold_s, spread, max(most - spread, 0.0))
-    mean = min(spread / 2 + hidden, most) / 2
-    return with_hidden(Staleness(_q95_apart(deviations, most), mean, mean, most), hidden)
+    return with_hidden(Staleness(_q95_apart(deviations, most), 0.0, min(spread / 2 + hidden, most), most), hidden)
 
 
 def _unknown_age(most: float) -> Staleness:

@@ -102,6 +102,7 @@ def build_report(
     tz: tzinfo | None = None,
     record_log: Path | LogRead | None = None,
     record_log_run: str | None = None,
+    events_file: Path | None = None,
 ) -> Report:
     """Build the whole report.
 
@@ -150,7 +151,8 @@ def build_report(
     if resolved.start_ns is not None and resolved.end_ns is not None:  # after error_summary
         block.data["measurement"] = measurement(series, identity_keys(series), resolved, energy, checks, errors,
                                                 amd_energy)
-        block.data["measurement"].update(window_and_hash(resolved, *_log_hash(records, record_log), record_log_run))
+        block.data["measurement"].update(window_and_hash(resolved, *_log_hash(records, record_log), record_log_run,
+                                                         events_file))
     return Report(
         telemetry_data=block.data,
         energy=energy,
@@ -181,7 +183,10 @@ def event_kwargs(events: Path | RunEvents) -> dict[str, Any]:
 
 
 def build_report_from_events(records: Records, events: Path | RunEvents, **kwargs: Any) -> Report:
-    """`build_report` with marks, requests end, endpoints, errors and states read from the events file."""
+    """`build_report` with marks, requests end, endpoints, errors and states read from the events file (whose
+    SHA-256 the verdict stores when it is given as a file)."""
+    if isinstance(events, Path):
+        kwargs.setdefault("events_file", events)
     return build_report(records, **{**event_kwargs(events), **kwargs})
 
 

@@ -16,6 +16,9 @@ from bridge.pods import parse_pod_patterns
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE
 
 if TYPE_CHECKING:
+    from bridge.fields import FieldTable
+    from bridge.report.build import Report
+    from bridge.report.events import RunEvents
     from bridge.report.runs import LogRead
     from bridge.samples import GpuRecord
 
@@ -40,8 +43,9 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
 @click.option("--counter-mode", type=click.Choice(COUNTER_MODES),
               help="interpolated (default, or the live run's mode from --events): exact window, reset-aware; "
                    "aiperf: AIPerf 0.13's rule.")
-@click.option("--grace-ns", type=click.IntRange(0, 60_000_000_000), envvar=GRACE_ENV, default=666_000_000,
-              show_default=True, help=f"Trailing grace after the requests end (env {GRACE_ENV}).")
+@click.option("--grace-ns", type=click.IntRange(0, 60_000_000_000), envvar=GRACE_ENV,
+              help=f"Trailing grace after the requests end (env {GRACE_ENV}; default: the run's, recorded in "
+                   "--events, else 666000000).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="profile_export_aiperf.json to merge into (created when missing; default beside --jsonl).")
 @click.option("--profile-export-prefix", help="Name the outputs as AIPerf does with this prefix.")
@@ -61,7 +65,7 @@ GRACE_ENV = "AIPERF_GPU_FINAL_SCRAPE_GRACE_NS"
               help="Exit 1 when the measurement verdict is NOT valid (the report is still written).")
 def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, strip_suffix: str | None,
            start_ns: int | None, end_ns: int | None, phase_manifest: Path | None,
-           events_path: Path | None, counter_mode: str | None, grace_ns: int, output: Path | None,
+           events_path: Path | None, counter_mode: str | None, grace_ns: int | None, output: Path | None,
            profile_export_prefix: str | None, write_csv: bool, show_console: bool,
            metrics_csv: tuple[str, ...], html_path: Path | None, gpu_pods: tuple[str, ...] = (),
            gpu_pod_selectors: tuple[str, ...] = (), require_valid: bool = False) -> None:
@@ -71,11 +75,9 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     --events; --events also supplies endpoints, errors and endpoint states when combined with the others.
     """
     from bridge.fields import default_table, table_with_custom
-    from bridge.report.build import build_report
     from bridge.report.console import render_console
     from bridge.report.events import RunEvents, load_events
-    from bridge.report.runs import read_log
-    from bridge.report.window import WindowError, explicit_window, load_manifest
+    from bridge.report.window import WindowError
     from bridge.report.write import ReportWriteError, output_names, write_report
 
     pod_patterns = parse_pod_patterns(gpu_pods)
@@ -86,47 +88,27 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         raise click.UsageError("give one record source: --jsonl FILE or --prometheus URL --run-id ID")
     if prometheus_url is not None and not run_id:
         raise click.UsageError("--prometheus needs --run-id")
-    if (start_ns is None) != (end_ns is None):
-        raise click.UsageError("--start-ns and --end-ns go together")
-    if start_ns is not None and end_ns is not None and end_ns < start_ns:
-        raise click.UsageError(f"--end-ns {end_ns} is before --start-ns {start_ns}: the window ends before it starts")
+    check_window_flags(start_ns, end_ns)
     if start_ns is None and phase_manifest is None and events_path is None:
         raise click.UsageError("give the window: --start-ns A --end-ns B, --phase-manifest FILE or --events FILE")
     if jsonl is not None:
         check_record_log(jsonl)
-    if html_path is not None:
-        check_writable(html_path, "--html")
+    json_path = output or (jsonl.parent if jsonl else Path(".")) / output_names(profile_export_prefix)[0]
+    csv_path = json_path.parent / output_names(profile_export_prefix)[1] if write_csv else None
+    check_own_inputs(jsonl, events_path, phase_manifest, json_path, html_path, csv_path)
+    for flag, path in (("--output", json_path), ("--csv", csv_path), ("--html", html_path)):
+        if path is not None:
+            check_writable(path, flag)
     table = table_with_custom(default_table(), list(metrics_csv))
-    run = load_events(events_path) if events_path is not None else RunEvents()
+    run = load_events(events_path, strict=True) if events_path is not None else RunEvents()
     if gpu_pod_selectors:
-        pod_patterns = _with_selected_pods(pod_patterns, gpu_pod_selectors, run, events_path)
-    if start_ns is None:
-        check_one_run(run, events_path)
-    if counter_mode is None:
-        counter_mode = run.counter_mode or DEFAULT_COUNTER_MODE
-    kwargs: dict[str, Any] = {
-        "marks": run.marks, "requests_end_ns": run.requests_end_ns,
-        "endpoints_configured": run.endpoints_configured, "endpoints_successful": run.endpoints_successful,
-        "errors": run.errors, "endpoint_states": run.states,
-    }
+        pod_patterns = with_selected_pods(pod_patterns, gpu_pod_selectors, run, events_path)
     try:
-        if start_ns is not None and end_ns is not None:
-            kwargs["window"] = explicit_window(start_ns, end_ns, grace_ns)
-            check_times(start_ns, end_ns)
-        elif phase_manifest is not None:
-            kwargs["phases"] = load_manifest(phase_manifest)
-        log = read_log(jsonl) if jsonl is not None else None  # the one pass over the log (its hash too)
-        source: Any = None
-        if log is not None:
-            source, kwargs["record_log_run"] = one_run(log, run_id)
-        if prometheus_url is not None:
-            source = _store_records(prometheus_url, run_id or "", kwargs, grace_ns, table, strip_suffix)
-        built = build_report(source, table=table, counter_mode=counter_mode,  # type: ignore[arg-type]
-                             grace_ns=grace_ns, record_log=log, **kwargs)
-        if selecting:  # (records of one run of several, else the log's pods read from its file)
-            pods_source: Any = source if isinstance(source, list) else jsonl
-            built = _pods_only(built, pods_source, pod_patterns, run.shared, table=table, counter_mode=counter_mode,
-                               grace_ns=grace_ns, **kwargs)
+        built = rebuild(jsonl, events_path, run=run, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
+                        phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id, table=table,
+                        prometheus=(prometheus_url, strip_suffix) if prometheus_url is not None else None,
+                        pods=pod_patterns if selecting else None)
+        counter_mode = built.counter_mode
     except WindowError as exc:  # a manifest with no usable phase, …: the input's fault, exit 2
         raise click.UsageError(str(exc)) from None
     if built.read_errors:
@@ -136,7 +118,6 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         click.echo(f"warning: {run.skipped} unreadable or unknown events were skipped", err=True)
     if not selecting or built.telemetry_data["pods"]["gpus"]:
         check_window_has_records(built, jsonl or prometheus_url or "")
-    json_path = output or (jsonl.parent if jsonl else Path(".")) / output_names(profile_export_prefix)[0]
     try:
         written = write_report(built, json_path.parent, profile_export_prefix, json_path=json_path,
                                write_csv=write_csv)
@@ -156,6 +137,51 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     for path in written:
         click.echo(f"wrote {path}")
     exit_on_verdict(built.telemetry_data, require_valid, echo=not show_console)
+
+
+def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | None = None, start_ns: int | None = None,
+            end_ns: int | None = None, grace_ns: int | None = None, phase_manifest: Path | None = None,
+            counter_mode: str | None = None, run_id: str | None = None, table: FieldTable | None = None,
+            prometheus: tuple[str, str | None] | None = None, pods: tuple[Any, ...] | None = None) -> Report:
+    """The one way a report is built from a finished run's files, for `report` and `validate` alike: the window is
+    --start-ns/--end-ns (plus the grace), else the profiling phase of --phase-manifest, else the events file's marks;
+    the grace and the counter mode are the flags', else the run's (its `configured` event), else the defaults; the
+    run is --run-id's, else the log's newest. `prometheus`: (URL, strip suffix) instead of the record log; `pods`:
+    the --gpu-pods patterns (with those --gpu-pod-selector picked) when selecting."""
+    from bridge.report.build import build_report
+    from bridge.report.events import RunEvents, load_events
+    from bridge.report.runs import read_log
+    from bridge.report.window import DEFAULT_GRACE_NS, explicit_window, load_manifest
+
+    if run is None:
+        run = load_events(events_path, strict=True) if events_path is not None else RunEvents()
+    if start_ns is None:
+        check_one_run(run, events_path)
+    mode = counter_mode or run.counter_mode or DEFAULT_COUNTER_MODE
+    grace = grace_ns if grace_ns is not None else run.grace_ns if run.grace_ns is not None else DEFAULT_GRACE_NS
+    kwargs: dict[str, Any] = {
+        "marks": run.marks, "requests_end_ns": run.requests_end_ns,
+        "endpoints_configured": run.endpoints_configured, "endpoints_successful": run.endpoints_successful,
+        "errors": run.errors, "endpoint_states": run.states,
+    }
+    if start_ns is not None and end_ns is not None:
+        kwargs["window"] = explicit_window(start_ns, end_ns, grace)
+        check_times(start_ns, end_ns)
+    elif phase_manifest is not None:
+        kwargs["phases"] = load_manifest(phase_manifest)
+    log = read_log(jsonl) if jsonl is not None else None  # the one pass over the log (its hash too)
+    source: Any = None
+    if log is not None:
+        source, kwargs["record_log_run"] = one_run(log, run_id)
+    if prometheus is not None:
+        source = _store_records(prometheus[0], run_id or "", kwargs, grace, table, prometheus[1])
+    built = build_report(source, table=table, counter_mode=mode, grace_ns=grace,  # type: ignore[arg-type]
+                         record_log=log, events_file=events_path, **kwargs)
+    if pods is not None:  # (records of one run of several, else the log's pods read from its file)
+        pods_source: Any = source if isinstance(source, list) else jsonl
+        built = _pods_only(built, pods_source, pods, run.shared, table=table, counter_mode=mode, grace_ns=grace,
+                           record_log=log, events_file=events_path, **kwargs)
+    return built
 
 
 def exit_on_verdict(telemetry_data: dict[str, Any], require_valid: bool, *, echo: bool = True) -> None:
@@ -190,7 +216,7 @@ def one_run(log: LogRead, run_id: str | None) -> tuple[LogRead | list[GpuRecord]
     return list(records_of_run(jsonl, chosen, errors)), chosen
 
 
-def _with_selected_pods(patterns: Any, values: tuple[str, ...], run: Any, events_path: Path | None) -> Any:
+def with_selected_pods(patterns: Any, values: tuple[str, ...], run: Any, events_path: Path | None) -> Any:
     """`--gpu-pod-selector`: `patterns` plus the pods the run recorded that the selectors pick (report/pods.py)."""
     from bridge.discovery import SELECTOR_FLAG, parse_pod_selector, pod_selector_problems
     from bridge.report.pods import patterns_of_selectors
@@ -243,27 +269,39 @@ def check_times(*times: int | None) -> None:
                                    f"(now is about {time.time_ns()}); e.g. date +%s%N")
 
 
-def check_writable(path: Path, flag: str) -> None:
-    """A promised output that cannot be written is said before any work (exit 2): a folder, a file that cannot be
-    opened for writing, or no folder to make it in (the writer makes missing folders). Tried, not judged from the
-    modes: root ignores them, a read-only mount does not."""
-    import tempfile
+def check_window_flags(start_ns: int | None, end_ns: int | None) -> None:
+    if (start_ns is None) != (end_ns is None):
+        raise click.UsageError("--start-ns and --end-ns go together")
+    if start_ns is not None and end_ns is not None and end_ns < start_ns:
+        raise click.UsageError(f"--end-ns {end_ns} is before --start-ns {start_ns}: the window ends before it starts")
 
-    if path.is_dir():
-        raise ReportInputError(f"{flag} {path} is a folder; give a file path")
-    folder = path.absolute().parent
-    while not folder.exists():
-        folder = folder.parent
-    try:
-        if path.exists():
-            with path.open("ab"):  # opened, not changed
-                pass
-        else:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
-    except OSError as exc:
-        raise ReportInputError(f"{flag} {path}: cannot write there ({exc.strerror or exc}); give a path you can "
-                               "write") from None
+
+def check_writable(path: Path, flag: str) -> None:
+    """A promised output that cannot be written is said before any work (exit 2): a folder, a link (never written
+    through), a file that cannot be opened for writing, or a folder where the new file cannot be made (the writer
+    makes missing folders). Tried as bridge/files.py writes, not judged from the modes, and nothing is changed."""
+    from bridge.files import write_problem
+
+    problem = write_problem(path)
+    if problem is not None:
+        raise ReportInputError(f"{flag} {problem}")
+
+
+def check_own_inputs(jsonl: Path | None, events: Path | None, manifest: Path | None, json_path: Path,
+                     html_path: Path | None, csv_path: Path | None) -> None:
+    """No output is written over an input (or another output): `--html` given the record log by a slip of tab
+    completion would replace the run's only record with a page."""
+    from bridge.files import own_file_problem
+
+    inputs = {"the record log": jsonl, "the events file": events, "the phase manifest": manifest}
+    outputs = {"--html": html_path, "--output": json_path, "--csv": csv_path}
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        others = {**inputs, **{f"the {other} file": p for other, p in outputs.items() if other != flag}}
+        problem = own_file_problem(flag, path, others)
+        if problem is not None:
+            raise ReportInputError(problem)
 
 
 def check_one_run(run: Any, events_path: Path | None) -> None:

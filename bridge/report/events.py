@@ -6,15 +6,19 @@ skipped and counted in `RunEvents.skipped`, never fatal.
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bridge.errors import ReportInputError
 from bridge.events import Complete, Configured, EndpointState, GpuShared, PodsResolved, Refresh, event_from_dict
 from bridge.samples import CounterMode, PhaseMark, ScrapeFailure
 
-__all__ = ["EndpointState", "RunEvents", "events_from_dicts", "load_events"]
+__all__ = ["EndpointState", "RunEvents", "events_from_dicts", "load_events", "number_problem"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class RunEvents:
     states: list[EndpointState] = field(default_factory=list)
     skipped: int = 0
     counter_mode: CounterMode | None = None  # the live run's mode (the `configured` event), a default for `report`
+    grace_ns: int | None = None  # the live run's final-scrape grace (the `configured` event), a default for `report`
     run_ids: list[str] = field(default_factory=list)  # of the `configured` events, in order (one per run)
     refreshes: list[Refresh] = field(default_factory=list)  # the exporters' refresh periods as the run saw them
     pods: list[PodsResolved] = field(default_factory=list)  # what the run's --gpu-pod-selector resolved to
@@ -68,14 +73,84 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
         endpoints_configured=list(configured.endpoints_configured) if configured else None,
         endpoints_successful=list(configured.endpoints_successful) if configured else None,
         errors=errors, states=states, skipped=skipped,
-        counter_mode=configured.counter_mode if configured else None, run_ids=run_ids, refreshes=refreshes,
+        counter_mode=configured.counter_mode if configured else None,
+        grace_ns=configured.grace_ns if configured else None, run_ids=run_ids, refreshes=refreshes,
         pods=pods, shared=shared,
     )
 
 
-def load_events(path: Path) -> RunEvents:
+def load_events(path: Path, *, strict: bool = False) -> RunEvents:
+    """The events file read. A malformed line or event is skipped and counted; with `strict` (`report`), a line
+    holding a number no event can (beyond 64 bits, NaN, an exponent past a double's) stops the read with a
+    ReportInputError naming the file and the line: such a line was edited or damaged, and a window built around it
+    would be wrong, not short."""
     from bridge.record_log import read_dicts
 
+    if strict:
+        damaged = first_bad_number_line(path)
+        if damaged is not None:
+            number, problem = damaged
+            raise ReportInputError(f"--events {path} line {number}: {problem}; the file was edited or damaged: "
+                                   "correct or remove that line")
     bad: list[str] = []
     events = events_from_dicts(read_dicts(path, bad))
     return replace(events, skipped=events.skipped + len(bad)) if bad else events
+
+
+class _BadNumber(ValueError):
+    pass
+
+
+_INT64 = 2**63
+# What a bad number can look like in JSON text: NaN/Infinity (which orjson refuses outright), 19 digits or more
+# (past 2^63), a two-digit exponent. Only lines that match are parsed again, by the checking parser.
+_SUSPECT = re.compile(rb"NaN|Infinity|\d{19}|[eE][+-]?\d{2}")
+
+
+def _whole(literal: str) -> int:
+    value = int(literal) if len(literal) <= 40 else _INT64
+    if not -_INT64 <= value < _INT64:
+        raise _BadNumber(f"{literal[:40]}{'…' if len(literal) > 40 else ''} is beyond 64 bits")
+    return value
+
+
+def _real(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value) or abs(value) >= _INT64:
+        raise _BadNumber(f"{literal[:40]} is beyond any time, count or value the file holds")
+    return value
+
+
+def _constant(name: str) -> float:
+    raise _BadNumber(f"{name} is not a number")
+
+
+def number_problem(text: bytes | str) -> str | None:
+    """What is wrong with the first number of a JSON text no event or phase can hold (an integer beyond 64 bits,
+    NaN or Infinity, a magnitude of 2^63 or more), or None, also for text that is not JSON at all (another rule's)."""
+    if not _SUSPECT.search(text if isinstance(text, bytes) else text.encode()):
+        return None
+    try:
+        json.loads(text, parse_int=_whole, parse_float=_real, parse_constant=_constant)
+    except _BadNumber as exc:
+        return str(exc)
+    except ValueError:
+        return None
+    return None
+
+
+def first_bad_number_line(path: Path) -> tuple[int, str] | None:
+    """(line number, problem) of the first line of a JSONL file holding a bad number (`number_problem`), or None."""
+    from bridge.record_log import line_batches
+
+    number = 0
+    for batch in line_batches(path):
+        if not _SUSPECT.search(batch):
+            number += batch.count(b"\n")
+            continue
+        for line in batch.split(b"\n")[:-1]:
+            number += 1
+            problem = number_problem(line)
+            if problem is not None:
+                return number, problem
+    return None

@@ -142,18 +142,32 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
     return _PAGE.format(
         run_meta=run_meta, title=_e(title), cards=card_html, legend=legend, charts="\n".join(charts),
         phases=_phase_table(phases), console=_console(report),
-        data=json.dumps(chart_data, separators=(",", ":")).replace("</", "<\\/"), script=_SCRIPT, style=_STYLE,
+        data=script_json(chart_data), script=_SCRIPT, style=_STYLE,
     )
+
+
+# Inside <script> the HTML parser ends the element at `</script` and enters its "escaped" states at `<!--`
+# (HTML Living Standard, "script data" states), whatever the JSON means; U+2028/U+2029 end a line in older
+# JavaScript. So every <, > and & is written as a JSON \u escape, as Django's json_script does
+# (django/utils/html.py `_json_script_escapes`), and the two separators with them: the same value, no markup.
+_SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026", 0x2028: "\\u2028",
+                   0x2029: "\\u2029"}
+
+
+def script_json(value: object) -> str:
+    """`value` as JSON that is safe inside an HTML <script> element (no markup the parser would act on)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).translate(_SCRIPT_ESCAPES)
 
 
 def write_html(report: Report, records_path: Path | str | None, out_path: Path | str, *,
                title: str = "dcgm-bridge · GPU telemetry", run_id: str | None = None) -> Path:
     """render_html written to `out_path` (parent directories created); returns the path. `records_path`
     None: the report's own series."""
+    from bridge.files import write_atomically
+
     out = Path(out_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     records = None if records_path is None else Path(records_path)
-    out.write_text(render_html(report, records, title=title, run_id=run_id), encoding="utf-8")
+    write_atomically(out, render_html(report, records, title=title, run_id=run_id).encode("utf-8"))  # never via a link
     return out
 
 
@@ -381,7 +395,7 @@ def _phase_table(phases: Sequence[PhaseEnergy]) -> str:
             energy += f" ± {_joules(p.uncertainty_j)}"
         vendor = f' data-vendor="{_e(p.vendor)}"' if p.vendor else ""
         named = f"{p.name} ({p.vendor})" if p.vendor else p.name
-        rows.append(f'<tr data-phase="{_e(p.name)}" data-energy-j="{joules}"{stated}{vendor}><td>{_e(named)}</td>'
+        rows.append(f'<tr data-phase="{_e(p.name)}" data-energy-j="{joules}"{vendor}{stated}><td>{_e(named)}</td>'
                     f"<td>{_e(p.kind)}</td><td class='num'>{offset(p.start_s)}</td>"
                     f"<td>{p.duration_s:,.1f} s</td><td class='num'>{energy}</td><td class='num'>{power}</td>"
                     f"<td class='bars'>{bar}</td><td>{_e(p.source)}</td></tr>")

@@ -508,13 +508,13 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
         ages = fresh_ages(ts, values[key], COUNTER_HOLD_S, 0.0 if local else _slowest_refresh(ts, cadence), local)
         stale, shown = ages.stale, ages.instants_ns  # each reading at the instant it shows, where its age is known
         shift = round(stale.shift_s * 1e9)
-        read = counter_delta_interpolated(shown, values[key], start + shift, end + shift, grace_ns + shift) or fresh
+        once, counter = _first_showings(shown, values[key])
+        read = counter_delta_interpolated(once, counter, start + shift, end + shift, grace_ns + shift) or fresh
         edge_bounds = stale_edge_bounds(ts, values[key], start, end, read_at(shown, ts, (start + shift, end + shift)),
                                         round(stale.most_s * 1e9))
         if edge_bounds is None:
             return WindowDelta(read)
-        expected = fresh_uncertainty(shown, values[key], start + shift, end + shift, edge_bounds, ENERGY_RESOLUTION_MJ,
-                                     stale)
+        expected = fresh_uncertainty(once, counter, start + shift, end + shift, edge_bounds, ENERGY_RESOLUTION_MJ, stale)
         return WindowDelta(read, sum(edge_bounds), expected)
     # Timed at DCGM's refreshes: each refresh read the counter's last update, up to the hold before it.
     timed = refreshed_delta(ts, values[key], cadence, start, end, None if power is None else power * 1e-6,  # W → MJ/s
@@ -522,6 +522,19 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
     if timed is None:
         return WindowDelta(timed)
     return WindowDelta(timed, timed.bound, timed.uncertainty)
+
+
+def _first_showings(shown: NDArray[np.int64], values: NDArray[np.float64]) -> tuple[NDArray[np.int64],
+                                                                                    NDArray[np.float64]]:
+    """The valid readings, each update once: readings of the same update show the same instant, and a line read
+    through two readings at one instant has no slope to extrapolate with."""
+    import numpy as np
+
+    valid = np.flatnonzero(~np.isnan(values))
+    t = shown[valid]
+    first = np.ones(t.size, dtype=bool)
+    first[1:] = t[1:] != t[:-1]
+    return t[first], values[valid][first]
 
 
 def _slowest_refresh(ts: NDArray[np.int64], cadence: Cadence) -> float:
@@ -571,7 +584,7 @@ def _stale_edge_bound(t: NDArray[np.int64], cum: NDArray[np.float64], edge: int,
     if n < 2:
         return 0.0
     rel = (t - t[0]).astype(np.float64)
-    rate = _RATE_MARGIN * max(float(np.max(np.diff(cum) / np.maximum(np.diff(rel), 1.0))), 0.0)  # per ns
+    rate = _RATE_MARGIN * _highest_rate(rel, cum, most_ns)  # per ns
     before = int(np.searchsorted(t, edge, side="right")) - 1
     after = int(np.searchsorted(t, edge + most_ns, side="left"))
     floor = float(cum[before]) if before >= 0 else float(cum[0]) - rate * float(t[0] - edge + most_ns)
@@ -581,6 +594,22 @@ def _stale_edge_bound(t: NDArray[np.int64], cum: NDArray[np.float64], edge: int,
         float(cum[0]) - rate * (rel[0] - x) if x < rel[0] else float(cum[-1]) + rate * (x - rel[-1]))
     value = min(max(value, floor), ceiling)
     return float(max(value - floor, ceiling - value))
+
+
+def _highest_rate(rel: NDArray[np.float64], cum: NDArray[np.float64], most_ns: int) -> float:
+    """The highest mean rate the readings allow, per ns. Readings that lag their scrapes by up to `most_ns` can show an
+    update between two scrapes a few ms apart: each reading is paired with the first at least 2·`most_ns` later, whose
+    values are at least `most_ns` apart in truth."""
+    import numpy as np
+
+    if most_ns <= 0:
+        return max(float(np.max(np.diff(cum) / np.maximum(np.diff(rel), 1.0))), 0.0)
+    later = np.searchsorted(rel, rel + 2 * most_ns, side="left")
+    paired = np.flatnonzero(later < rel.size)
+    if not paired.size:  # the readings span less: their whole span, less the lag
+        return max(float(cum[-1] - cum[0]) / max(float(rel[-1] - rel[0]) - most_ns, float(most_ns)), 0.0)
+    spans = rel[later[paired]] - rel[paired] - most_ns
+    return max(float(np.max((cum[later[paired]] - cum[paired]) / spans)), 0.0)
 
 
 def fresh_bound(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, end: int) -> float | None:

@@ -3,12 +3,15 @@
 `bound` (bridge/report/refresh.py) is what monotonicity guarantees: the counter's value at an edge lies
 between the readings around it. The truth is nearly always much closer, and how close the data tells:
 
-- Fresh values (the scrape time is the sample time), read by linear interpolation. The edge term: a counter
-  read between two readings h apart is off by |ΔP|·h·x(1−x)/2 at fraction x when power changes linearly by ΔP
-  between them, at most |ΔP|·h/8, ΔP from the power gauge at the two readings; plus the largest trapezoid
-  residual |ΔE − (P₀ + P₁)·h/2| of the intervals around it (what a line misses: the power's curvature, and
-  readings not quite at their scrape time when DCGM refreshes a little slower than instantly). For linear
-  power the two edges' errors have known signs that can add: the edges add in full.
+- Fresh values (nearly every scrape shows a new value), read by linear interpolation at the instants the readings
+  show (bridge/report/ages.py: a served value is the counter's last update, up to its hold and an exporter's refresh
+  before its scrape). Per edge, inside the interval of readings h apart that holds it at fraction x, from the
+  counter's own rates (the power gauge may be a one-second average and show neither a step nor a spike): the
+  power's change ΔP between the neighbouring intervals, ΔP·h·x(1−x) (exact for a step inside it); a transient the
+  neighbours do not show (the interval's energy X beyond their mean rate), X·max(x, 1−x); each beyond what the
+  readings' age noise alone makes of those rates. The edges' shape terms add (a load that starts with the window and
+  stops with it misses the same way at both); the ages' own share (the power × the 95 % quantile of two ages'
+  difference) in quadrature; the power's change across the window × how far the mean age can be off on top.
 - A slow refresh, read by cubic Hermite interpolation with the power gauge as the slope (exact for power that
   is quadratic between two refreshes). The shape term has two parts, in quadrature:
   - what the refreshes resolve: the reader's own error on the refreshes near the edge, each read from its two
@@ -28,10 +31,10 @@ between the readings around it. The truth is nearly always much closer, and how 
   across the window, a period error turns the grid about its pivot; with no agreed grid, each edge can sit
   anywhere in half its bracket.
   The edges' shape terms, the phase term and the period term are independent: they add in quadrature.
-- The counter's lag, for a source whose update period is known (bridge.sources.COUNTER_UPDATE_S: NVML's counter
-  updates every 100 ms, measured on an H200 by scripts/check-gpu.sh): a read returns the last update, so each
-  edge's reading lags by up to one period, and their difference by up to period × the higher edge power, in
-  quadrature with the edge terms (the readings cannot show it when every read lags alike).
+- On a slow refresh, the counter's hold (bridge/sources `COUNTER_HOLD_S`: NVML's counter updates every 100 ms,
+  measured on an H200 by scripts/check-gpu.sh): DCGM sampled each value up to a hold after the update it shows. The
+  refreshes' ages (ages.py `refresh_ages`) move the edges by their mean; their spread enters as for fresh values,
+  and a transient inside an edge's interval (`_transient`) in quadrature with its shape term.
 - The counter's resolution (1 mJ for DCGM and NVML), once per edge.
 
 An edge beyond the readings (nothing after the window's end, say) has no better estimate than its bound; the
@@ -98,6 +101,12 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start
     edge_power: list[float] = []
     for edge, edge_bound in zip((start, end), edge_bounds, strict=True):
         i = int(np.searchsorted(t, edge, side="right"))
+        if (i == 0 or i == t.size) and t.size >= 4:  # beyond the readings: the line of the nearest interval, extended
+            beyond = _extended(t, v, i, edge, stale)
+            shapes.append(min(beyond[0], edge_bound))
+            ages.append(beyond[1] * stale.q95_s / math.sqrt(2))
+            edge_power.append(beyond[1])
+            continue
         if not 0 < i < t.size or t[i] <= t[i - 1]:
             shapes.append(edge_bound)
             edge_power.append(0.0)
@@ -123,6 +132,20 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start
     # The shapes add: a benchmark's load starts at its window's start and stops at its end, and a line read across
     # both steps misses the same way twice (the power is lower before the start and after the end).
     return min(sum(shapes) + math.hypot(*ages) + shared + 2 * resolution, sum(edge_bounds))
+
+
+def _extended(t: NDArray[np.int64], v: NDArray[np.float64], i: int, edge: int, stale: Staleness) -> tuple[float, float]:
+    """(shape term, power) for an edge a little beyond the readings (0 < δ: the final scrape's value is older than the
+    window's end): the counter is extended at the nearest interval's rate, which is off from the power beyond it by at
+    most the change the last three intervals show, beyond the ages' noise; over δ."""
+    last = i == t.size
+    k = t.size - 2 if last else 0  # the nearest interval
+    rates = [_rate(t, v, j) for j in ((k, k - 1, k - 2) if last else (k, k + 1, k + 2))]
+    known = [r for r in rates if r is not None]
+    power = known[0]
+    change = _beyond(max(known) - min(known), 2 / math.sqrt(2) * power * stale.q95_s / (float(t[k + 1] - t[k]) / 1e9))
+    delta = abs(edge - int(t[-1] if last else t[0])) / 1e9
+    return change * delta, power
 
 
 def _beyond(seen: float, noise: float) -> float:

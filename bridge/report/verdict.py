@@ -60,9 +60,14 @@ FIXES: Mapping[str, str] = {
     "duplicate_series": "a page held one series (metric name and labels) twice with different values (the first "
                         "was used, the last with --counter-mode aiperf; see error_summary): check the exporter's "
                         "collectors and its custom-metrics file",
-    "no_hash": "the report stores no SHA-256 of its record log: rebuild it with `dcgm-bridge report`",
-    "hash_mismatch": "the record log's bytes are not those the report was built from: rebuild the report",
-    "numbers_differ": "a number in the report differs from the one the record log gives: rebuild the report",
+    "no_hash": "the report stores no SHA-256 of its record log or events file: rebuild it with `dcgm-bridge report`",
+    "hash_mismatch": "the record log's or the events file's bytes are not those the report was built from: rebuild "
+                     "the report",
+    "window_differs": "the report's window is not the one the events file's phase marks give: rebuild the report, "
+                      "or give `validate` the window the report was built over as `report` takes it (--start-ns/"
+                      "--end-ns, --phase-manifest: a cancelled AIPerf run's is its phase_manifest.json)",
+    "report_differs": "a value of the report, its CSV section or a phase file differs from the rebuild from the "
+                      "record log: rebuild the report",
 }
 
 
@@ -182,17 +187,20 @@ def measurement(series: Sequence[Series], keys: Mapping[tuple[str, tuple[str, st
     return out
 
 
-def window_and_hash(window: Window, file: str | None, sha256: str | None, run_id: str | None = None
-                    ) -> dict[str, Any]:
+def window_and_hash(window: Window, file: str | None, sha256: str | None, run_id: str | None = None,
+                    events: Path | None = None) -> dict[str, Any]:
     """What `dcgm-bridge validate` needs to redo the report: the window, and the record log's file name and the
     SHA-256 of its bytes as written (gzip included; none when there is no log or it could not be read), with the
-    run taken from it when it holds several."""
+    run taken from it when it holds several; and the same of the events file the phase marks came from."""
     out: dict[str, Any] = {"window": {"start_ns": window.start_ns, "end_ns": window.end_ns,
                                       "grace_ns": window.grace_ns}}
     if file is not None and sha256 is not None:
         out["record_log"] = {"file": file, "sha256": sha256}
         if run_id is not None:
             out["record_log"]["run_id"] = run_id
+    events_sha256 = file_sha256(events) if events is not None else None
+    if events is not None and events_sha256 is not None:
+        out["events"] = {"file": events.name, "sha256": events_sha256}
     return out
 
 

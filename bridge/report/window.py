@@ -130,10 +130,21 @@ def find_manifest(path: Path) -> Path:
 def load_manifest(path: Path) -> list[Phase]:
     """Phases of AIPerf's phase_manifest.json (AIPerf 0.13.0 writes it in its artifact directory,
     `schema_version` 1), in phase_index order."""
+    from bridge.report.events import number_problem
+
     manifest = find_manifest(path)
     try:
-        doc: Any = orjson.loads(manifest.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
+        text = manifest.read_bytes()
+    except OSError as exc:
+        raise WindowError(f"{manifest}: cannot read the phase manifest ({exc.strerror or exc})") from None
+    problem = number_problem(text)  # beyond 64 bits, NaN, a huge exponent: named with its line, never a traceback
+    if problem is not None:
+        literal = problem.split(" ", 1)[0].rstrip("…").encode()
+        line = text[:max(0, text.find(literal))].count(b"\n") + 1
+        raise WindowError(f"{manifest} line {line}: {problem}; the phase manifest was edited or damaged: correct it")
+    try:
+        doc: Any = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
         raise WindowError(f"{manifest}: cannot read the phase manifest ({exc})") from None
     raw = doc.get("phases") if isinstance(doc, dict) else None
     if not isinstance(raw, list):
@@ -162,4 +173,7 @@ def _opt_int(value: object) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise TypeError(f"not an integer: {value!r}")
-    return int(value)
+    number = int(value)
+    if not -2**63 <= number < 2**63:  # (a string of digits; a JSON number is checked with its line above)
+        raise ValueError(f"{str(value)[:40]} is beyond 64 bits")
+    return number

@@ -14,7 +14,6 @@ import csv
 import io
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from bridge.errors import ReportError
+from bridge.files import LinkRefused, read_output, write_atomically
 from bridge.report.energy import ENERGY_FAMILY, ENERGY_TAGS, vendor_energy_metrics
 
 if TYPE_CHECKING:
@@ -51,15 +51,13 @@ def write_report(report: Report, artifact_dir: Path, prefix: str | None = None,
     """Write or merge the JSON, the CSV section and (2+ phases) the phase files; returns the paths."""
     json_name, csv_name = output_names(prefix)
     json_path = json_path or artifact_dir / json_name
-    existing = read_json_object(json_path) if json_path.exists() else None
+    existing = read_json_object(json_path, output=True) if os.path.lexists(json_path) else None
     benchmark: Mapping[str, Any] | None
     if isinstance(benchmark_json, Path):
         benchmark = read_json_object(benchmark_json)
     else:
         benchmark = benchmark_json if benchmark_json is not None else existing
-    energy = vendor_energy_metrics(report.energy, report.amd_energy, benchmark)
-    if existing is not None and "nvidia_energy_per_user" not in energy:
-        _rescale_energy_per_user(existing, energy)
+    energy = energy_for(report, benchmark, existing)
     written = [merge_json(json_path, {"telemetry_data": report.telemetry_data, **energy}, existing)]
     if write_csv:
         written.append(write_csv_section(json_path.parent / csv_name, report, energy, existing or benchmark))
@@ -71,9 +69,21 @@ def write_report(report: Report, artifact_dir: Path, prefix: str | None = None,
     return written
 
 
-def read_json_object(path: Path) -> dict[str, Any]:
+def energy_for(report: Report, benchmark: Mapping[str, Any] | None, existing: Mapping[str, Any] | None
+               ) -> dict[str, dict[str, Any]]:
+    """The energy metrics written beside `telemetry_data` (`validate` rebuilds them by this same rule)."""
+    energy = vendor_energy_metrics(report.energy, report.amd_energy, benchmark)
+    if existing is not None and "nvidia_energy_per_user" not in energy:
+        _rescale_energy_per_user(existing, energy)
+    return energy
+
+
+def read_json_object(path: Path, *, output: bool = False) -> dict[str, Any]:
+    """The JSON object in `path`; `output`: a file about to be merged into, never read through a link."""
     try:
-        doc = orjson.loads(path.read_bytes())
+        doc = orjson.loads(read_output(path) if output else path.read_bytes())
+    except LinkRefused as exc:
+        raise ReportWriteError(str(exc.strerror)) from None
     except OSError as exc:
         raise ReportWriteError(f"cannot read {path}: {exc.strerror or exc}") from None
     except orjson.JSONDecodeError as exc:
@@ -100,7 +110,7 @@ _DECLARED_AFTER_TELEMETRY = ("input_config", "run_info", "was_cancelled", "is_co
 
 def merge_json(path: Path, updates: Mapping[str, Any], existing: dict[str, Any] | None = None) -> Path:
     """Put `updates`' keys into the JSON object at `path`, keeping every other key and the order."""
-    doc = existing if existing is not None else (read_json_object(path) if path.exists() else {})
+    doc = existing if existing is not None else (read_json_object(path, output=True) if os.path.lexists(path) else {})
     atomic_write(path, orjson.dumps(merged_document(doc, updates), option=orjson.OPT_INDENT_2))
     return path
 
@@ -146,24 +156,12 @@ def _rescale_energy_per_user(existing: Mapping[str, Any], updates: dict[str, Any
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    try:  # a read-only folder, a full disk, EMFILE, a name too long: each the same one-line error
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            mode = path.stat().st_mode & 0o777
-        except FileNotFoundError:
-            mode = 0o644
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """`path` replaced by `data` in one step, never through a link (bridge/files.py); one line on failure."""
+    try:  # a read-only folder, a full disk, EMFILE, a name too long, a planted link: each the same one-line error
+        write_atomically(path, data)
+    except LinkRefused as exc:
+        raise ReportWriteError(str(exc.strerror)) from None
     except OSError as exc:
-        raise ReportWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise ReportWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
@@ -182,6 +180,18 @@ def format_csv_number(value: Any) -> str:
     return f"{number:.2f}"
 
 
+# OWASP "CSV Injection": a spreadsheet runs a cell that starts with = + - @, a tab or a carriage return as a
+# formula (=HYPERLINK(…), @SUM(…)*cmd|…); a single quote before it makes it text. Labels, names and hostnames come
+# from the exporter, so every text cell is neutralised; the numbers are our own and stay as AIPerf writes them.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(value: object) -> str:
+    """A text cell that no spreadsheet reads as a formula (OWASP's rule above)."""
+    text = str(value)
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
+
+
 def csv_section(report: Report) -> str:
     """Two blank rows, the header, one row per GPU × metric (as ai-dynamo/aiperf
     `src/aiperf/exporters/metrics_csv_exporter.py` writes them: the optional Hostname, Namespace, Pod Name
@@ -195,13 +205,14 @@ def csv_section(report: Report) -> str:
     writer.writerow([])
     writer.writerow(CSV_HEADER + ["Metric"] + CSV_STATS + [title for _, title in optional])
     for endpoint, gpu in gpus:
-        ident = [endpoint, gpu.get("gpu_index", ""), gpu.get("gpu_name", ""), gpu.get("gpu_uuid", ""),
-                 gpu.get("platform", "")]
-        extra = [str(gpu.get(field)) for field, _ in optional]  # AIPerf writes str(None) too
+        ident = [csv_text(endpoint), gpu.get("gpu_index", ""), csv_text(gpu.get("gpu_name", "")),
+                 csv_text(gpu.get("gpu_uuid", "")), csv_text(gpu.get("platform", ""))]
+        extra = [csv_text(str(gpu.get(field))) for field, _ in optional]  # AIPerf writes str(None) too
         for key, result in gpu["metrics"].items():
             label = report.labels.get(key)
             name = f"{label.display} ({result.get('unit', label.unit)})" if label else f"{key} ({result.get('unit')})"
-            writer.writerow(ident + [name] + list(map(format_csv_number, map(result.get, CSV_STATS))) + extra)
+            writer.writerow(ident + [csv_text(name)] + list(map(format_csv_number, map(result.get, CSV_STATS)))
+                            + extra)
     return buf.getvalue()
 
 
@@ -210,9 +221,11 @@ def write_csv_section(path: Path, report: Report, energy: Mapping[str, Mapping[s
     """Append the section to an existing CSV (replacing one a previous report wrote), or create it; the
     energy metrics join its `Metric,Value` rows."""
     text = ""
-    if path.exists():
+    if os.path.lexists(path):
         try:
-            text = path.read_bytes().decode("utf-8", errors="replace")  # keep its \r\n
+            text = read_output(path).decode("utf-8", errors="replace")  # keep its \r\n
+        except LinkRefused as exc:
+            raise ReportWriteError(str(exc.strerror)) from None
         except OSError as exc:
             raise ReportWriteError(f"cannot read {path}: {exc.strerror or exc}") from None
         text = _strip_telemetry_section(text)
@@ -229,7 +242,7 @@ _HEADERS = {tag: (header, unit) for tag, header, unit in ENERGY_FAMILY}
 _PERCENTILE = re.compile(r"p\d+$")
 
 
-def _energy_row(tag: str, result: Mapping[str, Any]) -> list[str]:
+def energy_row(tag: str, result: Mapping[str, Any]) -> list[str]:
     """AIPerf's system-metric row: `<header> (<unit>)` (no unit for count/requests), value `.2f`."""
     header, unit = _HEADERS[tag]
     unit = str(result.get("unit", unit))
@@ -246,12 +259,12 @@ def with_energy_rows(text: str, energy: Mapping[str, Mapping[str, Any]],
     the end of the section. Rows of a previous merge (or of AIPerf's own telemetry) are replaced."""
     lines = text.splitlines(keepends=True)
     newline = "\r\n" if text.endswith("\r\n") or "\r\n" in text else "\n"
-    names = {_energy_row(tag, {"unit": unit, "avg": 0.0})[0] for tag, _, unit in ENERGY_FAMILY}
-    names |= {_energy_row(tag, result)[0] for tag, result in energy.items() if tag in _HEADERS}
+    names = {energy_row(tag, {"unit": unit, "avg": 0.0})[0] for tag, _, unit in ENERGY_FAMILY}
+    names |= {energy_row(tag, result)[0] for tag, result in energy.items() if tag in _HEADERS}
     start = next((i for i, line in enumerate(lines) if line.rstrip("\r\n") == "Metric,Value"), None)
     if start is None:  # no single-value section: a new one after the existing rows
         body = text if text.endswith(("\n", "\r")) else text + newline
-        section = [f"Metric,Value{newline}"] + [_csv_line(_energy_row(t, r), newline) for t, r in energy.items()
+        section = [f"Metric,Value{newline}"] + [_csv_line(energy_row(t, r), newline) for t, r in energy.items()
                                                 if t in _HEADERS]
         return body + newline + "".join(section)
     end = next((i for i in range(start + 1, len(lines)) if not lines[i].strip()), len(lines))
@@ -259,7 +272,7 @@ def with_energy_rows(text: str, energy: Mapping[str, Mapping[str, Any]],
     tags = sorted(tag for tag, value in (benchmark or {}).items()
                   if isinstance(value, Mapping) and "unit" in value and tag not in ENERGY_TAGS
                   and not any(_PERCENTILE.match(k) and value[k] is not None for k in value))
-    new = sorted((tag, _csv_line(_energy_row(tag, result), newline)) for tag, result in energy.items()
+    new = sorted((tag, _csv_line(energy_row(tag, result), newline)) for tag, result in energy.items()
                  if tag in _HEADERS)
     if len(tags) == len(kept):
         rows = sorted([*zip(tags, kept, strict=True), *new], key=lambda item: item[0])

@@ -13,6 +13,7 @@ that cannot take its telemetry.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
 import os
 import re
@@ -123,10 +124,11 @@ def new_spool_dir(artifact_dir: Path, run_id: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{safe}-", dir=artifact_dir))
 
 
-def done_marker_is_ours(path: Path, run_id: str) -> bool:
-    """Whether the benchmark-done marker (`<run id> <exit code>`, kube profile's legacy sidecar) is this run's.
-    Any other one (an earlier run's, or one without a run id) is removed with one line and ignored: a stale
-    marker must not end a new run."""
+def done_marker_is_ours(path: Path, run_id: str, token: str | None = None) -> bool:
+    """Whether the benchmark-done marker (`<run id> <exit code> [<control token>]`, kube profile's legacy sidecar)
+    is this run's. Where the run has a control token the marker must carry it (the same rule as POST /complete: a
+    neighbour who can write the volume must not end the run). Any other one (an earlier run's, one without a run
+    id or the token) is removed with one line and ignored: a stale or forged marker must not end the run."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -136,10 +138,14 @@ def done_marker_is_ours(path: Path, run_id: str) -> bool:
     else:
         with os.fdopen(fd, "rb") as f:
             words = f.read(512).split()
-    if words and words[0].decode(errors="replace") == run_id:
+    named = words[0].decode(errors="replace") if words else None
+    if named == run_id and (token is None or (len(words) >= 3 and hmac.compare_digest(words[2], token.encode()))):
         return True
-    logger.warning("%s is not run %s's (it names %s): removed and ignored", path, run_id,
-                   repr(words[0].decode(errors="replace")[:64]) if words else "no run")
+    if named == run_id:
+        logger.warning("%s names run %s but not its control token: removed and ignored", path, run_id)
+    else:
+        logger.warning("%s is not run %s's (it names %s): removed and ignored", path, run_id,
+                       repr(named[:64]) if named is not None else "no run")
     with contextlib.suppress(OSError):
         path.unlink()
     return False

@@ -255,9 +255,10 @@ def sidecar(live: bool, **flags: Any) -> None:
     # A native sidecar that exits is restarted by the kubelet (and would overwrite the finished run):
     # with exit_on_complete false it stays up after POST /complete until SIGTERM.
     try:
+        token = sidecar_token(config)
         server = ControlServer(session, config.health_host, config.health_port, config.control_allow,
                                on_complete=finish if config.exit_on_complete else None,
-                               metrics_text=session.exposition, token=sidecar_token(config),
+                               metrics_text=session.exposition, token=token,
                                protect_reads=config.control_protect_reads)
         server.start()
     except ConfigError:  # the port is taken: nothing ran, so no empty artifact folder is left behind
@@ -272,7 +273,12 @@ def sidecar(live: bool, **flags: Any) -> None:
 
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
-    session.configure()
+    try:
+        session.configure()  # no NVML, no GPU: the session lets the folder go (session.abandon)
+    except BaseException:
+        server.stop()
+        remove_if_empty(made)
+        raise
     session.start()
     pod_watch: Any = None
     if selected is not None and apis is not None:  # the pods are followed as they move (sidecar/pod_watch.py)
@@ -284,7 +290,7 @@ def sidecar(live: bool, **flags: Any) -> None:
     if done_file is not None:
         from bridge.sidecar.artifacts import done_marker_is_ours
 
-        done_marker_is_ours(done_file, session.run_id)  # an earlier run's marker is removed now
+        done_marker_is_ours(done_file, session.run_id, token)  # an earlier run's marker is removed now
     watch = OtlpLossWatch()
     finished_by_file = False
     # A look at the done file once a second when there is one, and at the OTLP counters when the forwarder says
@@ -298,7 +304,7 @@ def sidecar(live: bool, **flags: Any) -> None:
         look.clear()
         if done.is_set():
             break
-        if done_file is not None and done_marker_is_ours(done_file, session.run_id):
+        if done_file is not None and done_marker_is_ours(done_file, session.run_id, token):
             finished_by_file = True
             break
         if session.forwarder is not None:
@@ -383,13 +389,17 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
         flags = _take_over_aiperf_telemetry(flags, argv, env)
     config = resolve_config(flags)
     session = build_session(config, otlp) if config.enabled else None
+    if html_path is not None and session is not None:
+        check_not_the_runs(html_path, "--html", session)
     from bridge.errors import BridgeError
 
+    made = missing_folders(Path(config.artifact_dir)) if session is not None else []
     try:
         run = run_profile(config, session, argv, live=live, stop_timeout=stop_timeout, env=env,
                           keep_children=keep_children)
-    except BridgeError:
-        raise  # its own message and exit code (bridge/cli.py)
+    except BridgeError:  # its own message and exit code (bridge/cli.py); a failed start leaves no folder
+        remove_if_empty(made)
+        raise
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None
     _summary(run, session, html_path)
@@ -398,6 +408,27 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
 
         exit_on_verdict(run.outputs.report.telemetry_data, True, echo=False)  # (the console printed the line)
     sys.exit(run.exit_code)
+
+
+def check_not_the_runs(path: Path, flag: str, session: Any) -> None:
+    """An output that is one of the run's own files (the record log, the events file, the folder's lock, a report
+    spool, the report the run writes) is refused at start (exit 2): `--html out/gpu_telemetry_export.jsonl`, a
+    tab-completion slip, would replace the run's record with a page."""
+    from bridge.files import own_file_problem
+    from bridge.report.write import output_names
+    from bridge.sidecar.artifacts import SPOOL_PREFIX
+
+    folder = Path(session.artifact_dir)
+    json_name, csv_name = output_names(session.config.profile_export_prefix)
+    own = {"the run's record log": session.records.path, "the run's events file": session.events.path,
+           "the folder's lock file": session.folder_lock.path, "the run's report": folder / json_name,
+           "the run's CSV": folder / csv_name, "the run's phase files": folder / "phases"}
+    problem = own_file_problem(flag, path, own)
+    resolved = Path(os.path.realpath(path))
+    if problem is None and any(p.name.startswith(SPOOL_PREFIX) for p in (resolved, *resolved.parents)):
+        problem = f"{flag} {path} is in a run's report spool: give another path for {flag}"
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def _take_over_aiperf_telemetry(flags: dict[str, Any], aiperf: Any, env: dict[str, str]) -> dict[str, Any]:
@@ -435,14 +466,16 @@ def _summary(run: Any, session: Any, html_path: Path | None) -> None:
 
         render_console(outputs.report, console)
         if html_path is not None:
+            from bridge.files import LinkRefused
             from bridge.report.html import write_html
 
             try:
                 outputs.files.append(write_html(outputs.report, session.records.path, html_path,
                                                 title=f"dcgm-bridge profile · {session.run_id}",
                                                 run_id=session.run_id))
-            except OSError as exc:
-                outputs.problems.append(f"cannot write {html_path}: {exc}")
+            except OSError as exc:  # (a link planted meanwhile: its own sentence, bridge/files.py)
+                outputs.problems.append(exc.strerror if isinstance(exc, LinkRefused) else
+                                        f"cannot write {html_path}: {exc.strerror or exc}")
     console.print(f"\n[bold]dcgm-bridge[/]: run {escape(session.run_id)}, {session.records_written} records. Files:")
     for path in outputs.files:
         console.print(f"  {escape(str(path))}", highlight=False, soft_wrap=True)  # a path is never cut

@@ -27,7 +27,8 @@ def run_demo(out: Path, duration: float, gpus: int = 8, interval: float = 0.333,
 
     console = console or make_console()  # piped: 80 columns, the stacked tables (one terminal policy)
     out.mkdir(parents=True, exist_ok=True)
-    with SimulatedExporter(SimulatorConfig(gpus=gpus, seed=7, mig=mig, refresh_ms=refresh_ms)) as exporter:
+    simulated = SimulatorConfig(gpus=gpus, seed=7, mig=mig, refresh_ms=refresh_ms, sensors="h200")  # as on an H200
+    with SimulatedExporter(simulated) as exporter:
         config = Config(telemetry=TelemetryItems(urls=[exporter.url]), default_endpoints=[],
                         artifact_dir=str(out), collection_interval=interval,
                         run_id=f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}")

@@ -7,6 +7,7 @@ log; the failures from the events file plus the lines a full disk still holds in
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -104,11 +105,9 @@ def manifest_phases(session: FinishedRun) -> list[Phase] | None:
         return None
 
 
-def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
-    from bridge.report import build_report_from_events, write_report
-    from bridge.report.write import output_names
-
-    kwargs: dict[str, Any] = {}
+def adopted_phases(session: FinishedRun) -> list[Phase] | None:
+    """The phases the report takes when the run posted no marks: the benchmark's files' (`profile -- aiperf`),
+    else the configured manifest's; None when there are none or they are unusable (said once, here)."""
     target = session.report_target
     phases = target.phases if target is not None and target.phases and not session.marks else None
     phases = phases or manifest_phases(session)
@@ -116,7 +115,32 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs) -> None:
     if problems:
         logger.warning("the benchmark's phases are not used (%s): the report covers the whole run",
                        "; ".join(problems))
-        phases = None
+        return None
+    return phases or None
+
+
+def marks_of_phases(phases: Sequence[Phase] | None) -> list[PhaseMark]:
+    """The phase marks that give back exactly `phases` (report/window.py `phases_from_marks`), for the events file
+    to record the window the report took from elsewhere (`validate` rebuilds it from the marks); none when marks
+    cannot say them all (a cancelled phase that has an end, a phase with no start, a kind marks do not have)."""
+    from bridge.report.window import phases_from_marks
+    from bridge.samples import PHASE_KINDS
+
+    if not phases or any(p.start_ns is None or p.kind not in PHASE_KINDS for p in phases):
+        return []
+    marks = [PhaseMark(p.name, p.kind, event, time)  # type: ignore[arg-type]
+             for p in phases for event, time in (("start", p.start_ns), ("end", p.end_ns)) if time is not None]
+    return marks if phases_from_marks(marks) == list(phases) else []
+
+
+def write_session_report(session: FinishedRun, outputs: SessionOutputs, phases: list[Phase] | None = None) -> None:
+    """The report, over `phases` (`adopted_phases`, taken before the events file closed) when the run posted no
+    marks."""
+    from bridge.report import build_report_from_events, write_report
+    from bridge.report.write import output_names
+
+    kwargs: dict[str, Any] = {}
+    target = session.report_target
     if phases:
         kwargs["phases"] = phases
     live = session.live_series
@@ -149,7 +173,8 @@ def _pods_only(report: Report, session: FinishedRun, events: Path | RunEvents, k
     live = session.pod_timelines
     timelines = live.timelines.timelines() if live is not None else timelines_of_log(session.records.path)
     timelines = with_shared(timelines, (load_events(events) if isinstance(events, Path) else events).shared)
-    report, selection = report_for_pods(report, timelines, patterns, **event_kwargs(events), **kwargs)
+    report, selection = report_for_pods(report, timelines, patterns, **event_kwargs(events), **kwargs,
+                                        events_file=events if isinstance(events, Path) else None)
     if selection.warning:
         logger.warning("%s", selection.warning)
     logger.info("pods: %s", selection.summary_line())

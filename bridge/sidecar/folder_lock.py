@@ -9,10 +9,16 @@ that is no longer running on this host, or by an earlier process of the same run
 whose pid may be the dead one's in a new container), is taken over.
 
 A second run refuses at start, whatever its run id, while the holder lives (ConfigError: exit 2).
+
+The lock file is mode 0600. Anyone who can open a file can flock it, so a neighbour who opened a 0644 lock file
+could hold a shared lock past the run's death and keep its restarted process out; now only the owner opens it. A
+run of another user therefore cannot read who holds the folder: it is told the holder's uid instead of its run
+id and pid.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -94,7 +100,7 @@ class FolderLock:
     # -- flock ---------------------------------------------------------------------------------------
     def _acquire_flock(self) -> None:
         for _ in range(10):  # a holder that releases unlinks the file: lock the one now at the path
-            fd = _open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
+            fd = _open_nofollow(self.path, os.O_RDWR | os.O_CREAT, self.folder)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -114,6 +120,8 @@ class FolderLock:
                 os.close(fd)
                 continue
             self._note_takeover(_holder_of_fd(fd))
+            with contextlib.suppress(OSError):  # a lock file of an older version (0644): others could flock it
+                os.fchmod(fd, 0o600)
             os.ftruncate(fd, 0)
             os.pwrite(fd, self._content(), 0)
             self._fd = fd
@@ -124,7 +132,7 @@ class FolderLock:
     # -- link(2) lock file -----------------------------------------------------------------------------
     def _acquire_linked(self) -> None:
         temp = self.folder / f"{LOCK_FILE}.{os.getpid()}.tmp"
-        fd = _open_nofollow(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        fd = _open_nofollow(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.folder)
         try:
             os.write(fd, self._content())
         finally:
@@ -133,6 +141,9 @@ class FolderLock:
             try:
                 os.link(temp, self.path)
             except FileExistsError:
+                owner = _unreadable_owner(self.path)
+                if owner is not None:  # another user's live lock cannot be judged stale from here
+                    raise _locked_by(self.folder, owner) from None
                 holder = _read_holder(self.path)
                 if holder is not None and not self._stale(holder):
                     raise _in_use(self.folder, holder) from None
@@ -175,13 +186,36 @@ def _in_use(folder: Path, holder: Holder) -> ConfigError:
                        "or give this run another folder")
 
 
-def _open_nofollow(path: Path, flags: int) -> int:
+def _locked_by(folder: Path, uid: int) -> ConfigError:
+    return ConfigError(f"--artifact-dir {folder} is locked by uid {uid} (another user's run; its run id and pid are "
+                       "readable only by that user): wait for that run to finish, or give this run another folder")
+
+
+def _unreadable_owner(path: Path) -> int | None:
+    """The owner of a lock file this process may not open (another user's, mode 0600), else None."""
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        os.close(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC))
+    except PermissionError:
+        try:
+            return os.lstat(path).st_uid
+        except OSError:
+            return None
+    except OSError:
+        return None
+    return None
+
+
+def _open_nofollow(path: Path, flags: int, folder: Path) -> int:
+    """The lock file, mode 0600: no other user may open it, so none can hold a shared flock on it and keep the run's
+    restarted process out (an open for reading is enough to flock)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ConfigError(f"{path} is a symbolic link: remove it (dcgm-bridge never follows a link below "
                               "the artifact folder)") from None
+        if exc.errno == errno.EACCES and (owner := _unreadable_owner(path)) is not None and owner != os.geteuid():
+            raise _locked_by(folder, owner) from None
         raise ConfigError(f"cannot open {path} ({exc.strerror or exc}); give a folder this user can write") from None
 
 

@@ -146,7 +146,11 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
     view: Any = None
     relay: Any = None
     try:
-        session.configure()
+        session.configure()  # (a failure here leaves nothing behind: there is no run to complete)
+    except BaseException:
+        server.stop()
+        raise
+    try:
         session.start()
         if live:
             from bridge.sidecar.live import LiveView

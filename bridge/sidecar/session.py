@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from bridge.config import Config
 from bridge.endpoints import REFRESH_FIX, candidate_endpoints, display_key, local_source_url
@@ -35,7 +35,7 @@ from bridge.samples import GpuRecord, PhaseMark, SessionState
 from bridge.scrape import ScrapeGroup, ScrapeLoop
 from bridge.select import preference_order
 from bridge.sidecar.artifacts import Disposition, new_spool_dir, prepare_artifact_dir, report_paths, write_problem
-from bridge.sidecar.finish import ReportTarget, write_session_report
+from bridge.sidecar.finish import ReportTarget, adopted_phases, marks_of_phases, write_session_report
 from bridge.sidecar.finish import SessionOutputs as SessionOutputs
 from bridge.sidecar.folder_lock import FolderLock
 from bridge.sidecar.marks import check_sequence, checked_mark, checked_requests_end, phase_after
@@ -55,6 +55,9 @@ from bridge.sidecar.pipeline import (
 from bridge.sidecar.pod_sinks import PodSelected, PodTimelineSink, SharedGpuNotes
 from bridge.sidecar.spool import LiveSeries, remove_stale_spools, spool_dir
 from bridge.sources.runner import SourceFetcher, open_reader
+
+if TYPE_CHECKING:
+    from bridge.report.window import Phase
 
 __all__ = ["LifecycleError", "PageListener", "Probe", "Session", "SessionOutputs"]
 
@@ -211,11 +214,15 @@ class Session:
                 self.outputs = SessionOutputs(self.artifact_dir, [self.records.path, self.events.path])
 
     def abandon(self) -> None:
-        """A start that failed before anything was collected (the control port taken): the folder is let go and
-        this run's empty spool removed, so nothing of the attempt stays behind."""
+        """A start that failed before anything was collected (the control port taken, no NVML): the folder is let go
+        and this run's empty spool removed, so nothing of the attempt stays behind."""
         with self._lock:
             if self.state != "created":
                 return
+            for loop in self.loops.values():  # the local readers a failed configure had opened
+                if isinstance(loop.group.fetcher, SourceFetcher):
+                    loop.group.fetcher.close()
+            self.loops.clear()
             spool = self.live_series.spool_dir if self.live_series is not None else None
             if spool is not None:
                 with contextlib.suppress(OSError):  # only while empty: nothing was spooled yet
@@ -238,6 +245,14 @@ class Session:
                 self.prepare_artifacts()
             if self.state != "created":
                 return self.probes
+            try:
+                return self._configure()
+            except BaseException:  # no NVML, no GPU, …: a start that fails leaves nothing behind (DESIGN.md)
+                self.abandon()
+                raise
+
+    def _configure(self) -> list[Probe]:
+        with self._lock:
             self.started_ns = self._now_ns()
             local = self.config.telemetry.local  # this machine's GPUs: no exporter defaults probed beside them
             urls = candidate_endpoints(self.config.telemetry.urls, () if local else self.config.default_endpoints)
@@ -275,7 +290,7 @@ class Session:
             configured = tuple(redact_url(u) for u in self.preference if u in scraped)  # (the report's preference)
             successful = tuple(redact_url(p.url) for p in self.probes if p.reachable)
             self.events.write_event(Configured(self._now_ns(), self.run_id, configured, successful,
-                                               self.config.counter_mode))
+                                               self.config.counter_mode, self.config.final_scrape_grace_ns))
             if not successful:
                 logger.warning("no exporter answered (%s): collecting nothing until one does; check the URLs with "
                                "`dcgm-bridge parse URL`", ", ".join(configured) or "no endpoint configured")
@@ -415,6 +430,9 @@ class Session:
                     loop.group.fetcher.close()
             otlp = self._close_forwarder(deadline)
             self.records.close()
+            phases = adopted_phases(self)  # the benchmark's own (AIPerf's files, a manifest) when it posted no marks
+            for mark in marks_of_phases(phases):  # recorded, so the events file holds the window the report takes
+                self.events.write_event(mark)
             self.events.write_event(Complete(self._now_ns(), requests_end_ns, True,
                                              tuple(loop.stats.as_json() for loop in self.loops.values()),
                                              otlp, self._record_log_status()))
@@ -423,7 +441,7 @@ class Session:
             self.state = "completed"
             self.outputs = SessionOutputs(self.artifact_dir)
             self.outputs.files = [p for p in (self.records.path, self.events.path) if p.exists()]  # written ones
-            self._write_report(self.outputs)
+            self._write_report(self.outputs, phases)
             if self.live_series is not None:
                 self.live_series.remove()
             self.folder_lock.release()
@@ -557,10 +575,10 @@ class Session:
             return render_exposition(latest, health, relabel_config=self.relabel_config)
         return render_exposition(latest, health)
 
-    def _write_report(self, outputs: SessionOutputs) -> None:
+    def _write_report(self, outputs: SessionOutputs, phases: list[Phase] | None) -> None:
         rebuild = f"rebuild it with `dcgm-bridge report --jsonl {self.records.path} --events {self.events.path}`"
         try:
-            write_session_report(self, outputs)
+            write_session_report(self, outputs, phases)
         except BridgeError as exc:  # a file that cannot be written, a manifest that cannot be read: its message
             logger.error("the report was not written: %s; %s", exc, rebuild)
             outputs.problems.append(f"the report was not written: {exc}")

@@ -20,6 +20,7 @@ from bridge.simulator.config import (
     Counters,
     Dialect,
     PodLabels,
+    SensorKind,
     SimulatorConfig,
     parse_fault_spec,
 )
@@ -43,6 +44,9 @@ from bridge.simulator.server import SimulatedExporter
 @click.option("--empty-pod-labels", "pod_labels", flag_value="empty", help='The old pod="" style.')
 @click.option("--refresh-ms", type=click.IntRange(min=0), default=0, show_default=True,
               help="DCGM refresh cadence (-c); 0: fresh values on every request.")
+@click.option("--sensors", type=click.Choice(["h200", "ideal"]), default="h200", show_default=True,
+              help="h200: the power gauge a 1 s average and the energy counter held 100 ms, as measured on an H200; "
+                   "ideal: both read the truth at the instant served.")
 @click.option("--hostname", default=None, help="Hostname label value (default: a pod-like name).")
 @click.option("--no-hostname", is_flag=True, help="Omit the hostname label (-n).")
 @click.option("--counters", type=click.Choice(["full", "default"]), default="full", show_default=True,
@@ -65,7 +69,7 @@ from bridge.simulator.server import SimulatedExporter
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="With --once: write the page here instead of stdout.")
 def simulate(port: int, gpus: int, seed: int, dialect: str, mig: int, pod_labels: str | None,
-             refresh_ms: int, hostname: str | None, no_hostname: bool, counters: str, model_name: str,
+             refresh_ms: int, sensors: str, hostname: str | None, no_hostname: bool, counters: str, model_name: str,
              driver_version: str, timestamps: bool, time_scale: float, faults: tuple[str, ...],
              endpoints: int, once: bool, at_s: float | None, output: Path | None) -> None:
     """Serve a seeded, deterministic simulated NVIDIA dcgm-exporter (no GPU needed)."""
@@ -76,7 +80,7 @@ def simulate(port: int, gpus: int, seed: int, dialect: str, mig: int, pod_labels
             gpus=gpus, seed=seed, dialect=cast(Dialect, dialect), mig=mig,
             pod_labels=cast(PodLabels, pod_labels or "none"), refresh_ms=refresh_ms, hostname=hostname,
             no_hostname=no_hostname, counters=cast(Counters, counters), model_name=model_name,
-            driver_version=driver_version,
+            driver_version=driver_version, sensors=cast(SensorKind, sensors),
             timestamps=timestamps, port=port,
             faults=tuple(parse_fault_spec(spec, start_ns) for spec in faults),
         )

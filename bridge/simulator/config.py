@@ -14,6 +14,9 @@ Dialect = Literal[
 ]
 PodLabels = Literal["none", "mapped", "empty"]
 Counters = Literal["full", "default"]
+# How the GPU's sensors serve power (bridge/simulator/sensors.py): "h200" as measured on an H200 (a one-second average
+# gauge, a counter held for 100 ms), "ideal" the truth at the instant asked.
+SensorKind = Literal["ideal", "h200"]
 FaultKind = Literal[
     "counter-reset",  # counters restart from 0 (driver reload / GPU reset); ground truth is unaffected
     "xid",  # DCGM_FI_DEV_XID_ERRORS appears with the code, err_code and err_msg from then on
@@ -108,6 +111,7 @@ class SimulatorConfig:
     boot_ns: int | None = None
     port: int = 0  # 0: ephemeral
     faults: tuple[Fault, ...] = field(default=())
+    sensors: SensorKind = "ideal"
 
     def __post_init__(self) -> None:
         problems = []
@@ -125,6 +129,8 @@ class SimulatorConfig:
             problems.append(f"pod_labels must be none, mapped or empty, got {self.pod_labels!r}")
         if self.gpus_per_pod < 1:
             problems.append("gpus_per_pod must be >= 1")
+        if self.sensors not in get_args(SensorKind):
+            problems.append(f"sensors must be ideal or h200, got {self.sensors!r}")
         if self.refresh_ms < 0:
             problems.append("refresh_ms must be >= 0")
         if not 0 <= self.port <= 65535:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from bridge.simulator.config import NS, SimulatorConfig
 from bridge.simulator.schema import FIELDS, MIG_PROFILES, mig_profile_for
+from bridge.simulator.sensors import Sensors
 
 Value = int | float
 _EPOCH_NS = 1_700_000_000 * NS  # phases are measured from here so sin() arguments stay small
@@ -139,6 +140,7 @@ class NodeModel:
         )
         self.gpus = tuple(_gpu(i, rng) for i in range(config.gpus))
         self._refresh_ns = config.refresh_ms * 1_000_000
+        self._sensors = Sensors() if config.sensors == "h200" else None
         entities: list[Entity] = []
         instance_loads: list[Curve] = []
         physics = []
@@ -202,9 +204,24 @@ class NodeModel:
         return max([self.boot_ns, *resets])
 
     def counter_mj(self, gpu: int, t_ns: int) -> int:
-        """What the exporter shows for TOTAL_ENERGY_CONSUMPTION at `t_ns`: whole mJ since the origin."""
+        """What the exporter shows for TOTAL_ENERGY_CONSUMPTION at `t_ns`: whole mJ since the origin (at the
+        counter's last update, with sensors that hold it)."""
         t = self.sample_time_ns(t_ns)
-        return math.floor(1000 * self.energy_joules(gpu, self.counter_origin_ns(gpu, t), t))
+        return self._counter_mj(gpu, self.counter_origin_ns(gpu, t), t)
+
+    def served_power_watts(self, gpu: int, t_ns: int) -> float:
+        """What the exporter shows for POWER_USAGE at `t_ns`: the true power at DCGM's sample, or what the sensors
+        made of it (a one-second average, `sensors`)."""
+        t = self.sample_time_ns(t_ns)
+        ph = self._physics[gpu]
+        if self._sensors is None:
+            return round(ph.idle_w + ph.span_w * ph.load.at(t), 3)
+        return self._sensors.gauge_w(lambda at: self.energy_joules(gpu, t - 2 * NS, at), ph.power.at, t)  # (any origin)
+
+    def _counter_mj(self, gpu: int, origin: int, t: int) -> int:
+        if self._sensors is not None:
+            t = max(self._sensors.counter_instant(t), origin)
+        return math.floor(1000 * self.energy_joules(gpu, origin, t))
 
     def xid_at(self, gpu: int, t_ns: int) -> int | None:
         t = self.sample_time_ns(t_ns)
@@ -237,14 +254,14 @@ class NodeModel:
         origin = self.counter_origin_ns(gpu, t)
         up_s = (t - origin) / NS
         load_s = ph.load.integral(origin, t)  # ∫ load dt since the origin, shared by every counter
-        energy_mj = math.floor(1000 * (ph.idle_w * up_s + ph.span_w * load_s))  # == counter_mj()
+        energy_mj = self._counter_mj(gpu, origin, t)
         replays = math.floor(up_s / ph.replay_every_s) if ph.replay_every_s else 0
         values: dict[str, Value] = {
             "DCGM_FI_DEV_SM_CLOCK": _round(1410 + 570 * load),
             "DCGM_FI_DEV_MEM_CLOCK": 2619,
             "DCGM_FI_DEV_MEMORY_TEMP": _round(ph.mem_temp.at(t)),
             "DCGM_FI_DEV_GPU_TEMP": _round(ph.gpu_temp.at(t)),
-            "DCGM_FI_DEV_POWER_USAGE": round(ph.idle_w + ph.span_w * load, 3),  # NVML reports mW
+            "DCGM_FI_DEV_POWER_USAGE": self.served_power_watts(gpu, t),  # NVML reports mW
             "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": energy_mj,
             "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": replays,
             "DCGM_FI_DEV_GPU_UTIL": _round(100 * load),

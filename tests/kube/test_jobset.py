@@ -10,6 +10,7 @@ import pytest
 
 from bridge.kube.jobset import (
     CONTROL_PLANE,
+    CONTROL_TOKEN_FILE,
     DONE_FILE,
     SIDECAR,
     Benchmark,
@@ -145,7 +146,8 @@ def test_the_legacy_sidecar_is_a_regular_container_told_to_exit_by_a_done_file()
     assert sidecar is not None and "restartPolicy" not in sidecar
     assert env_of(sidecar)["DCGM_BRIDGE_DONE_FILE"] == DONE_FILE
     script = control_plane_script(VARIANTS["legacy"])
-    assert f'printf "%s %s\\n" "$DCGM_BRIDGE_RUN_ID" "$rc" > {DONE_FILE}' in script
+    assert (f'(umask 077; printf "%s %s %s\\n" "$DCGM_BRIDGE_RUN_ID" "$rc" "$(cat {CONTROL_TOKEN_FILE})" '
+            f'> {DONE_FILE})') in script
     assert "http://127.0.0.1:8086/readyz" in script  # no start ordering: it waits for the sidecar itself
     assert DONE_FILE not in control_plane_script(make_spec())
 

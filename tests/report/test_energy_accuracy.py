@@ -264,16 +264,17 @@ def test_a_reset_inside_a_slow_refresh_is_still_a_reset(refresh_s: int) -> None:
         assert energy == pytest.approx(truth, rel={1: 0.01, 10: 0.02, 30: 0.03}[refresh_s])
 
 
-# --- issue 27's acceptance: the uncertainty and the verdict over >= 200 GPU windows ----------------------------
+# --- issue 27's criteria, kept as regression tests: the uncertainty and the verdict over >= 200 GPU windows -------
 #
 # Development (used while the uncertainty model was written): the harnesses above, DEVELOPMENT_SEEDS and the
-# sinusoid curve (`_analytic_power`). Acceptance (held out, run only here): ACCEPTANCE_SEEDS on the simulator's
-# model and on the `SettlingSteps` family, which no part of the model was checked against while developing.
+# sinusoid curve (`_analytic_power`). SEEDS_TUNED_27 were issue 27's acceptance set, but the set was grown after a
+# pooled figure failed and the method was tuned while they were measured (issue 42): development seeds now; issue
+# 42's acceptance set is ACCEPTANCE_SEEDS_42 below.
 # Twenty seeds (800 windows), not the first five alone: the pooled median ratio of five seeds' 200 windows scatters
 # from 2.8 to 5.6 between seed sets for one and the same code (DECISIONS.md, "Tightness, a fifth look"), so five
 # seeds cannot judge it. Seeds 9006-9020 were added in session 17 and first run with the code they now test.
 DEVELOPMENT_SEEDS = range(0, 10)
-ACCEPTANCE_SEEDS = range(9001, 9021)
+SEEDS_TUNED_27 = range(9001, 9021)
 ACCEPTANCE_REFRESHES_S = (0, 0.5, 2, 10, 30)
 ACCEPTANCE_WINDOWS_S = (20, 60, 120, 300)
 
@@ -335,13 +336,13 @@ def test_the_uncertainty_covers_the_error_on_the_development_set() -> None:
 
 
 @pytest.mark.slow
-def test_acceptance_the_uncertainty_covers_the_error_on_held_out_seeds_and_curves() -> None:
+def test_on_issue_27s_tuned_seeds_the_uncertainty_covers_the_error() -> None:
     """Issue 27: >= 200 GPU windows over refresh periods 0-30 s and 20-300 s windows, on held-out seeds of the
     simulator's model and the held-out settling-steps family: where the verdict calls the window valid,
     `uncertainty` covers the true error in >= 95 %, `bound` in every window; with fresh values over >= 60 s windows
     the uncertainty is at most 0.1 % of the energy; the median uncertainty is at most 5x the median error (plus the
     counter's resolution). (Measured: 98.6 % covered, median ratio 3.5.)"""
-    windows = _acceptance_windows(ACCEPTANCE_SEEDS, ("model", "steps"))
+    windows = _acceptance_windows(SEEDS_TUNED_27, ("model", "steps"))
     assert len(windows) >= 800
     valid = _assert_the_uncertainty_is_honest(windows)
     assert _median_ratio(valid) <= 5
@@ -350,8 +351,9 @@ def test_acceptance_the_uncertainty_covers_the_error_on_held_out_seeds_and_curve
 # Seeds first run at the end of session 14's tuning, then used in session 15 to measure candidate changes (DECISIONS.md,
 # "Tightness, third pass"): seen, not held out.
 SEEN_SEEDS = (*range(31001, 31006), *range(47001, 47006))
-# Seeds that nothing was chosen on: first run in session 15 to measure a candidate, then the code as committed.
-UNSEEN_SEEDS = range(90001, 90011)
+# First run in session 15 to measure a candidate, then measured again while issue 27's method was tuned: development
+# seeds too (issue 42).
+SEEDS_MEASURED_15 = range(90001, 90011)
 
 
 @pytest.mark.slow
@@ -363,19 +365,19 @@ def test_on_seeds_seen_in_session_15_the_uncertainty_is_honest() -> None:
 
 
 def _unseen_windows() -> list[Window27]:
-    windows = _acceptance_windows(UNSEEN_SEEDS, ("model", "steps", "analytic"))
+    windows = _acceptance_windows(SEEDS_MEASURED_15, ("model", "steps", "analytic"))
     assert len(windows) >= 600
     return windows
 
 
 @pytest.mark.slow
-def test_on_seeds_never_looked_at_the_uncertainty_is_honest() -> None:
+def test_on_session_15s_seeds_the_uncertainty_is_honest() -> None:
     """600 GPU windows over all three curve families (measured: 99.5 % covered)."""
     _assert_the_uncertainty_is_honest(_unseen_windows())
 
 
 @pytest.mark.slow
-def test_on_seeds_never_looked_at_the_median_uncertainty_is_at_most_5x_the_median_error() -> None:
+def test_on_session_15s_seeds_the_median_uncertainty_is_at_most_5x_the_median_error() -> None:
     """(Measured: 4.0; 6.1 before the energy's clock was corrected for the power's curvature, DECISIONS.md, "Tightness,
     a fifth look".)"""
     windows = _unseen_windows()

@@ -234,7 +234,7 @@ def test_validate_finds_a_number_that_differs_from_the_record_logs(tmp_path: Pat
     doc["nvidia_total_gpu_energy"]["avg"] *= 1 + 1e-6
     path.write_bytes(orjson.dumps(doc))
     result = CliRunner().invoke(main, ["validate", str(directory)])
-    assert result.exit_code == 1 and "numbers_differ" in result.output
+    assert result.exit_code == 1 and "report_differs" in result.output
     assert "/nvidia_total_gpu_energy/avg" in result.output
 
 
@@ -309,8 +309,11 @@ def test_a_record_log_of_two_runs_reports_the_newest_and_says_so(tmp_path: Path)
     unknown = CliRunner().invoke(main, ["report", "--jsonl", str(directory / "gpu_telemetry_export.jsonl"), "--events",
                                         str(directory / "gpu_telemetry_events.jsonl"), "--run-id", "r9"])
     assert unknown.exit_code == 2 and "--run-id r9: not in" in unknown.output
-    validated = CliRunner().invoke(main, ["validate", str(directory)])
-    assert validated.exit_code == 0, validated.output  # run r0, as the report says it was built from
+    validated = CliRunner().invoke(main, ["validate", "--run-id", "r0", str(directory)])
+    assert validated.exit_code == 0, validated.output  # run r0, given as `report` was given it
+    newest = CliRunner().invoke(main, ["validate", str(directory)])  # the report cannot say which run it holds
+    assert newest.exit_code == 1 and "report_differs" in newest.output
+    assert "/gpu_0/metrics/nvidia_power_usage/avg: 100.0, rebuilt: 300.0" in newest.output
 
 
 def test_a_long_counter_whose_every_step_is_implausible_is_checked_in_linear_time() -> None:

@@ -24,7 +24,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from click.testing import CliRunner
 
+from bridge.cli import main
+from bridge.sidecar.aiperf import phase_from_document
 from bridge.simulator import SimulatedExporter, SimulatorConfig
 from tests.conftest import CACHE, DATA
 from tests.sidecar.openai_mock import OpenAIMock
@@ -194,6 +197,19 @@ def test_aiperfs_own_files_carry_the_telemetry(layout, aiperf, tokenizer, server
     records = [orjson.loads(line) for line in (out / "gpu_telemetry_export.jsonl").read_bytes().splitlines()]
     assert records and all("run_id" in r for r in records)  # the bridge's log, not AIPerf's
     assert "Files:" in result.stdout and str(json_path) in result.stdout.replace("\n", "")
+    # validate rebuilds all of it (JSON, CSV, phase files) over the window AIPerf's files gave, which the events
+    # file records as phase marks (issue 43); given that window the way `report` takes it, the same.
+    validated = CliRunner().invoke(main, ["validate", str(out)])
+    assert validated.exit_code == 0, validated.output
+    assert "(from the events file's phase marks)" in validated.output
+    if layout == "subfolder-one-exporter":
+        window = ["--phase-manifest", str(aiperf_dir / "phase_manifest.json")]
+    else:
+        phase = phase_from_document(doc)
+        assert phase is not None
+        window = ["--start-ns", str(phase.start_ns), "--end-ns", str(phase.end_ns)]
+    given = CliRunner().invoke(main, ["validate", str(out), *window])
+    assert given.exit_code == 0, given.output
 
 
 def _wait_requests(server: OpenAIMock, count: int, process: subprocess.Popen, deadline_s: float = 120) -> None:
