@@ -7,7 +7,7 @@ export DCGM_BRIDGE_CACHE ?= $(HOME)/.cache/dcgm-bridge
 # make demo DEMO_DURATION=3 DEMO_OUT=/tmp/d: a short demo elsewhere (tests/test_readme.py runs it so).
 DEMO_OUT ?= artifacts/demo
 
-.PHONY: demo test lint unit servers bench clean
+.PHONY: demo test lint unit servers bench mutate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ unit: $(VENV)/.test
 
 bench: $(VENV)/.test
 	$(BIN)/python bench/run.py
+
+# Deliberate faults in the report, the parser, the verdict and the dashboards, each run against only the tests that
+# must catch it (scripts/mutate.py; the dashboard faults use the real servers). Not part of `make test` or CI.
+mutate: $(VENV)/.test
+	$(BIN)/python scripts/mutate.py
 
 clean:
 	rm -rf $(VENV) artifacts .pytest_cache .mypy_cache .ruff_cache

@@ -427,7 +427,8 @@ def analyse(out: Path, every: list[int]) -> int:
                     continue
                 error = ours["avg"] - phase["nvml_delta_j"]
                 allowed = phase["counter_lag_allowance_j"]
-                windows.append({"every": k, "offset": offset, "phase": phase["name"], "error_j": error,
+                windows.append({"every": k, "offset": offset, "phase": phase["name"], "ours_j": ours["avg"],
+                                "error_j": error,
                                 "uncertainty_j": ours.get("uncertainty"), "bound_j": ours.get("bound"),
                                 "covered": abs(error) <= (ours.get("uncertainty") or 0.0) + allowed,
                                 "bound_covered": abs(error) <= (ours.get("bound") or 0.0) + allowed})

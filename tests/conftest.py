@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -29,14 +31,41 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def unavailable(reason: str, remedy: str) -> NoReturn:
+    """A tier this test needs is missing: in CI (CI=true), which installs every tier and runs as root, the test
+    fails with the reason; on a developer machine it skips, naming what makes the tier available."""
+    message = f"{reason}: {remedy}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def wait_until(check: Callable[[], object], timeout_s: float = 15.0, what: str = "condition",
+               ignore: tuple[type[BaseException], ...] = ()) -> None:
+    """Poll `check` until it returns something true, failing after `timeout_s` (the only kind of waiting the
+    tests do: never a fixed sleep); exceptions of the `ignore` types count as not yet."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except ignore:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+MOUNT_REMEDY = "run the tests as root, as CI does (`sudo .venv/bin/pytest ...`)"
+
+
 @contextmanager
 def tmpfs(path: Path, options: str) -> Iterator[Path]:
     """A tmpfs mounted at `path` with `options` (`ro,size=1m`: a read-only folder, which chmod cannot make for
-    root; `size=64k`: a disk that fills up), or the test skips with the reason when mounting is not permitted."""
+    root; `size=64k`: a disk that fills up); where mounting is not permitted, `unavailable` (CI fails)."""
     path.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        unavailable(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}", MOUNT_REMEDY)
     try:
         yield path
     finally:
@@ -48,8 +77,8 @@ def failing_ext4(path: Path) -> Iterator[tuple[Path, Callable[[], None]]]:
     """An 8 MB ext4 volume mounted at `path` with `errors=remount-ro`, and what turns it read-only under the
     files open in it: an ext4 error (/sys/fs/ext4/<dev>/trigger_fs_error, Linux's
     Documentation/ABI/testing/sysfs-fs-ext4), as an I/O error does to a real volume. (`mount -o remount,ro`
-    is refused while a file is open for writing.) The test skips with the reason where loop devices or
-    mounting are not permitted."""
+    is refused while a file is open for writing.) Where loop devices or mounting are not permitted,
+    `unavailable` (CI fails)."""
     image = path.with_suffix(".img")
     with image.open("wb") as f:
         f.truncate(8 << 20)
@@ -58,7 +87,7 @@ def failing_ext4(path: Path) -> Iterator[tuple[Path, Callable[[], None]]]:
                  ["mount", "-o", "loop,errors=remount-ro", str(image), str(path)]):
         done = subprocess.run(argv, capture_output=True)
         if done.returncode != 0:
-            pytest.skip(f"cannot make an ext4 volume here ({argv[0]}): {done.stderr.decode().strip()}")
+            unavailable(f"cannot make an ext4 volume here ({argv[0]}): {done.stderr.decode().strip()}", MOUNT_REMEDY)
     source = subprocess.run(["findmnt", "-no", "SOURCE", str(path)], capture_output=True, text=True).stdout
     trigger = Path("/sys/fs/ext4") / Path(source.strip()).name / "trigger_fs_error"
 
@@ -80,10 +109,7 @@ def require_binary(name: str) -> Path:
     path = CACHE / "bin" / name
     if path.exists():
         return path
-    message = f"{path} is missing: run `make servers`"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    unavailable(f"{path} is missing", "run `make servers`")
 
 
 @pytest.fixture

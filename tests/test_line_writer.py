@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bridge.record_log import LineWriter
+from tests.conftest import wait_until
 
 
 class _SmallDisk(io.RawIOBase):
@@ -20,6 +21,7 @@ class _SmallDisk(io.RawIOBase):
     def __init__(self, room: int) -> None:
         self.data = bytearray()
         self.room = room
+        self.written_at: list[float] = []  # time.monotonic() of each write
 
     def writable(self) -> bool:
         return True
@@ -40,6 +42,7 @@ class _SmallDisk(io.RawIOBase):
             raise OSError(errno.ENOSPC, "No space left on device")
         taken = bytes(data[:free])
         self.data += taken
+        self.written_at.append(time.monotonic())
         return len(taken)
 
 
@@ -70,16 +73,13 @@ def test_a_flush_takes_what_fits_in_whole_lines_and_the_rest_when_room_comes(tmp
     assert writer.flush() and writer.lines_written == 3000 and bytes(disk.data) == b"".join(lines)
 
 
-def test_lines_reach_the_file_within_the_interval_with_no_later_line(tmp_path: Path) -> None:
-    path = tmp_path / "x.jsonl"
-    writer = LineWriter(path, flush_interval_s=0.2)
+def test_lines_reach_the_file_within_the_interval_with_no_later_line() -> None:
+    disk = _SmallDisk(10**6)
+    writer = LineWriter(Path("unused"), flush_interval_s=0.2, opener=lambda _: disk)
     writer.write_lines([_line(0)])
     writer.write_lines([_line(1)])  # buffered: the interval has not passed
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and (not path.exists() or path.read_bytes().count(b"\n") < 2):
-        time.sleep(0.05)
-    assert path.read_bytes() == _line(0) + _line(1)  # no third write was needed: the flusher wrote them
-    writer.close()
+    wait_until(lambda: bytes(disk.data) == _line(0) + _line(1), 5.0, "the flusher to write both lines")
+    writer.close()  # no third write was needed: the flusher wrote them
 
 
 def test_a_block_of_lines_is_counted_as_its_lines_when_written_dropped_or_pending() -> None:
@@ -97,18 +97,16 @@ def test_a_block_of_lines_is_counted_as_its_lines_when_written_dropped_or_pendin
 
 
 @pytest.mark.slow
-def test_no_line_waits_longer_than_the_interval_for_the_flusher(tmp_path: Path) -> None:
+def test_no_line_waits_longer_than_the_interval_for_the_flusher() -> None:
     """The record log's promise: a kill loses at most `flush_interval` of lines. The flusher once slept until the
     last flush was 1.5 intervals old, and a sidecar killed 1.1 intervals after its last record had none on disk."""
-    path, interval = tmp_path / "x.jsonl", 2.0
-    writer = LineWriter(path, flush_interval_s=interval)
+    disk, interval = _SmallDisk(10**6), 2.0
+    writer = LineWriter(Path("unused"), flush_interval_s=interval, opener=lambda _: disk)
     written = time.monotonic()
     writer.write_lines([_line(0)])  # buffered: the writer itself flushes only once the interval has passed
-    while not path.exists() and time.monotonic() < written + 3 * interval:
-        time.sleep(0.02)
-    waited = time.monotonic() - written
+    wait_until(lambda: bytes(disk.data) == _line(0), 3 * interval, "the flusher to write the line")
     writer.close()
-    assert path.read_bytes() == _line(0)
+    waited = disk.written_at[0] - written  # when the line was written, not when this test looked
     assert waited < interval + 0.5, f"the line reached the file after {waited:.2f} s (flush interval {interval} s)"
 
 

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until
 from tests.loopback import LoopbackServer, send
 
 
@@ -24,19 +26,32 @@ def _memory_mb(pid: int) -> tuple[int, int]:
     return int(fields["VmRSS"].split()[0]) // 1024, int(fields["VmHWM"].split()[0]) // 1024
 
 
-def _sidecar_on(body: bytes | Callable[[Any], None], out: Path, seconds: float,
+def _scrapes(port: int) -> int:
+    """The sidecar's scrapes so far, by its /status (0 while it is not answering yet)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as response:
+            return sum(e["scrapes"] for e in json.loads(response.read())["endpoints"])
+    except OSError:
+        return 0
+
+
+def _sidecar_on(body: bytes | Callable[[Any], None], out: Path, scrapes: int,
                 *extra: str) -> tuple[tuple[int, int], list[dict]]:
-    """A real sidecar scraping a loopback exporter that answers `body` (or calls it) for `seconds`, then
-    SIGTERM: its (RSS, peak) at the end of the collection, and its events. The RSS is what the sidecar keeps: the
-    least of five readings 200 ms apart, as one reading taken while a scrape is in flight also counts that page's
-    buffers (up to ~25 MB for a 12 MB page, on a loaded machine); the peak (VmHWM) counts them all the same."""
+    """A real sidecar scraping a loopback exporter that answers `body` (or calls it) until its /status counts
+    `scrapes` scrapes, then SIGTERM: its (RSS, peak) at the end of the collection, and its events. The RSS is what
+    the sidecar keeps: the least of five readings 200 ms apart, as one reading taken while a scrape is in flight
+    also counts that page's buffers (up to ~25 MB for a 12 MB page, on a loaded machine); the peak (VmHWM) counts
+    them all the same."""
     respond = body if callable(body) else lambda h: send(h, body)
+    port = free_port()
     with LoopbackServer(respond) as server:
         process = subprocess.Popen([sys.executable, "-m", "bridge.cli", "sidecar", "--gpu-telemetry", server.url,
-                                    "--artifact-dir", str(out), "--health-port", str(free_port()), *extra],
+                                    "--artifact-dir", str(out), "--health-port", str(port), *extra],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            time.sleep(seconds)
+            wait_until(lambda: process.poll() is not None or _scrapes(port) >= scrapes, 120.0,
+                       f"{scrapes} scrapes")
+            assert process.poll() is None, process.communicate()[1].decode()
             readings = []
             for _ in range(5):
                 readings.append(_memory_mb(process.pid))
@@ -59,7 +74,7 @@ def test_a_page_of_huge_label_values_is_dropped_and_its_memory_given_back(tmp_pa
     good = 'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-0",modelName="NVIDIA H100 80GB HBM3"} 300.5'
     body = ("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n" + "\n".join(lines) + "\n" + good + "\n").encode()
     assert len(body) > 12_000_000
-    (rss, peak), events = _sidecar_on(body, tmp_path, 5.0)
+    (rss, peak), events = _sidecar_on(body, tmp_path, 5)
     # Before: 142 MB resident and kept (the page as a template, glibc's heap); a normal run is ~55 MB.
     assert rss <= 100 and peak <= 128, (rss, peak)
     parse = [e for e in events if e["type"] == "scrape_error" and e["kind"] == "parse"]
@@ -72,7 +87,7 @@ def test_a_page_of_huge_label_values_is_dropped_and_its_memory_given_back(tmp_pa
 def test_samples_past_the_series_limit_are_dropped_and_counted(tmp_path: Path) -> None:
     lines = [f'DCGM_FI_DEV_GPU_TEMP{{gpu="{i}",UUID="GPU-{i}"}} 40' for i in range(3000)]
     body = ("\n".join(lines) + "\n").encode()
-    _, events = _sidecar_on(body, tmp_path, 1.5, "--config", str(_config(tmp_path, max_series=1000)))
+    _, events = _sidecar_on(body, tmp_path, 2, "--config", str(_config(tmp_path, max_series=1000)))
     parse = [e for e in events if e["type"] == "scrape_error" and e["kind"] == "parse"]
     assert parse and "2000 samples past the limit of 1000 per page (DCGM_BRIDGE_MAX_SERIES)" in parse[0]["message"]
     gpus = {orjson.loads(r)["gpu_uuid"] for r in (tmp_path / "gpu_telemetry_export.jsonl").read_bytes().splitlines()}
@@ -100,7 +115,7 @@ def test_an_exporter_whose_uuids_change_at_every_scrape_is_held_to_the_gpu_limit
                  for g in range(16)]
         send(handler, ("\n".join(lines) + "\n").encode())
 
-    _sidecar_on(page, tmp_path, 3.0, "--config", str(_config(tmp_path, max_gpus=64)))  # ~9 scrapes: 144 GPUs
+    _sidecar_on(page, tmp_path, 9, "--config", str(_config(tmp_path, max_gpus=64)))  # 144 GPUs
     uuids = {orjson.loads(r)["gpu_uuid"] for r in (tmp_path / "gpu_telemetry_export.jsonl").read_bytes().splitlines()}
     assert len(uuids) == 64
     report = orjson.loads((tmp_path / "profile_export_aiperf.json").read_bytes())
@@ -116,7 +131,7 @@ def test_ten_thousand_series_stay_well_inside_the_pods_limit(tmp_path: Path) -> 
               "TOTAL_ENERGY_CONSUMPTION", "MEM_COPY_UTIL")
     body = "".join(f'DCGM_FI_DEV_{f}{{gpu="{g}",UUID="GPU-{g}",modelName="H100",Hostname="h"}} {100 + g % 50}\n'
                    for f in fields for g in range(1000)).encode()
-    (rss, peak), _ = _sidecar_on(body, tmp_path, 6.0)
+    (rss, peak), _ = _sidecar_on(body, tmp_path, 10)
     assert rss <= 110 and peak <= 128, (rss, peak)  # measured 79 MB; the pod's limit is 192Mi
     report = orjson.loads((tmp_path / "profile_export_aiperf.json").read_bytes())
     assert len(next(iter(report["telemetry_data"]["endpoints"].values()))["gpus"]) == 1000

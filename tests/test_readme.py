@@ -9,6 +9,7 @@ Kubernetes commands get `--dry-run`. A subcommand that goes missing or a flag th
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -16,15 +17,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bridge.simulator import SimulatedExporter, SimulatorConfig
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -34,6 +35,9 @@ BIN = Path(sys.executable).parent
 # The required flags a `kube profile … --gpu-telemetry k8s://…` line leaves out (the "…").
 KUBE_PROFILE_REQUIRED = ["--model", "m", "--url", "frontend:8000", "--sidecar-image", "registry.example.com/b:1"]
 LONG_RUNNING = {"sidecar", "simulate"}
+# The README's sidecar runs until each endpoint has been scraped this often (at AIPERF_GPU_COLLECTION_INTERVAL's
+# 0.1 s): what `validate`, the line after the `report` that reads it, needs to find the measurement valid.
+SIDECAR_SCRAPES = 40
 
 
 def readme_commands(text: str) -> list[list[str]]:
@@ -110,13 +114,11 @@ def _run_until_ready(argv: list[str], cwd: Path, ready: str, log: Path) -> subpr
     """Start a long-running command, wait for `ready` in its output, then SIGTERM it (how it is stopped)."""
     with log.open("w") as sink:
         process = subprocess.Popen(argv, cwd=cwd, env=_env(), stdout=sink, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 30
-        while ready not in log.read_text() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: ready in log.read_text() or process.poll() is not None, 30.0, f"{ready!r} in {log}")
         if process.poll() is None and argv[1] == "sidecar":
             port = re.search(r"control API on port (\d+)", log.read_text())
             assert port, log.read_text()
-            _wait_ready(int(port.group(1)))
+            _wait_ready(int(port.group(1)), process)
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         try:
@@ -127,17 +129,25 @@ def _run_until_ready(argv: list[str], cwd: Path, ready: str, log: Path) -> subpr
     return subprocess.CompletedProcess(argv, process.returncode, log.read_text(), "")
 
 
-def _wait_ready(port: int) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
-                if response.status == 200:
-                    time.sleep(0.3)  # a few scrapes, so the report has records
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
+def _status(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as response:
+        status: dict[str, Any] = json.loads(response.read())
+    return status
+
+
+def _wait_ready(port: int, process: subprocess.Popen[str]) -> None:
+    """Until the sidecar is ready and every endpoint has been scraped SIDECAR_SCRAPES times (a run `validate`
+    judges valid: a window of a few scrapes is too short to hold its coverage and its counter-power check), or
+    fail with its last answer; a sidecar that exits meanwhile ends the wait (the caller reports it)."""
+
+    def scraped() -> bool:
+        if process.poll() is not None:
+            return True
+        endpoints = _status(port)["endpoints"]
+        return bool(endpoints) and all(e["scrapes"] >= SIDECAR_SCRAPES for e in endpoints)
+
+    wait_until(scraped, 60.0, f"the sidecar on port {port} to scrape every endpoint {SIDECAR_SCRAPES} times",
+               ignore=(OSError, ValueError))
 
 
 @pytest.mark.slow

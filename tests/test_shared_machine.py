@@ -19,6 +19,7 @@ from bridge.errors import ConfigError
 from bridge.fields import default_table
 from bridge.sidecar.folder_lock import LOCK_FILE, FolderLock
 from bridge.simulator import SimulatedExporter, SimulatorConfig
+from tests.conftest import MOUNT_REMEDY, unavailable
 from tests.sidecar.helpers import resumed_report, scrape_synchronously, session_for
 
 _HOLD = """
@@ -211,14 +212,15 @@ def test_readyz_turns_503_the_moment_the_record_log_cannot_be_written(exporter: 
 @contextmanager
 def read_only_file(path: Path) -> Iterator[Path]:
     """`path` bind-mounted read-only over itself: a file no one may write (root included, which ignores file
-    modes), in a folder that stays writable, as another user's file is; skips with the reason where mounting
-    is not permitted."""
+    modes), in a folder that stays writable, as another user's file is; where mounting is not permitted,
+    `unavailable` (CI, which runs as root, fails)."""
     path.write_bytes(b"")
     for argv in (["mount", "--bind", str(path), str(path)], ["mount", "-o", "remount,bind,ro", str(path)]):
         done = subprocess.run(argv, capture_output=True, text=True)
         if done.returncode != 0:
             subprocess.run(["umount", str(path)], capture_output=True)
-            pytest.skip(f"cannot bind-mount a read-only file here ({' '.join(argv[:3])}): {done.stderr.strip()}")
+            unavailable(f"cannot bind-mount a read-only file here ({' '.join(argv[:3])}): {done.stderr.strip()}",
+                        MOUNT_REMEDY)
     try:
         yield path
     finally:
@@ -226,7 +228,6 @@ def read_only_file(path: Path) -> Iterator[Path]:
 
 
 @pytest.mark.root
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to bind-mount a read-only file; CI runs as root")
 def test_a_record_log_that_cannot_be_written_stops_profile_before_the_benchmark(tmp_path: Path) -> None:
     marker = tmp_path / "benchmark-ran"
     with read_only_file(tmp_path / "gpu_telemetry_export.jsonl") as log:

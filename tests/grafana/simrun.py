@@ -16,7 +16,7 @@ pull endpoint (`Session.exposition()`) are the sidecar's outputs the stores are 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,19 @@ class Page:
     phase: str  # "none" outside a phase
 
 
+@dataclass(frozen=True)
+class Served:
+    """One series group (a whole GPU or a MIG instance) as its simulator served it at one step: the labels the
+    dashboards group by and every field's value in the simulator's canonical units (bridge/simulator/model.py
+    `Snapshot`: MHz, C, W, mJ, %, MiB, ns), whichever dialect rendered them."""
+
+    host: str
+    uuid: str
+    gpu: str  # the GPU's index
+    slot: str  # the GPU's index, or for a MIG instance "index profile instance-id" (the rules' `slot` label)
+    values: Mapping[str, float]
+
+
 @dataclass
 class Step:
     index: int
@@ -54,6 +67,7 @@ class RecordedRun:
     outputs: SessionOutputs
     nodes: Sequence[SimulatedExporter]
     steps: list[Step] = field(default_factory=list)
+    _served: dict[int, list[Served]] = field(default_factory=dict, repr=False)
 
     @property
     def records_path(self) -> Path:
@@ -73,6 +87,19 @@ class RecordedRun:
 
     def gpu_power_w(self, node: SimulatedExporter, gpu: int, t_ns: int) -> float:
         return round(node.model.power_watts(gpu, t_ns), 3)
+
+    def served(self, step: Step) -> list[Served]:
+        """Ground truth: what every simulator served at `step` (its model's snapshot at the step's time)."""
+        if step.index in self._served:
+            return self._served[step.index]
+        out = self._served[step.index] = []
+        for node in self.nodes:
+            model = node.model
+            for entity, values in zip(model.entities, model.snapshot(step.t_ns).values, strict=True):
+                slot = str(entity.gpu) if entity.instance_id is None else \
+                    f"{entity.gpu} {entity.profile} {entity.instance_id}"
+                out.append(Served(model.hostname, model.gpus[entity.gpu].uuid, str(entity.gpu), slot, values))
+        return out
 
     def energy_j(self, t0_ns: int, t1_ns: int) -> float:
         """Ground truth: energy all GPUs really used over [t0, t1]."""

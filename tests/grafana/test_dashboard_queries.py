@@ -6,8 +6,10 @@ All as the variable's allValue, $__range/$__interval/$__rate_interval from the r
 sent to VictoriaMetrics (OTLP, both naming modes; vmalert evaluating the rules) and Prometheus 2.53 (scraping
 the pull endpoint, the rules loaded).
 Each must return the series its panel is drawn from, with the labels its legend and table use; the
-variables must list the run's values; the power and energy panels must equal the simulator's ground
-truth, MIG instances counted once.
+variables must list the run's values; and every panel's values must be the simulators' ground truth for
+the same window (what each simulator served at each step, simrun.py `RecordedRun.served`, read through the
+recorded series' documented meaning, `MEANING`): the gauges at every step, the counters' rates within what the
+counters moved, the range statistics, the power and energy, MIG instances counted once.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+import statistics
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ import pytest
 import yaml
 
 from tests.grafana.conftest import NODE_A, NODE_B, RUN_ID, XID_CODE, XID_GPU, XID_NODE, Store, StoredRun
+from tests.grafana.simrun import Served
 
 pytestmark = pytest.mark.realstack
 
@@ -375,3 +379,177 @@ def test_each_endpoints_refresh_is_recorded_and_the_stale_alert_stays_quiet(stor
     rules = yaml.safe_load((DASHBOARDS.parent / "rules" / "dcgm-bridge.rules.yml").read_text())
     stale = next(r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "DcgmBridgeExporterStale")
     assert store.instant(stale["expr"], at) == []
+
+
+# -- every panel's values against what the simulators served ----------------------------------------------------
+# What each recorded series is (grafana/README.md's table), from one series group's served values in the
+# simulator's canonical units (tests/grafana/simrun.py `Served`): an independent statement of the rules' meaning,
+# whichever dialect's names and units carried the values.
+def _busy(v: Mapping[str, float]) -> float:
+    """GPU_UTIL where the group has it, else the graphics engine's activity (MIG instances have no GPU_UTIL)."""
+    return v["DCGM_FI_DEV_GPU_UTIL"] / 100 if "DCGM_FI_DEV_GPU_UTIL" in v else v["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]
+
+
+def _violation(field: str) -> Callable[[Mapping[str, float]], float]:
+    return lambda v: v[f"DCGM_FI_DEV_{field}_VIOLATION"] * 1e-9  # served in ns
+
+
+MEANING: Mapping[str, Callable[[Mapping[str, float]], float]] = {
+    "dcgm_bridge:gpu_power_watts": lambda v: v["DCGM_FI_DEV_POWER_USAGE"],
+    "dcgm_bridge:gpu_busy_ratio": _busy,
+    "dcgm_bridge:gpu_fb_used_ratio": lambda v: v["DCGM_FI_DEV_FB_USED"] / (
+        v["DCGM_FI_DEV_FB_USED"] + v["DCGM_FI_DEV_FB_FREE"] + v["DCGM_FI_DEV_FB_RESERVED"]),
+    "dcgm_bridge:gpu_temperature_celsius": lambda v: v["DCGM_FI_DEV_GPU_TEMP"],
+    "dcgm_bridge:gpu_memory_temperature_celsius": lambda v: v["DCGM_FI_DEV_MEMORY_TEMP"],
+    "dcgm_bridge:gpu_sm_clock_hertz": lambda v: v["DCGM_FI_DEV_SM_CLOCK"] * 1e6,  # served in MHz
+    "dcgm_bridge:gpu_pipe_tensor_active_ratio": lambda v: v["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"],
+    "dcgm_bridge:gpu_pcie_tx_bytes_per_second": lambda v: v["DCGM_FI_PROF_PCIE_TX_BYTES"],
+    "dcgm_bridge:gpu_pcie_rx_bytes_per_second": lambda v: v["DCGM_FI_PROF_PCIE_RX_BYTES"],
+    # counters, shown as their rate
+    "dcgm_bridge:gpu_nvlink_bandwidth_bytes_total": lambda v: v["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] * 1e6,  # MB
+    **{f"dcgm_bridge:gpu_{f.lower()}_violation_seconds_total": _violation(f)
+       for f in ("POWER", "THERMAL", "SYNC_BOOST", "BOARD_LIMIT", "LOW_UTIL", "RELIABILITY")},
+}
+POWER, BUSY, TEMP = "dcgm_bridge:gpu_power_watts", "dcgm_bridge:gpu_busy_ratio", "dcgm_bridge:gpu_temperature_celsius"
+# Each panel drawn from a gauge: its series and what it shows of it: one series per GPU or per instance, the sum
+# per host, or the total, mean or highest over the run's GPUs (instances for the mean).
+GAUGES: Mapping[str, tuple[str, str]] = {
+    "Utilisation/A": (BUSY, "instance"), "Power per GPU/A": (POWER, "gpu"), "Total power/A": (POWER, "sum"),
+    "Total power/B": (POWER, "host"), "Temperature/A": (TEMP, "gpu"),
+    "Temperature/B": ("dcgm_bridge:gpu_memory_temperature_celsius", "gpu"),
+    "Memory used/A": ("dcgm_bridge:gpu_fb_used_ratio", "instance"),
+    "SM clock/A": ("dcgm_bridge:gpu_sm_clock_hertz", "gpu"),
+    "Tensor pipe active/A": ("dcgm_bridge:gpu_pipe_tensor_active_ratio", "instance"),
+    "PCIe throughput/A": ("dcgm_bridge:gpu_pcie_tx_bytes_per_second", "gpu"),
+    "PCIe throughput/B": ("dcgm_bridge:gpu_pcie_rx_bytes_per_second", "gpu"),
+    "Total power now/A": (POWER, "sum"), "Mean utilisation now/A": (BUSY, "mean"),
+    "Hottest GPU now/A": (TEMP, "max"), "Power per host/A": (POWER, "host"),
+}
+# Each panel drawn from a counter's rate (per GPU).
+RATES: Mapping[str, str] = {
+    "NVLink traffic/A": "dcgm_bridge:gpu_nvlink_bandwidth_bytes_total",
+    **{f"Throttling/{ref}": f"dcgm_bridge:gpu_{f}_violation_seconds_total" for ref, f in zip(
+        "ABCDEF", ("power", "thermal", "sync_boost", "board_limit", "low_util", "reliability"), strict=True)},
+}
+# A DCP ratio is served with six decimals, a clock in whole MHz: what a page can carry.
+SERVED = {"rel": 1e-6, "abs": 1e-6}
+
+
+def _truth(served: Sequence[Served], series: str, shows: str) -> dict[tuple[str, ...], float]:
+    """What a panel showing `series` as `shows` must show, by the identity of each of its series."""
+    meaning = MEANING[series]
+    per_instance = {(s.uuid, s.slot): meaning(s.values) for s in served}
+    per_gpu = {(s.uuid,): meaning(s.values) for s in served}  # a device field: each instance serves the GPU's value
+    if shows == "instance":
+        return per_instance
+    if shows == "gpu":
+        return per_gpu
+    if shows == "host":
+        hosts = {s.uuid: s.host for s in served}
+        return {(host,): sum(v for (uuid,), v in per_gpu.items() if hosts[uuid] == host)
+                for host in set(hosts.values())}
+    values = list(per_instance.values()) if shows == "mean" else list(per_gpu.values())
+    return {(): {"sum": sum, "mean": statistics.fmean, "max": max}[shows](values)}
+
+
+IDENTITY = {"instance": ("UUID", "slot"), "gpu": ("UUID",), "host": ("host",)}  # else one series, no labels
+
+
+def _identity(metric: Mapping[str, str], shows: str) -> tuple[str, ...]:
+    return tuple(metric[label] for label in IDENTITY.get(shows, ()))
+
+
+GAUGE_CASES = [pytest.param(name, key, id=f"{name.removesuffix('.json')}-{key}")
+               for name in ("benchmark-run.json", "gpu-fleet.json") for key, _, _ in panel_queries(load(name))
+               if key in GAUGES]
+RATE_CASES = [pytest.param(name, key, id=f"{name.removesuffix('.json')}-{key}")
+              for name in ("benchmark-run.json", "gpu-fleet.json") for key, _, _ in panel_queries(load(name))
+              if key in RATES]
+
+
+def test_every_gauge_and_rate_panel_has_a_truth() -> None:
+    """A panel added to a dashboard must be given its meaning here (or in the tests above)."""
+    judged = {*GAUGES, *RATES, "Mean total power/A", "Energy in the selected range/A", "Energy in the selected range/B",
+              "Mean utilisation/A", "Peak GPU temperature/A", "Energy per GPU in the selected range/A",
+              "XID errors/A", "XID errors/B", "Per phase/A", "Per phase/B", "Per phase/C", "Per phase/D",
+              "GPUs/A", "GPUs with an XID/A", "annotation Phases"}
+    for name in ("benchmark-run.json", "gpu-fleet.json"):
+        assert {key for key, _, _ in panel_queries(load(name))} <= judged, name
+
+
+@pytest.mark.parametrize(("name", "key"), GAUGE_CASES)
+@pytest.mark.parametrize("store_name", STORES)
+def test_every_gauge_panel_shows_what_the_simulators_served_at_every_step(stored_run, name, key, store_name):
+    """At every step, the phase boundaries included, each of the panel's series is the served value (or the sum,
+    mean or highest of them its panel shows), and there is one for every GPU, instance or host and no other."""
+    doc, store, run = load(name), stored_run.stores[store_name], stored_run.run
+    _, _, target = next(q for q in panel_queries(doc) if q[0] == key)
+    expr = interpolate(target["expr"], doc, defaults(), builtins(stored_run, store))
+    series, shows = GAUGES[key]
+    for step in run.steps:
+        truth = _truth(run.served(step), series, shows)
+        rows = store.instant(expr, store.eval_s[step.index])
+        shown = {_identity(r["metric"], shows): float(r["value"][1]) for r in rows}
+        assert shown.keys() == truth.keys(), f"step {step.index} ({step.phase})"
+        for identity, value in truth.items():
+            assert shown[identity] == pytest.approx(value, **SERVED), f"step {step.index} ({step.phase}) {identity}"
+
+
+@pytest.mark.parametrize(("name", "key"), RATE_CASES)
+@pytest.mark.parametrize("store_name", STORES)
+def test_every_rate_panel_shows_the_served_counters_rate(stored_run, name, key, store_name):
+    """The panel's graph over the run, per GPU: no point above the most a counter moved in one step, spread over the
+    1 s rate window (a window holds at most one step's move: the steps are over a second apart), times what the store
+    may extrapolate (VictoriaMetrics: nothing; Prometheus: up to 1.1 sample intervals at each end, so with as few as
+    two samples in the window 1 + 2 x 1.1 times what they show), none below 0, and where the counter moves, some
+    point above a tenth of its slowest true rate."""
+    doc, store, run = load(name), stored_run.stores[store_name], stored_run.run
+    _, _, target = next(q for q in panel_queries(doc) if q[0] == key)
+    counters = [_truth(run.served(step), RATES[key], "gpu") for step in run.steps]
+    shown = {r["metric"]["UUID"]: [float(v) for _, v in r["values"]]
+             for r in run_query(stored_run, store, doc, target, defaults())}
+    assert {(uuid,) for uuid in shown} == counters[0].keys()
+    window_s = float(RATE_INTERVAL.removesuffix("s"))
+    for (uuid,) in counters[0]:
+        moves = [(b[(uuid,)] - a[(uuid,)], (sb.t_ns - sa.t_ns) / 1e9)
+                 for a, b, sa, sb in zip(counters, counters[1:], run.steps, run.steps[1:], strict=False)]
+        most = max(move for move, _ in moves) / window_s * (1 + 2 * 1.1 if store_name == "prometheus-scrape" else 1.01)
+        assert all(0 <= point <= most + 1e-12 for point in shown[uuid]), (uuid, most, max(shown[uuid]))
+        if most:
+            slowest = min(move / dt for move, dt in moves)
+            assert max(shown[uuid]) >= slowest / 10, (uuid, slowest, shown[uuid])
+
+
+@pytest.mark.parametrize("store_name", STORES)
+def test_the_run_and_phase_statistics_are_those_of_the_served_values(stored_run, store_name):
+    """The stat and table panels over the selected range: a highest is the highest served value, a mean lies
+    between the least and the most served (it weighs each step by the rule evaluations that saw it)."""
+    doc, store, run = load("benchmark-run.json"), stored_run.stores[store_name], stored_run.run
+
+    def shown(key: str) -> list[dict[str, Any]]:
+        title, ref = key.split("/")
+        return run_query(stored_run, store, doc, _target(doc, title, ref), defaults())
+
+    def served(series: str, shows: str, phase: str | None = None) -> list[float]:
+        return [v for step in run.steps if phase in (None, step.phase)
+                for v in _truth(run.served(step), series, shows).values()]
+
+    ((peak,),) = [[float(r["value"][1]) for r in shown("Peak GPU temperature/A")]]
+    assert peak == max(served(TEMP, "gpu"))
+    ((mean_busy,),) = [[float(r["value"][1]) for r in shown("Mean utilisation/A")]]
+    assert min(served(BUSY, "instance")) - 1e-6 <= mean_busy <= max(served(BUSY, "instance")) + 1e-6
+    for key, check in (("Per phase/B", "power"), ("Per phase/C", "busy"), ("Per phase/D", "temperature")):
+        rows = {r["metric"]["phase"]: float(r["value"][1]) for r in shown(key)}
+        assert set(rows) == {"warmup", "profiling"}, key
+        for phase, value in rows.items():
+            if check == "temperature":  # the phase's hottest GPU
+                assert value == max(served(TEMP, "gpu", phase)), (key, phase)
+            elif check == "busy":  # the mean over the phase's instances and samples
+                busy = served(BUSY, "instance", phase)
+                assert min(busy) - 1e-6 <= value <= max(busy) + 1e-6, (key, phase)
+            else:  # the sum over GPUs of each one's mean power in the phase
+                steps = run.phase_steps(phase)
+                per_gpu = [[_truth(run.served(s), POWER, "gpu")[g] for s in steps]
+                           for g in _truth(run.served(steps[0]), POWER, "gpu")]
+                low, high = sum(min(p) for p in per_gpu), sum(max(p) for p in per_gpu)
+                assert low - 0.005 <= value <= high + 0.005, (key, phase, low, value, high)

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -21,7 +20,8 @@ from typing import Any
 import pytest
 import urllib3
 
-from tests.conftest import free_port, require_binary
+from tests.conftest import free_port, require_binary, unavailable
+from tests.conftest import wait_until as poll
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTOR = ROOT / "collector"
@@ -29,16 +29,8 @@ _HTTP = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=5.0))
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float = 15.0, what: str = "condition") -> None:
-    """Poll `check` until true, with a deadline (the only kind of waiting these tests do)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except (urllib3.exceptions.HTTPError, OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    """tests/conftest.py's, a server that does not answer yet counting as not yet."""
+    poll(check, timeout_s, what, ignore=(urllib3.exceptions.HTTPError, OSError, ValueError, KeyError))
 
 
 def http_ok(url: str) -> bool:
@@ -168,10 +160,7 @@ def rotel_binary() -> Path:
         path = Path(spec.origin).parent / "rotel-agent"
         if path.exists():
             return path
-    message = "rotel is not installed: pip install rotel==0.0.1a15 (in the test extras)"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    unavailable("rotel is not installed", "pip install rotel==0.0.1a15 (in the test extras: make .venv/.test)")
 
 
 def load_env_file(path: Path) -> dict[str, str]:

@@ -8,14 +8,11 @@ come with the sidecar wiring.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -346,65 +343,6 @@ def test_promtool_accepts_the_shipped_prometheus_config():
         timeout=30,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-# -- an OpenTelemetry Collector, where a Docker engine exists ----------------------------------
-@pytest.mark.docker
-def test_the_collector_config_forwards_to_victoriametrics_in_a_container(victoria_metrics):
-    docker = pytest.importorskip("docker")
-    if not os.environ.get("DOCKER_HOST") and not Path("/var/run/docker.sock").exists():
-        pytest.skip(
-            "no Docker engine here (no DOCKER_HOST, no /var/run/docker.sock): the collector image cannot run"
-        )
-    try:
-        client = docker.from_env(timeout=3)
-        try:
-            client.ping()
-        finally:
-            client.close()
-    except Exception as exc:  # noqa: BLE001 - any failure to reach an engine means "no Docker here"
-        pytest.skip(f"no Docker engine answers ({type(exc).__name__}): the collector image cannot run here")
-    from testcontainers.core.container import DockerContainer
-
-    config = (
-        (COLLECTOR / "otelcol" / "config.yaml")
-        .read_text()
-        .replace("http://victoria-metrics:8428", victoria_metrics.base)
-    )
-    config_path = Path(victoria_metrics.log).parent / "otelcol.yaml"
-    config_path.write_text(json.dumps(_without_remote_write(yaml.safe_load(config))))
-    grpc_port = free_port()
-    container = (
-        DockerContainer("otel/opentelemetry-collector-contrib:0.142.0")
-        .with_volume_mapping(str(config_path), "/etc/otelcol-contrib/config.yaml")
-        .with_kwargs(network_mode="host")
-        .with_command(
-            "--config=/etc/otelcol-contrib/config.yaml "
-            f"--set=receivers.otlp.protocols.grpc.endpoint=127.0.0.1:{grpc_port}"
-        )
-    )
-    with container:
-        run_id, t0, pages = f"run-{uuid.uuid4().hex[:8]}", t0_ns(), run_pages(2)
-        config_grpc = OtlpConfig(
-            endpoint=f"127.0.0.1:{grpc_port}", protocol="grpc", insecure=True, export_interval_s=0.05
-        )
-        fwd = forward(replace(config_grpc), run_id, t0, pages)
-        assert fwd.flush(timeout_s=30)
-        fwd.close()
-
-        def arrived() -> bool:
-            victoria_metrics.flush()
-            got = fetch_run_samples(victoria_metrics.base, run_id, t0, t0 + 10 * S)
-            return sum(len(g.samples) for g in got) == 2 * POINTS
-
-        wait_until(arrived, 60, "the collector to forward every series")
-
-
-def _without_remote_write(config: dict) -> dict:
-    """No Prometheus with a remote-write receiver runs here: keep the OTLP/HTTP leg only."""
-    config["exporters"].pop("prometheusremotewrite")
-    config["service"]["pipelines"]["metrics"]["exporters"] = ["otlphttp/victoriametrics"]
-    return config
 
 
 def test_simulated_exporters_of_every_dialect_arrive_sample_for_sample_across_a_counter_reset(

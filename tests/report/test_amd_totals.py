@@ -57,6 +57,11 @@ def build(records: list[GpuRecord]) -> Report:
     return build_report(records, phases=PHASES, requests_end_ns=T0 + 50 * S, grace_ns=0)
 
 
+def phase_rows(page: str) -> list[dict[str, str]]:
+    """The HTML phase table's rows: each <tr>'s data-* attributes, by name."""
+    return [dict(re.findall(r'data-([\w-]+)="([^"]*)"', tr)) for tr in re.findall(r"<tr data-[^>]*>", page)]
+
+
 def console_text(report: Report, width: int = 200) -> str:
     out = io.StringIO()
     render_console(report, Console(file=out, width=width, color_system=None))
@@ -111,8 +116,8 @@ def test_the_html_has_each_vendors_cards_and_phase_rows() -> None:
     assert cards["AMD energy (profiling)"].startswith("15.00 kJ ± ")
     assert cards["AMD total average power, 1 GPU"] == "500 W"
     assert "Energy (profiling)" not in cards
-    rows = re.findall(r'<tr data-phase="(\w+)" data-energy-j="([\d.]+)" data-vendor="(\w+)"[^>]*>', page)
-    assert {(phase, vendor): float(j) for phase, j, vendor in rows} == pytest.approx({
+    rows = phase_rows(page)
+    assert {(r["phase"], r["vendor"]): float(r["energy-j"]) for r in rows} == pytest.approx({
         ("warmup", "NVIDIA"): NVIDIA_W * 20, ("warmup", "AMD"): AMD_W * 20,
         ("profiling", "NVIDIA"): NVIDIA_W * 30, ("profiling", "AMD"): AMD_W * 30})
 
@@ -120,7 +125,13 @@ def test_the_html_has_each_vendors_cards_and_phase_rows() -> None:
 def test_an_nvidia_only_page_keeps_its_unnamed_cards_and_rows() -> None:
     records = [r for r in run_records(with_nvidia=True) if r.platform == "nvidia"]
     page = render_html(build(records))
-    assert "<span>Energy (profiling)</span>" in page and "data-vendor" not in page
+    cards = dict(re.findall(r'<div class="card"><span>([^<]+)</span><b>(?:<code>)?([^<]+)', page))
+    assert cards["Energy (profiling)"].startswith("9.00 kJ ± ")  # 300 W for the profiling phase's 30 s
+    assert cards["Total average power, 1 GPU"] == "300 W"
+    rows = phase_rows(page)
+    assert {r["phase"]: float(r["energy-j"]) for r in rows} == pytest.approx({"warmup": NVIDIA_W * 20,
+                                                                             "profiling": NVIDIA_W * 30})
+    assert "data-vendor" not in page and not [k for k in cards if "NVIDIA" in k or "AMD" in k]
 
 
 def test_the_phase_files_give_amd_per_gpu_energy_the_same_bound_and_uncertainty_as_nvidia(tmp_path: Path) -> None:

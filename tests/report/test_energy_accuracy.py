@@ -230,9 +230,11 @@ def test_a_slow_refresh_is_timed_at_its_refresh_not_at_the_scrape() -> None:
     assert theirs > 0.05 and ours < theirs / 2, (ours, theirs)
 
 
-def test_at_two_30_s_refreshes_even_the_exact_refresh_instants_leave_more_than_1_percent() -> None:
+def test_at_two_30_s_refreshes_even_the_exact_refresh_instants_leave_between_1_and_2_5_percent() -> None:
     """Why the 60 s window on a 30 s refresh is held to 2.5 %, not 1 %: read at DCGM's true refresh instants
-    (an oracle no recording can beat), the simulator's 5-20 s load swings still move the energy by over 1 %."""
+    (an oracle no recording can beat), the simulator's 5-20 s load swings still move the energy by over 1 %, and
+    by no more than the 2.5 % the recorded path is held to (each edge off by ~amplitude x period / pi): both
+    against the simulator's true energy, so a reader that drifts from the truth fails either way."""
     from bridge.report.refresh import refreshed_delta, series_cadence
     from bridge.report.series import SeriesAccumulator
 
@@ -246,7 +248,7 @@ def test_at_two_30_s_refreshes_even_the_exact_refresh_instants_leave_more_than_1
                                 series.values["nvidia_power_usage"] * 1e-6)
         assert delta is not None
         worst = max(worst, abs(delta.delta * 1e6 / truth - 1))
-    assert worst > 0.01
+    assert 0.01 < worst < 0.025, worst
 
 
 @pytest.mark.parametrize("refresh_s", [1, 10, 30])

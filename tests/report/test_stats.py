@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -193,9 +194,41 @@ def test_power_integrates_to_joules_over_exactly_the_window() -> None:
     ts, v = arrays(times, [100.0 + 50.0 * t for t in times])  # linear: trapezoids are exact
     integral = power_integral(ts, v, FRESH, 0, 4 * S)
     assert integral is not None and math.isclose(integral.joules, 100 * 4 + 25 * 16, rel_tol=1e-9)
-    # Its expected error: |ΔP|·h/2 per interval (12.5 W × 0.25 s / 2, 16 of them) + 200 W of change × 1 s of
-    # the gauge's own averaging (bridge/report/uncertainty.py).
-    assert integral.uncertainty_j == pytest.approx(16 * 12.5 * 0.25 / 2 + 200 * 1.0)
+
+
+def _integral_of_averaged(power: Callable[[float], float], energy: Callable[[float], float]) -> tuple[float, float]:
+    """(∫ over [0, 4 s], its uncertainty) from a one-second trailing average gauge (the H200's, the sensor model
+    bridge/simulator/sensors.py) read every 0.25 s, of a curve with power `power(t)` and energy `energy(t)`."""
+    from bridge.simulator.sensors import Sensors
+
+    gauge = Sensors(gauge_update_s=0.0, average_s=1.0)
+    times = [-0.5 + 0.25 * i for i in range(20)]
+    ts, _ = arrays(times, times)
+    v = np.array([gauge.gauge_w(lambda t_ns: energy(t_ns / S), lambda t_ns: power(t_ns / S), int(t)) for t in ts])
+    integral = power_integral(ts, v, FRESH, 0, 4 * S)
+    assert integral is not None
+    return integral.joules, integral.uncertainty_j
+
+
+def test_the_power_integrals_uncertainty_covers_a_lagging_gauge_on_a_ramp_and_is_not_vacuous() -> None:
+    """100 + 50t W for 4 s is 800 J; a one-second average gauge reads it 25 W low throughout (100 J short): the
+    uncertainty covers those 100 J and is no more than three times them."""
+    joules, uncertainty = _integral_of_averaged(lambda t: 100 + 50 * t, lambda t: 100 * t + 25 * t * t)
+    assert joules == pytest.approx(800 - 100, abs=0.01)
+    assert 100 <= uncertainty <= 300, uncertainty
+
+
+@pytest.mark.parametrize("period_s", [3, 5, 7, 20])
+def test_the_power_integrals_uncertainty_covers_its_true_error_on_a_swinging_load(period_s: float) -> None:
+    """300 W ± 100 W swinging with `period_s`, through the one-second average gauge: the error against the
+    closed-form energy lies within the uncertainty."""
+    w = 2 * math.pi / period_s
+
+    def energy(t: float) -> float:
+        return 300 * t + 100 / w * (1 - math.cos(w * t))
+
+    joules, uncertainty = _integral_of_averaged(lambda t: 300 + 100 * math.sin(w * t), energy)
+    assert abs(joules - (energy(4) - energy(0))) <= uncertainty, (joules, energy(4), uncertainty)
 
 
 @settings(max_examples=300, deadline=None)
