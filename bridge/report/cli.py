@@ -17,6 +17,8 @@ from bridge.redact import redact_url
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE
 
 if TYPE_CHECKING:
+    from datetime import tzinfo
+
     from bridge.fields import FieldTable
     from bridge.report.build import Report
     from bridge.report.events import RunEvents
@@ -169,12 +171,13 @@ def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | No
             end_ns: int | None = None, grace_ns: int | None = None, phase_manifest: Path | None = None,
             counter_mode: str | None = None, run_id: str | None = None, table: FieldTable | None = None,
             prometheus: tuple[str, str | None] | None = None, pods: tuple[Any, ...] | None = None,
-            store_headers: dict[str, str] | None = None) -> Report:
+            store_headers: dict[str, str] | None = None, tz: tzinfo | None = None) -> Report:
     """The one way a report is built from a finished run's files, for `report` and `validate` alike: the window is
     --start-ns/--end-ns (plus the grace), else the profiling phase of --phase-manifest, else the events file's marks;
     the grace and the counter mode are the flags', else the run's (its `configured` event), else the defaults; the
     run is --run-id's, else the log's newest. `prometheus`: (URL, strip suffix) instead of the record log; `pods`:
-    the --gpu-pods patterns (with those --gpu-pod-selector picked) when selecting."""
+    the --gpu-pods patterns (with those --gpu-pod-selector picked) when selecting; `tz`, the summary's times' zone
+    (default: this machine's, as AIPerf writes them)."""
     from bridge.report.build import build_report
     from bridge.report.events import RunEvents, load_events
     from bridge.report.runs import read_log
@@ -203,11 +206,11 @@ def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | No
     if prometheus is not None:
         source = _store_records(prometheus[0], run_id or "", kwargs, grace, table, prometheus[1], store_headers)
     built = build_report(source, table=table, counter_mode=mode, grace_ns=grace,  # type: ignore[arg-type]
-                         record_log=log, events_file=events_path, **kwargs)
+                         record_log=log, events_file=events_path, tz=tz, **kwargs)
     if pods is not None:  # (records of one run of several, else the log's pods read from its file)
         pods_source: Any = source if isinstance(source, list) else jsonl
         built = _pods_only(built, pods_source, pods, run.shared, table=table, counter_mode=mode, grace_ns=grace,
-                           record_log=log, events_file=events_path, **kwargs)
+                           record_log=log, events_file=events_path, tz=tz, **kwargs)
     return built
 
 

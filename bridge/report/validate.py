@@ -22,9 +22,11 @@ Exit 0 valid, 1 not valid, 2 unreadable input (README "Exit codes").
 from __future__ import annotations
 
 import csv
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +37,8 @@ from bridge.files import read_output
 from bridge.samples import COUNTER_MODES
 
 if TYPE_CHECKING:
+    from datetime import tzinfo
+
     from bridge.report.build import Report
 
 RELATIVE = 1e-9
@@ -111,10 +115,14 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
         run = load_events(events, strict=True)  # a damaged number: exit 2 naming the line, as `report`
         if gpu_pod_selectors:
             pods = with_selected_pods(pods, gpu_pod_selectors, run, events)
-        rebuilt = rebuild(log, events, run=run, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
-                          phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id,
-                          table=table_with_custom(default_table(), list(metrics_csv)),
-                          pods=pods if gpu_pods or gpu_pod_selectors else None)
+        again = functools.partial(rebuild, log, events, run=run, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
+                                  phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id,
+                                  table=table_with_custom(default_table(), list(metrics_csv)),
+                                  pods=pods if gpu_pods or gpu_pod_selectors else None)
+        rebuilt = again()
+        zone = _written_zone(doc["telemetry_data"], rebuilt.telemetry_data)
+        if zone is not None:  # written where the clock read another zone: rebuilt in that zone
+            rebuilt = again(tz=zone)
     except ReportInputError:  # already one line naming the input
         raise
     except WindowError as exc:
@@ -400,6 +408,27 @@ def _show(value: Any) -> str:
 
 def _plain(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool | list | dict)
+
+
+def _written_zone(stored: Any, rebuilt: dict[str, Any]) -> tzinfo | None:
+    """The time zone the stored summary's times were written in, where it is not this machine's: AIPerf writes them as
+    naive local time, so a report validated on a machine set to another zone (a CI runner in UTC) would differ by the
+    offset. The offset is read from the stored start time against the rebuilt window's start (whole quarter hours, as
+    every zone's offset is); None where the times agree or cannot be read."""
+    from datetime import datetime, timedelta, timezone
+
+    try:
+        written = datetime.fromisoformat(stored["summary"]["start_time"])
+        start_ns = rebuilt["measurement"]["window"]["start_ns"]
+        if written.tzinfo is not None or written.isoformat() == rebuilt["summary"]["start_time"]:
+            return None
+        utc = datetime.fromtimestamp(start_ns // 1_000_000_000, UTC).replace(tzinfo=None)
+    except (KeyError, TypeError, ValueError, OverflowError, OSError):
+        return None
+    quarters = round((written - utc).total_seconds() / 900)
+    if abs(quarters) > 14 * 4:  # no zone is further than ±14 h from UTC
+        return None
+    return timezone(timedelta(minutes=15 * quarters))
 
 
 def _first(root: Path, name: str) -> Path:

@@ -519,3 +519,41 @@ def test_the_seeded_edits_cover_every_kind() -> None:
     assert {kind for _, kind in EDITS} == {"number", "number_as_string", "string", "unit", "flag", "key_deleted",
                                            "key_added", "gpu_deleted", "csv_cell", "window"}
     assert len(EDITS) >= 20 and len({seed for seed, _ in EDITS}) == len(EDITS)
+
+
+def test_a_report_written_in_another_time_zone_is_valid_in_this_one(run: Path) -> None:
+    """AIPerf writes the summary's times as naive local time: a report written on a machine in India (UTC+05:30) is
+    validated on a CI runner in UTC; the zone is read from the stored start against the marked window, and a start
+    time moved by a second is still a difference."""
+    import os
+    import time
+    from datetime import datetime, timezone
+
+    before = os.environ.get("TZ")
+
+    def zone(name: str | None) -> None:
+        if name is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = name
+        time.tzset()
+
+    try:
+        zone("Asia/Kolkata")
+        assert _report(run).exit_code == 0
+        zone("UTC")
+        summary = _json(run / "profile_export_aiperf.json")["telemetry_data"]["summary"]
+        written = datetime.fromisoformat(summary["start_time"])
+        utc = datetime.fromtimestamp(PROFILING[0] // S, timezone.utc).replace(tzinfo=None)
+        assert round((written - utc).total_seconds()) == 5 * 3600 + 1800  # the zone took effect
+        result = _validate(run)
+        assert result.exit_code == 0, result.output
+
+        def a_second_later(doc: Any) -> None:
+            stamp = datetime.fromisoformat(doc["telemetry_data"]["summary"]["start_time"])
+            doc["telemetry_data"]["summary"]["start_time"] = stamp.replace(second=(stamp.second + 1) % 60).isoformat()
+
+        _edit_report(run, a_second_later)
+        _not_valid(_validate(run), "report_differs", "/telemetry_data/summary/start_time")
+    finally:
+        zone(before)
