@@ -527,7 +527,7 @@ def test_a_report_written_in_another_time_zone_is_valid_in_this_one(run: Path) -
     time moved by a second is still a difference."""
     import os
     import time
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
     before = os.environ.get("TZ")
 
@@ -544,7 +544,7 @@ def test_a_report_written_in_another_time_zone_is_valid_in_this_one(run: Path) -
         zone("UTC")
         summary = _json(run / "profile_export_aiperf.json")["telemetry_data"]["summary"]
         written = datetime.fromisoformat(summary["start_time"])
-        utc = datetime.fromtimestamp(PROFILING[0] // S, timezone.utc).replace(tzinfo=None)
+        utc = datetime.fromtimestamp(PROFILING[0] // S, UTC).replace(tzinfo=None)
         assert round((written - utc).total_seconds()) == 5 * 3600 + 1800  # the zone took effect
         result = _validate(run)
         assert result.exit_code == 0, result.output
