@@ -1,0 +1,135 @@
+"""`dcgm-bridge compare` (issue 45, its first part): the interval against textbook Welch, its calibration on
+configurations whose truth is known (drawn here: the run-to-run coefficient of variation fixed at 1 % and the seeds
+written before the first run), a difference inside the measurement uncertainty never called, and the folders it
+reads (one run, repeats, AIPerf's profile_runs/, NOT-valid runs left out)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from bridge.cli import main
+from bridge.report.compare import Run, Side, compare, load_side, t975
+
+TOKENS = 40_000.0
+
+
+def _report(folder: Path, energy: float, stated: float, *, seconds: float = 60.0, valid: bool = True) -> Path:
+    """A report as `dcgm-bridge report` merges it into AIPerf's JSON: the energy family (AIPerf 0.13's keys, our
+    `uncertainty` beside them), AIPerf's token counts and throughput, the verdict."""
+    folder.mkdir(parents=True, exist_ok=True)
+    doc: dict[str, Any] = {
+        "total_osl": {"unit": "tokens", "avg": TOKENS},
+        "output_token_throughput": {"unit": "tokens/sec", "avg": TOKENS / seconds},
+        "telemetry_data": {"measurement": {"valid": valid, "reasons": [] if valid else ["low_coverage"]}},
+        "nvidia_average_gpu_power": {"unit": "W", "avg": energy / seconds},
+        "nvidia_total_gpu_energy": {"unit": "J", "avg": energy, "uncertainty": stated, "bound": 3 * stated},
+        "nvidia_output_tokens_per_joule": {"unit": "tokens/J", "avg": TOKENS / energy},
+        "nvidia_energy_per_output_token": {"unit": "mJ/token", "avg": energy * 1e3 / TOKENS},
+    }
+    (folder / "profile_export_aiperf.json").write_bytes(orjson.dumps(doc))
+    return folder
+
+
+def _side(values: list[tuple[float, float]]) -> Side:
+    return Side(Path("x"), tuple(Run(Path(f"r{i}"), True, {"total_gpu_energy": v})
+                                 for i, v in enumerate(values)), ())
+
+
+def test_the_interval_is_welchs_where_nothing_is_measured() -> None:
+    """Textbook: samples 1, 2, 3 and 2, 3, 4: difference 1, standard error √(1/3 + 1/3), Welch's df 4, t 2.776."""
+    row, = compare(_side([(1.0, 0.0), (2.0, 0.0), (3.0, 0.0)]), _side([(2.0, 0.0), (3.0, 0.0), (4.0, 0.0)]))
+    half = 2.776 * (2 / 3) ** 0.5
+    assert row.difference == pytest.approx(1.0)
+    assert (row.low, row.high) == pytest.approx((1 - half, 1 + half), rel=1e-3)
+    assert row.verdict == "inconclusive" and not row.measurement_only
+    assert t975(1) == pytest.approx(12.706) and t975(120) == pytest.approx(1.980, abs=2e-3)
+    assert t975(4.5) < t975(4) and t975(4.5) > t975(5)
+
+
+def test_a_difference_inside_the_measurement_uncertainty_alone_is_never_called() -> None:
+    # One run a side: 0.8 % apart, each stated ± 1 % (95 %): inconclusive, marked.
+    row, = compare(_side([(10_000.0, 100.0)]), _side([(10_080.0, 100.8)]))
+    assert row.verdict == "inconclusive" and row.measurement_only
+    # Repeats that agree to the joule hide nothing of the measurement: still inconclusive.
+    row, = compare(_side([(10_000.0, 100.0)] * 5), _side([(10_080.0, 100.8)] * 5))
+    assert row.verdict == "inconclusive" and not row.measurement_only
+    # The same difference with a measurement ten times finer is called.
+    row, = compare(_side([(10_000.0, 10.0)] * 5), _side([(10_080.0, 10.08)] * 5))
+    assert row.verdict == "worse"  # more energy is worse
+
+
+CALIBRATION_SEEDS = range(45_001, 45_021)  # written before the first run
+
+
+def _configuration(tmp: Path, rng: random.Random, power_w: float, repeats: int) -> Side:
+    """Repeats of one configuration: the run-to-run coefficient of variation of energy 1 %, each run's energy
+    measured to within its stated uncertainty (0.3 %, 95 %)."""
+    for k in range(repeats):
+        truth = power_w * 60.0 * rng.gauss(1.0, 0.01)
+        measured = truth * (1 + rng.gauss(0.0, 0.003 / 1.96))
+        _report(tmp / f"run_{k:04d}", measured, 0.003 * measured)
+    return load_side(tmp)
+
+
+def test_calibration_a_against_itself_contains_0_and_a_2_percent_difference_is_called(tmp_path: Path) -> None:
+    same = called = 0
+    for seed in CALIBRATION_SEEDS:
+        rng = random.Random(seed)
+        a = _configuration(tmp_path / f"{seed}-a", rng, 500.0, 3)
+        b = _configuration(tmp_path / f"{seed}-b", rng, 500.0, 3)
+        row = next(r for r in compare(a, b) if r.metric == "total_gpu_energy")
+        same += row.low <= 0 <= row.high
+        c = _configuration(tmp_path / f"{seed}-c", rng, 500.0, 5)
+        d = _configuration(tmp_path / f"{seed}-d", rng, 510.0, 5)  # 2 % more power
+        row = next(r for r in compare(c, d) if r.metric == "total_gpu_energy")
+        called += row.verdict == "worse" and row.difference > 0
+    assert same >= 18, same
+    assert called >= 16, called
+
+
+def test_the_command_reads_repeats_profile_runs_and_leaves_not_valid_runs_out(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    for k, energy in enumerate((30_000.0, 30_300.0, 29_700.0)):
+        _report(base / "profile_runs" / f"run_{k + 1:04d}", energy, 60.0)
+    other = tmp_path / "other"
+    for k, energy in enumerate((27_000.0, 27_270.0, 26_730.0)):
+        _report(other / f"run_{k:04d}", energy, 54.0)
+    _report(other / "run_0003", 10.0, 1.0, valid=False)  # a broken repeat: left out, named
+    result = CliRunner().invoke(main, ["compare", str(base), "--json", str(other)])
+    assert result.exit_code == 0, result.output
+    doc = orjson.loads(result.output)
+    assert len(doc["baseline"]["runs"]) == 3
+    comparison, = doc["comparisons"]
+    assert len(comparison["runs"]) == 3
+    assert comparison["left_out_not_valid"][0].endswith("run_0003/profile_export_aiperf.json")
+    energy = comparison["metrics"]["total_gpu_energy"]
+    assert energy["difference"] == pytest.approx(-3000.0) and energy["verdict"] == "better"
+    assert comparison["metrics"]["output_tokens_per_joule"]["verdict"] == "better"  # more tokens per joule
+    assert comparison["metrics"]["energy_per_output_token"]["relative"][0] == pytest.approx(-0.1)
+    included = CliRunner().invoke(main, ["compare", "--include-invalid", "--json", str(base), str(other)])
+    assert len(orjson.loads(included.output)["comparisons"][0]["runs"]) == 4
+    console = CliRunner().invoke(main, ["compare", str(base), str(other)], env={"COLUMNS": "80"})
+    assert console.exit_code == 0 and "left out (measurement NOT valid)" in console.output
+    assert all(len(line) <= 80 for line in console.output.splitlines() if not line.startswith(("baseline", "B:",
+                                                                                                  "  left out")))
+
+
+def test_a_folder_without_a_report_or_a_report_through_a_link_is_one_line(tmp_path: Path) -> None:
+    _report(tmp_path / "a", 1000.0, 5.0)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(main, ["compare", str(tmp_path / "a"), str(empty)])
+    assert result.exit_code == 2 and "no profile_export_aiperf.json" in result.output
+    assert "Traceback" not in result.output
+    linked = tmp_path / "linked" / "run_0000"
+    linked.mkdir(parents=True)
+    (linked / "profile_export_aiperf.json").symlink_to(tmp_path / "a" / "profile_export_aiperf.json")
+    result = CliRunner().invoke(main, ["compare", str(tmp_path / "a"), str(tmp_path / "linked")])
+    assert result.exit_code == 2 and "no profile_export_aiperf.json" in result.output
+    assert CliRunner().invoke(main, ["compare", str(tmp_path / "a")]).exit_code == 2  # one folder: nothing to compare
