@@ -28,9 +28,9 @@ import math
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from bridge.report.ages import fresh_ages, refresh_ages
+from bridge.report.ages import FreshAges, fresh_ages, refresh_ages
 from bridge.report.uncertainty import GridSpread, fresh_uncertainty, refreshed_uncertainty
 from bridge.sources import COUNTER_HOLD_S, LOCAL_SOURCES
 
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from bridge.report.stats import CounterDelta
+
+T = TypeVar("T")
 
 # A series is fresh when at least this share of its scrapes brought a new value (DCGM refreshes at least
 # as often as we scrape: the scrape time is the sample time, to within the refresh period).
@@ -321,9 +323,24 @@ def _root(f: Callable[[float], float], inside: float, outside: float) -> float:
     return (inside + outside) / 2
 
 
-# id(timestamps) -> their cadence. An entry is removed when its array is freed (`weakref.finalize`), so an id that
-# numpy reuses for a new array never finds the old array's cadence (numpy arrays are not hashable: no value key).
+# id(timestamps) -> their cadence; (id(timestamps), id(counter), …) -> the counter's readings' ages. An entry is
+# removed when one of its arrays is freed (`weakref.finalize`), so an id that numpy reuses for a new array never
+# finds the old array's entry (numpy arrays are not hashable: no value key).
 _CADENCES: dict[int, Cadence] = {}
+_AGES: dict[tuple[object, ...], FreshAges] = {}
+
+
+def _while_alive(store: dict[Any, T], key: Any, arrays: Sequence[NDArray[Any]], compute: Callable[[], T]) -> T:
+    """`store[key]`, computed once and kept while every one of `arrays` lives."""
+    found = store.get(key)
+    if found is None:
+        found = compute()
+        if len(store) > 4096:
+            store.clear()
+        store[key] = found
+        for array in arrays:
+            weakref.finalize(array, store.pop, key, None)
+    return found
 
 
 def series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
@@ -331,21 +348,20 @@ def series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float6
     DCGM may watch other fields at other rates), else its power gauge, else every field it has. Kept while the
     series' timestamp array lives: the report asks for it per metric block, per endpoint, for the energy and
     per phase."""
-    key = id(ts)
-    cadence = _CADENCES.get(key)
-    if cadence is None:
-        cadence = _series_cadence(ts, values)
-        if len(_CADENCES) > 4096:
-            _CADENCES.clear()
-        _CADENCES[key] = cadence
-        weakref.finalize(ts, _CADENCES.pop, key, None)
-    return cadence
+    return _while_alive(_CADENCES, id(ts), (ts,), lambda: _series_cadence(ts, values))
+
+
+def _fresh_ages(ts: NDArray[np.int64], counter: NDArray[np.float64], most_s: float, local: bool) -> FreshAges:
+    """`ages.fresh_ages`, kept while the series' arrays live: the fit depends on the series alone, and the report
+    reads each GPU's energy for its metrics, the run's totals and every phase."""
+    return _while_alive(_AGES, (id(ts), id(counter), most_s, local), (ts, counter),
+                        lambda: fresh_ages(ts, counter, COUNTER_HOLD_S, most_s, local))
 
 
 def source_cadence(endpoint: str, ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
     """`series_cadence`, except for a local reader (bridge.sources `LOCAL_SOURCES`: NVML's counter holds for
     100 ms): the values it holds between updates are that hold, not a DCGM refresh, and its reads are timed by
-    their scrape (fresh), the hold covered by the readings' age (`uncertainty.staleness`). Timed as a refresh grid
+    their scrape (fresh), the hold covered by the readings' ages (`ages.fresh_ages`). Timed as a refresh grid
     instead, an H200's counter read every 73 ms found no grid (its updates drift against any fixed
     period) and understated the cool-down's error (bench/RESULTS.md, "A real GPU")."""
     if endpoint in LOCAL_SOURCES:
@@ -418,7 +434,7 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     `slope` (aligned with `ts`, counter units per second; for the energy counter, the power gauge in MJ/s)
     gives the counter's rate at each refresh instant; `resolution`, the counter's step (for the uncertainty and
     the bound); `hold_s`, how long the counter holds a value (DCGM sampled it up to that late: the refreshes' ages,
-    `uncertainty.ages_of`, move the edges by their mean, widen each edge's bound by the rest and enter the
+    `ages.refresh_ages`, move the edges by their mean, widen each edge's bound by the rest and enter the
     uncertainty). None when the counter has no value at all.
     """
     import numpy as np
@@ -493,7 +509,7 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
 
     The energy counter's readings are never taken as fresher than the data shows: each lags its scrape by the
     counter's hold (bridge/sources `COUNTER_HOLD_S`) and, from an exporter, by up to one of its refreshes
-    (`uncertainty.staleness`); a fresh series is read at the edges moved by its readings' mean age."""
+    (`ages.fresh_ages`); a fresh series is read at the edges moved by its readings' mean age."""
     energy_key, power_key = energy_keys(values)
     energy = key == energy_key
     power = values.get(power_key) if energy else None
@@ -505,7 +521,7 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
         from bridge.report.stats import counter_delta_interpolated
 
         local = endpoint in LOCAL_SOURCES
-        ages = fresh_ages(ts, values[key], COUNTER_HOLD_S, 0.0 if local else _slowest_refresh(ts, cadence), local)
+        ages = _fresh_ages(ts, values[key], 0.0 if local else _slowest_refresh(ts, cadence), local)
         stale, shown = ages.stale, ages.instants_ns  # each reading at the instant it shows, where its age is known
         shift = round(stale.shift_s * 1e9)
         once, counter = _first_showings(shown, values[key])
