@@ -129,8 +129,8 @@ def read_run(path: Path) -> Run:
         raise CompareError(f"{path}: cannot read it as a report ({exc})") from None
     if not isinstance(doc, dict):
         raise CompareError(f"{path}: not a report (a JSON object is expected)")
-    measurement = (doc.get("telemetry_data") or {}).get("measurement") if isinstance(doc.get("telemetry_data"),
-                                                                                   dict) else None
+    telemetry = doc.get("telemetry_data")
+    measurement = telemetry.get("measurement") if isinstance(telemetry, dict) else None
     valid = bool(measurement.get("valid")) if isinstance(measurement, dict) else False
     energy = _vendor_sum(doc, "total_gpu_energy")
     stated = _vendor_sum(doc, "total_gpu_energy", "uncertainty")
@@ -144,22 +144,18 @@ def read_run(path: Path) -> Run:
     return Run(path, valid, values)
 
 
-def _number(doc: dict[str, Any], key: str) -> float | None:
+def _number(doc: dict[str, Any], key: str, field: str = "avg") -> float | None:
+    """A metric's finite number (`avg`, or `field`), else None."""
     entry = doc.get(key)
-    value = entry.get("avg") if isinstance(entry, dict) else None
+    value = entry.get(field) if isinstance(entry, dict) else None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
 
 
 def _vendor_sum(doc: dict[str, Any], key: str, field: str = "avg") -> float | None:
-    found = None
-    for vendor in ("amd_", "nvidia_"):
-        entry = doc.get(vendor + key)
-        value = entry.get(field) if isinstance(entry, dict) else None
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            found = (found or 0.0) + float(value)
-    return found
+    found = [value for vendor in ("amd_", "nvidia_") if (value := _number(doc, vendor + key, field)) is not None]
+    return sum(found) if found else None
 
 
 def _vendor_value(doc: dict[str, Any], key: str, energy: float | None) -> float | None:

@@ -88,7 +88,7 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start
       or after the edge, unknown: up to X·max(x, 1−x);
     - the readings' ages: each edge's reading is off by the power there times its age's deviation, whose differences
       have the 95 % quantile `q95`; the share every reading may hide moves the two edges alike and leaves the
-      power's change across the window times half of it.
+      power's change across the window times how far the mean age can be off (`mean_error_s`).
     The edges' shapes add (a load that starts with the window and stops with it misses the same way at both), the ages
     in quadrature with them, the shared age and the counter's resolution at each edge on top; never more than the
     bound."""
