@@ -197,12 +197,13 @@ def _age_deviations(operator: _Operator, ages: NDArray[np.float64]) -> NDArray[n
 
 
 def _below(operator: _Operator, q: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Along q's last axis (one row per candidate where q is 2-D)."""
     import numpy as np
 
-    predicted = np.zeros(operator.centre.size)
+    predicted = np.zeros((*q.shape[:-1], operator.centre.size))
     for j, d in enumerate(operator.offsets):
-        predicted += operator.weights[:, j] * q[operator.centre + d]
-    return (predicted - q[operator.centre]) / operator.spread
+        predicted += operator.weights[:, j] * q[..., operator.centre + d]
+    return (predicted - q[..., operator.centre]) / operator.spread
 
 
 def _fit_hold_grid(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
@@ -248,18 +249,16 @@ def _best_phase(t: NDArray[np.float64], operator: _Operator, deviations: NDArray
     """(the median absolute residual, the phase) of the hold grid of `period` that best explains the deviations."""
     import numpy as np
 
-    phases = np.linspace(0.0, period, _PHASES, endpoint=False)
-    residuals = np.array([_median_abs(deviations - _age_deviations(operator, np.mod(t - phase, period)))
-                          for phase in phases])
-    k = int(np.argmin(residuals))
-    # Refine between the neighbours of the best step (the residual is V-shaped about the true phase).
-    lo, hi = phases[k] - period / _PHASES, phases[k] + period / _PHASES
-    for _ in range(12):
-        a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-        if _median_abs(deviations - _age_deviations(operator, np.mod(t - a, period))) <= \
-                _median_abs(deviations - _age_deviations(operator, np.mod(t - b, period))):
-            hi = b
-        else:
-            lo = a
-    phase = (lo + hi) / 2
-    return _median_abs(deviations - _age_deviations(operator, np.mod(t - phase, period))), float(phase % period)
+    def scan(phases: NDArray[np.float64]) -> tuple[float, float]:
+        ages = np.mod(t[np.newaxis, :] - phases[:, np.newaxis], period)  # one row per phase
+        residuals = np.median(np.abs(deviations - _age_deviations(operator, ages)), axis=1)
+        k = int(np.argmin(residuals))
+        return float(residuals[k]), float(phases[k])
+
+    step = period / _PHASES
+    residual, phase = scan(np.arange(_PHASES, dtype=np.float64) * step)
+    # Refine about the best step twice (the residual is V-shaped about the true phase): to 1e-5 of the period.
+    for _ in range(2):
+        residual, phase = scan(phase + np.linspace(-step, step, 41, dtype=np.float64))
+        step /= 20
+    return residual, phase % period

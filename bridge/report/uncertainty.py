@@ -183,7 +183,8 @@ def refreshed_uncertainty(tau: NDArray[np.float64], cum: NDArray[np.float64], ra
         x = min(max((edge - float(tau[interval])) / h, 0.0), 1.0)
         noise = 0.0 if hold is None else math.sqrt(5 / 2) * rate_here * hold.q95_s * 1e9  # (the ages' share, as fresh)
         transient = _beyond(_transient(tau, cum, interval), noise) * max(x, 1 - x)
-        shapes.append(min(math.hypot(shape, transient), bound))
+        step = _beyond(_step(tau, cum, interval), noise) * x * (1 - x)
+        shapes.append(min(math.sqrt(shape * shape + transient * transient + step * step), bound))
         rates.append(rate_here)
     timing = _timing_term(lo, hi, tau, edges, rates, grid, base)
     r0, r1 = (r if r is not None else 0.0 for r in rates)
@@ -221,6 +222,27 @@ def _transient(tau: NDArray[np.float64], cum: NDArray[np.float64], i: int) -> fl
     if not guesses:
         return 0.0
     return min(abs(here - g) for g in guesses) * float(tau[i + 1] - tau[i])
+
+
+def _step(tau: NDArray[np.float64], cum: NDArray[np.float64], i: int) -> float:
+    """A step in the power inside refresh interval i (counter units over the interval): the rates on its left and
+    those on its right each foretell its rate (a line through the two nearest on each side), and they disagree by
+    the step. Power the refreshes follow (a ramp, a curve) leaves nothing, a step ΔP leaves ΔP·h: it moves a reading
+    at fraction x of the interval by up to ΔP·h·x(1−x) (exact for a step at the edge; the replayed H200 phases,
+    whose load changes at the window's edges, missed by this much at 1-2 s refreshes). 0 without two rates a side."""
+    n = tau.size - 1
+
+    def rate(j: int) -> float | None:
+        if not 0 <= j < n or tau[j + 1] <= tau[j]:
+            return None
+        return float(cum[j + 1] - cum[j]) / float(tau[j + 1] - tau[j])
+
+    left, right = (rate(i - 1), rate(i - 2)), (rate(i + 1), rate(i + 2))
+    if None in left or None in right or tau[i + 1] <= tau[i]:
+        return 0.0
+    foretold_left = 2 * left[0] - left[1]  # type: ignore[operator]
+    foretold_right = 2 * right[0] - right[1]  # type: ignore[operator]
+    return abs(foretold_left - foretold_right) * float(tau[i + 1] - tau[i])
 
 
 def _interval(tau: NDArray[np.float64], edge: float) -> int | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -269,3 +269,16 @@ def judge(spec: RunSpec) -> Judged:
     bound = math.inf if energy.bound_j is None else energy.bound_j  # (none: the counter could not bound it)
     return Judged(spec, abs(energy.total_energy_j - run.truth_j), energy.uncertainty_j, bound,
                   energy.total_energy_j, run.truth_j, bool(verdict["valid"]), tuple(verdict["reasons"]), gpu.refreshes)
+
+
+def loose(group: Sequence[Judged]) -> float | None:
+    """How loose the valid windows' uncertainty is: the median of uncertainty / energy over the median of error /
+    energy, an error under 10 ppm of the energy counting as 10 ppm and an uncertainty under 0.05 % of the energy as no
+    looser than its error (no user can act on less). None without a valid window."""
+    valid = [j for j in group if j.valid]
+    if not valid:
+        return None
+    errors = [max(j.error, 1e-5 * j.truth) / j.truth for j in valid]
+    stated = [(j.uncertainty if j.uncertainty >= 5e-4 * j.truth else min(j.uncertainty, e * j.truth)) / j.truth
+              for j, e in zip(valid, errors, strict=True)]
+    return float(np.median(stated) / np.median(errors))

@@ -59,3 +59,28 @@ def test_every_phase_is_within_its_stated_uncertainty_of_nvmls_counter(run: str,
 def test_with_the_fast_reads_the_error_is_a_fraction_of_a_percent() -> None:
     for phase, ours, _, _ in phase_reports("73ms", RUNS["73ms"][1]):
         assert abs(ours / phase["nvml_delta_j"] - 1) < 0.01, phase["name"]
+
+
+# --- issue 42 item 5: the same H200 served as dcgm-exporter at `-c 100` to `-c 2000` would have served it ----------
+# (tests/report/h200_replay.py). Each refresh: 8 scrape schedules × 6 phases. Not held out: the first replay (the
+# model before `uncertainty._step`) missed 3 of 48 phases at 1 s and at 2 s; the step term was designed from those
+# misses (the load changes at every phase's edge). bench/h200_replay.py prints the table in bench/RESULTS.md.
+
+REPLAY_REFRESHES = (0.1, 0.25, 0.5, 1, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("refresh_s", [
+    *REPLAY_REFRESHES[:3],
+    *(pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=(
+        "issue 42 (open): 47 of 48 phases covered at 1 s (quarter: 56.4 J off, 53.6 J stated) and at 2 s (cool: "
+        "43.1 J off, 39.4 J stated)"))) for r in REPLAY_REFRESHES[3:])])
+def test_replayed_as_an_exporter_serves_it_every_phase_is_within_its_uncertainty(refresh_s: float) -> None:
+    from tests.report.h200_replay import replay
+
+    summary, reads = RUNS["73ms"]
+    judged = [r for offset in range(8) for r in replay(reads, summary["phases"], refresh_s, offset)]
+    assert len(judged) == 48
+    assert all(r.error_j <= r.bound_j + r.allowance_j for r in judged)
+    missed = [r for r in judged if r.error_j > r.uncertainty_j + r.allowance_j]
+    assert not missed, missed
