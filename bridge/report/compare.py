@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,15 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
     ("output_token_throughput", "Output Token Throughput", "tokens/sec", False),
 )
 _ENERGY_SHARE = ("total_gpu_energy", "energy_per_output_token", "output_tokens_per_joule", "average_gpu_power")
+# Energy per phase (`phase:<name>`, from the phase files) and the GPU gauges' means (`gauge:<metric>`, the window's
+# averages in `telemetry_data` averaged over the GPUs; their measurement uncertainty is not stated, so 0).
+PHASE_PREFIX = "phase:"
+GAUGE_PREFIX = "gauge:"
+_ENERGY_UNITS = {"J": 1.0, "kJ": 1e3, "MJ": 1e6}
+# A gauge's better direction where it has one (the name after the vendor prefix); others are called higher or lower.
+_GAUGE_LOWER_BETTER: dict[str, bool] = {"power_usage": True, "temperature": True, "gpu_temperature": True,
+                                         "memory_temperature": True, "power_violation": True,
+                                         "thermal_violation": True, "xid_errors": True}
 
 # Student's t at 97.5 % for 1-30 degrees of freedom; between them linear in 1/df, beyond 30 Cornish-Fisher's series.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -56,6 +65,8 @@ class Run:
     path: Path
     valid: bool
     values: dict[str, tuple[float, float]]  # metric → (value, stated 95 % half-width)
+    labels: dict[str, tuple[str, str, bool | None]] = field(default_factory=dict)  # phase:/gauge: → (name, unit,
+    # lower is better, None where neither)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +86,7 @@ class Row:
     difference: float
     low: float
     high: float
-    verdict: str  # better, worse, inconclusive
+    verdict: str  # better, worse, inconclusive; higher, lower for a gauge without a better direction
     measurement_only: bool  # one run on a side: run-to-run variation unknown
 
     @property
@@ -141,7 +152,78 @@ def read_run(path: Path) -> Run:
         if value is None:
             continue
         values[key] = (value, abs(value) * share if key in _ENERGY_SHARE else 0.0)
-    return Run(path, valid, values)
+    labels: dict[str, tuple[str, str, bool | None]] = {}
+    for name, (joules, stated) in _phase_energies(path.parent).items():
+        values[PHASE_PREFIX + name] = (joules, stated)
+        labels[PHASE_PREFIX + name] = (f"Energy, phase {name}", "J", True)
+    if isinstance(telemetry, dict):
+        for key, (mean, unit) in _gauge_means(telemetry).items():
+            values[GAUGE_PREFIX + key] = (mean, 0.0)
+            labels[GAUGE_PREFIX + key] = (f"GPU mean {key}", unit, _GAUGE_LOWER_BETTER.get(key.split("_", 1)[-1]))
+    return Run(path, valid, values, labels)
+
+
+def _gpu_metrics(telemetry: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each GPU's `metrics` in a `telemetry_data` (or a phase file's `data`) block."""
+    endpoints = telemetry.get("endpoints")
+    found = []
+    for endpoint in endpoints.values() if isinstance(endpoints, dict) else ():
+        gpus = endpoint.get("gpus") if isinstance(endpoint, dict) else None
+        for gpu in gpus.values() if isinstance(gpus, dict) else ():
+            metrics = gpu.get("metrics") if isinstance(gpu, dict) else None
+            if isinstance(metrics, dict):
+                found.append(metrics)
+    return found
+
+
+def _phase_energies(folder: Path) -> dict[str, tuple[float, float]]:
+    """Per phase file (`phases/<phase>/gpu_telemetry.json`, written when a run has 2+ phases): the GPUs' energy
+    summed, in J, and its stated 95 % half-width summed as the report sums the run's (README "the uncertainty")."""
+    import orjson
+
+    from bridge.files import read_output
+
+    out: dict[str, tuple[float, float]] = {}
+    phases = folder / "phases"
+    if not phases.is_dir() or phases.is_symlink():
+        return out
+    for phase_file in sorted(phases.glob("*/gpu_telemetry.json")):
+        try:
+            doc = orjson.loads(read_output(phase_file))
+        except (OSError, orjson.JSONDecodeError):
+            continue  # a phase file that cannot be read: that phase is not compared
+        data = doc.get("data") if isinstance(doc, dict) else None
+        phase = doc.get("phase") if isinstance(doc, dict) else None
+        name = phase.get("phase_name") if isinstance(phase, dict) else None
+        if not isinstance(data, dict) or not isinstance(name, str):
+            continue
+        energy = stated = 0.0
+        seen = False
+        for metrics in _gpu_metrics(data):
+            for key, entry in metrics.items():
+                if key.endswith("_energy_consumption") and isinstance(entry, dict):
+                    scale = _ENERGY_UNITS.get(str(entry.get("unit")))
+                    value, half = _number(metrics, key), _number(metrics, key, "uncertainty")
+                    if scale is not None and value is not None:
+                        energy += value * scale
+                        stated += (half or 0.0) * scale
+                        seen = True
+        if seen:
+            out[name] = (energy, stated)
+    return out
+
+
+def _gauge_means(telemetry: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """Each gauge (a metric with `avg` and `count`, as AIPerf's telemetry stats) averaged over the run's GPUs."""
+    sums: dict[str, list[float]] = {}
+    units: dict[str, str] = {}
+    for metrics in _gpu_metrics(telemetry):
+        for key, entry in metrics.items():
+            if not isinstance(entry, dict) or "count" not in entry or (value := _number(metrics, key)) is None:
+                continue
+            sums.setdefault(key, []).append(value)
+            units[key] = str(entry.get("unit", ""))
+    return {key: (sum(v) / len(v), units[key]) for key, v in sorted(sums.items())}
 
 
 def _number(doc: dict[str, Any], key: str, field: str = "avg") -> float | None:
@@ -185,9 +267,19 @@ def load_side(folder: Path, include_invalid: bool = False) -> Side:
     return Side(folder, kept, left)
 
 
+def metrics_of(*sides: Side) -> list[tuple[str, str, str, bool | None]]:
+    """The fixed metrics, then each phase's energy and each gauge's mean that any run of the sides has."""
+    labels: dict[str, tuple[str, str, bool | None]] = {}
+    for side in sides:
+        for run in side.runs:
+            labels.update(run.labels)
+    extra = sorted(labels, key=lambda k: (not k.startswith(PHASE_PREFIX), k))
+    return [*METRICS, *((k, *labels[k]) for k in extra)]
+
+
 def compare(baseline: Side, other: Side) -> list[Row]:
     rows = []
-    for key, name, unit, lower_better in METRICS:
+    for key, name, unit, lower_better in metrics_of(baseline, other):
         a = [r.values[key] for r in baseline.runs if key in r.values]
         b = [r.values[key] for r in other.runs if key in r.values]
         if not a or not b:
@@ -200,7 +292,9 @@ def compare(baseline: Side, other: Side) -> list[Row]:
         half = (Z95 if unknown else t975(_welch_df(a, b))) * se
         low, high = difference - half, difference + half
         verdict = "inconclusive"
-        if low > 0 or high < 0:
+        if (low > 0 or high < 0) and lower_better is None:
+            verdict = "higher" if difference > 0 else "lower"
+        elif low > 0 or high < 0:
             verdict = "better" if (difference < 0) == lower_better else "worse"
         if mean_a == 0:
             continue

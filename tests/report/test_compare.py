@@ -133,3 +133,58 @@ def test_a_folder_without_a_report_or_a_report_through_a_link_is_one_line(tmp_pa
     result = CliRunner().invoke(main, ["compare", str(tmp_path / "a"), str(tmp_path / "linked")])
     assert result.exit_code == 2 and "no profile_export_aiperf.json" in result.output
     assert CliRunner().invoke(main, ["compare", str(tmp_path / "a")]).exit_code == 2  # one folder: nothing to compare
+
+
+def _gpus(gauges: list[dict[str, float]], energies_mj: list[tuple[float, float]] | None = None) -> dict[str, Any]:
+    """`telemetry_data`'s endpoints block: one GPU per entry of `gauges` (metric → window average, AIPerf's stats
+    shape), with an energy entry (MJ, its uncertainty) where given."""
+    gpus = {}
+    for i, values in enumerate(gauges):
+        metrics: dict[str, Any] = {key: {"unit": "%" if "util" in key else "C", "avg": v, "count": 10}
+                                   for key, v in values.items()}
+        if energies_mj:
+            mj, half = energies_mj[i]
+            metrics["nvidia_energy_consumption"] = {"unit": "MJ", "avg": mj, "uncertainty": half, "bound": 2 * half}
+        gpus[f"gpu_{i}"] = {"gpu_index": i, "metrics": metrics}
+    return {"endpoints": {"127.0.0.1:9400": {"gpus": gpus}}}
+
+
+def _run_with_phases(folder: Path, energy: float, phases: dict[str, list[tuple[float, float]]],
+                     gauges: list[dict[str, float]]) -> None:
+    _report(folder, energy, 0.001 * energy)
+    doc = orjson.loads((folder / "profile_export_aiperf.json").read_bytes())
+    doc["telemetry_data"].update(_gpus(gauges))
+    (folder / "profile_export_aiperf.json").write_bytes(orjson.dumps(doc))
+    for index, (name, per_gpu) in enumerate(phases.items()):
+        phase = {"phase_name": name, "phase_index": index, "phase_kind": name}
+        (folder / "phases" / name).mkdir(parents=True)
+        (folder / "phases" / name / "gpu_telemetry.json").write_bytes(orjson.dumps(
+            {"data": _gpus([{}] * len(per_gpu), per_gpu), "phase": phase, "schema_version": 1, "warnings": []}))
+
+
+def test_energy_per_phase_and_the_gauges_means_against_what_the_runs_hold(tmp_path: Path) -> None:
+    """Two GPUs a run, three repeats a side: warmup the same (within 0.1 %), profiling 10 % more energy on B; SM
+    utilisation 60/70 % on A, 80/90 % on B (means 65 and 85: higher, no better direction), temperature 10 C lower."""
+    jitter = (0.999, 1.0, 1.001)
+    for k, j in enumerate(jitter):
+        _run_with_phases(tmp_path / "a" / f"run_{k:04d}", 30_000.0 * j,
+                         {"warmup": [(0.002 * j, 1e-6)] * 2, "profiling": [(0.015 * j, 1e-5)] * 2},
+                         [{"nvidia_sm_utilization": 60.0 * j, "nvidia_temperature": 70.0},
+                          {"nvidia_sm_utilization": 70.0 * j, "nvidia_temperature": 70.0}])
+        _run_with_phases(tmp_path / "b" / f"run_{k:04d}", 33_000.0 * j,
+                         {"warmup": [(0.002 * jitter[2 - k], 1e-6)] * 2, "profiling": [(0.0165 * j, 1.1e-5)] * 2},
+                         [{"nvidia_sm_utilization": 80.0 * j, "nvidia_temperature": 60.0},
+                          {"nvidia_sm_utilization": 90.0 * j, "nvidia_temperature": 60.0}])
+    result = CliRunner().invoke(main, ["compare", "--json", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    metrics = orjson.loads(result.output)["comparisons"][0]["metrics"]
+    warmup, profiling = metrics["phase:warmup"], metrics["phase:profiling"]
+    assert warmup["baseline"] == pytest.approx(4000.0) and warmup["verdict"] == "inconclusive"
+    assert profiling["difference"] == pytest.approx(3000.0) and profiling["verdict"] == "worse"
+    assert profiling["interval"][0] < 3000.0 < profiling["interval"][1] and profiling["unit"] == "J"
+    sm = metrics["gauge:nvidia_sm_utilization"]
+    assert (sm["baseline"], sm["value"]) == pytest.approx((65.0, 85.0)) and sm["verdict"] == "higher"
+    temperature = metrics["gauge:nvidia_temperature"]
+    assert temperature["difference"] == pytest.approx(-10.0) and temperature["verdict"] == "better"
+    console = CliRunner().invoke(main, ["compare", str(tmp_path / "a"), str(tmp_path / "b")], env={"COLUMNS": "80"})
+    assert "Energy, phase warmup" in console.output and "GPU mean nvidia_sm_utilization" in console.output
