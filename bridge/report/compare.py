@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
-
 REPORT_FILE = "profile_export_aiperf.json"
 Z95 = 1.959964
 
@@ -65,6 +63,7 @@ class Run:
     path: Path
     valid: bool
     values: dict[str, tuple[float, float]]  # metric → (value, stated 95 % half-width)
+    config: Any = None  # AIPerf's input_config, for --sweep
     labels: dict[str, tuple[str, str, bool | None]] = field(default_factory=dict)  # phase:/gauge: → (name, unit,
     # lower is better, None where neither)
 
@@ -160,7 +159,7 @@ def read_run(path: Path) -> Run:
         for key, (mean, unit) in _gauge_means(telemetry).items():
             values[GAUGE_PREFIX + key] = (mean, 0.0)
             labels[GAUGE_PREFIX + key] = (f"GPU mean {key}", unit, _GAUGE_LOWER_BETTER.get(key.split("_", 1)[-1]))
-    return Run(path, valid, values, labels)
+    return Run(path, valid, values, doc.get("input_config"), labels)
 
 
 def _gpu_metrics(telemetry: dict[str, Any]) -> list[dict[str, Any]]:
@@ -302,7 +301,7 @@ def compare(baseline: Side, other: Side) -> list[Row]:
     return rows
 
 
-def _parts(values: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
+def parts(values: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
     """(mean, the run-to-run variance of the mean, the measurement's)."""
     n = len(values)
     mean = sum(v for v, _ in values) / n
@@ -312,16 +311,16 @@ def _parts(values: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
 
 def _side(values: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """(mean, the variance of the mean: run-to-run plus the measurement's)."""
-    mean, run_to_run, measurement = _parts(values)
+    mean, run_to_run, measurement = parts(values)
     return mean, run_to_run + measurement
 
 
 def _welch_df(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
     """Welch-Satterthwaite's degrees of freedom, the run-to-run parts estimated (n − 1 each), the measurement parts
     counted as known."""
-    parts = [(_parts(values), len(values) - 1) for values in (a, b)]
-    total = sum(run + measured for (_, run, measured), _ in parts)
-    denominator = sum(run ** 2 / df for (_, run, _), df in parts)
+    sides = [(parts(values), len(values) - 1) for values in (a, b)]
+    total = sum(run + measured for (_, run, measured), _ in sides)
+    denominator = sum(run ** 2 / df for (_, run, _), df in sides)
     return total ** 2 / denominator if denominator > 0 else math.inf
 
 
@@ -371,30 +370,3 @@ def _runs(side: Side) -> str:
 
 def _fmt(value: float) -> str:
     return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
-
-
-
-@click.command("compare")
-@click.argument("folders", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json_out", is_flag=True, help="Print the comparison as JSON (README: compare).")
-@click.option("--include-invalid", is_flag=True, help="Keep runs whose measurement is NOT valid.")
-def compare_command(folders: tuple[Path, ...], as_json_out: bool, include_invalid: bool) -> None:
-    """Compare configurations with the first: each FOLDER one run or a folder of repeats (run_NNNN/, AIPerf's
-    profile_runs/run_NNNN/). Each metric's difference with a 95 % interval of run-to-run variation and measurement
-    uncertainty: better, worse or inconclusive."""
-    import orjson
-
-    from bridge.errors import ReportInputError
-
-    if len(folders) < 2:
-        raise click.UsageError("give at least two folders: the baseline first, then what to compare with it")
-    try:
-        baseline, *others = (load_side(f, include_invalid) for f in folders)
-    except CompareError as exc:
-        raise ReportInputError(f"compare: {exc}") from None
-    results = [compare(baseline, other) for other in others]
-    if as_json_out:
-        click.echo(orjson.dumps(as_json(baseline, others, results), option=orjson.OPT_INDENT_2).decode())
-        return
-    for line in render(baseline, others, results):
-        click.echo(line)

@@ -188,3 +188,80 @@ def test_energy_per_phase_and_the_gauges_means_against_what_the_runs_hold(tmp_pa
     assert temperature["difference"] == pytest.approx(-10.0) and temperature["verdict"] == "better"
     console = CliRunner().invoke(main, ["compare", str(tmp_path / "a"), str(tmp_path / "b")], env={"COLUMNS": "80"})
     assert "Energy, phase warmup" in console.output and "GPU mean nvidia_sm_utilization" in console.output
+
+
+def _with_config(folder: Path, config: dict[str, Any]) -> None:
+    path = folder / "profile_export_aiperf.json"
+    doc = orjson.loads(path.read_bytes())
+    doc["input_config"] = config
+    path.write_bytes(orjson.dumps(doc))
+
+
+def _sweep_point(folder: Path, concurrency: int, throughput: float, mj_per_token: float, repeats: int = 2) -> None:
+    """Repeats whose throughput and energy per token are the given ones (± 1 % spread); AIPerf's input_config with
+    a warmup phase first, as AIPerf 0.13 writes its phases."""
+    for k in range(repeats):
+        j = 1 + 0.01 * (k - (repeats - 1) / 2)
+        energy = TOKENS * mj_per_token * j / 1e3
+        run = _report(folder / f"run_{k:04d}", energy, 0.001 * energy, seconds=TOKENS / (throughput * j))
+        _with_config(run, {"phases": [{"kind": "warmup", "name": "warmup", "concurrency": 1},
+                                      {"kind": "profiling", "name": "profiling", "concurrency": concurrency}]})
+
+
+def test_a_sweep_is_ordered_by_its_key_with_each_points_interval_and_the_pareto_front(tmp_path: Path) -> None:
+    # (concurrency, throughput tokens/s, energy per token mJ): 4 dominates 1; 16 is dominated by 8; 4 and 8 trade.
+    points = {16: (320.0, 4.0), 1: (100.0, 5.0), 8: (350.0, 3.5), 4: (300.0, 3.0)}
+    for c, (throughput, per_token) in points.items():
+        _sweep_point(tmp_path / f"c{c}", c, throughput, per_token)
+    folders = [str(tmp_path / f"c{c}") for c in points]
+    result = CliRunner().invoke(main, ["compare", "--sweep", "concurrency", "--json", *folders])
+    assert result.exit_code == 0, result.output
+    doc = orjson.loads(result.output)
+    assert doc["sweep"] == "concurrency" and [p["value"] for p in doc["points"]] == [1, 4, 8, 16]
+    assert [p["pareto_front"] for p in doc["points"]] == [False, True, True, False]
+    # Two runs at 0.995 and 1.005 of the value: the mean's half-width t(1) × 0.005 × value (closed form; the
+    # throughput carries no measurement part).
+    tput = doc["points"][0]["metrics"]["output_token_throughput"]
+    low, high = tput["interval"]
+    assert tput["mean"] == pytest.approx(100.0, rel=1e-4)
+    assert (high - low) / 2 == pytest.approx(12.706 * (0.5 * 100 / 0.995 - 0.5 * 100 / 1.005), rel=2e-3)
+    # The same through a dotted path into input_config, and the console within 80 columns.
+    dotted = CliRunner().invoke(main, ["compare", "--sweep", "phases.profiling.concurrency", "--json", *folders])
+    assert [p["value"] for p in orjson.loads(dotted.output)["points"]] == [1, 4, 8, 16]
+    console = CliRunner().invoke(main, ["compare", "--sweep", "concurrency", *folders], env={"COLUMNS": "80"})
+    assert console.exit_code == 0, console.output
+    rows = console.output.splitlines()
+    assert all(len(line) <= 80 for line in rows), max(rows, key=len)
+    assert [line.split()[0] for line in rows[1:5]] == ["1", "4", "8", "16"]
+    assert [line.endswith("*") for line in rows[1:5]] == [False, True, True, False]
+
+
+def test_a_sweep_key_no_folder_holds_or_that_differs_within_a_folder_is_one_line(tmp_path: Path) -> None:
+    _sweep_point(tmp_path / "c1", 1, 100.0, 5.0)
+    _sweep_point(tmp_path / "c2", 2, 180.0, 4.0)
+    folders = [str(tmp_path / "c1"), str(tmp_path / "c2")]
+    for key in ("batch_size", "phases.profiling.rate"):
+        result = CliRunner().invoke(main, ["compare", "--sweep", key, *folders])
+        assert result.exit_code == 2 and f"--sweep {key}" in result.output and "Traceback" not in result.output
+        assert len(result.output.strip().splitlines()) == 1
+    _with_config(tmp_path / "c2" / "run_0001", {"phases": [{"kind": "profiling", "concurrency": 3}]})
+    result = CliRunner().invoke(main, ["compare", "--sweep", "concurrency", *folders])
+    assert result.exit_code == 2 and "disagree" in result.output
+
+
+def test_until_width_counts_the_repeats_by_aiperfs_rule(tmp_path: Path) -> None:
+    """Throughput 95, 100, 105 (sample sd 5 % of the mean, no measurement part): the full width 2 t(n-1) 5/√n is
+    under 10 of the mean first at n = 7 (t(5) = 2.571 > √6 = 2.449; t(6) = 2.447 < √7 = 2.646): 4 more runs."""
+    for k, throughput in enumerate((95.0, 100.0, 105.0)):
+        _report(tmp_path / "a" / f"run_{k:04d}", 30_000.0, 2_000.0, seconds=TOKENS / throughput)
+    result = CliRunner().invoke(main, ["compare", "--until-width", "0.1", "--json", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    rows = {r["metric"]: r for r in orjson.loads(result.output)["until_width"]["folders"][0]["metrics"]}
+    tput = rows["output_token_throughput"]
+    assert (tput["runs_needed"], tput["more_runs"]) == (7, 4)
+    assert tput["width"] == pytest.approx(2 * 4.303 * 5 / 3 ** 0.5 / 100, rel=1e-3)
+    # The energy stated ± 6.7 % (95 %) each run: the measurement alone is wider than 10 %, no repeat count helps.
+    assert rows["total_gpu_energy"]["measurement_too_wide"] and rows["total_gpu_energy"]["runs_needed"] is None
+    console = CliRunner().invoke(main, ["compare", "--until-width", "0.2", str(tmp_path / "a")])
+    assert console.exit_code == 0 and "under 20 % of the mean" in console.output
+    assert "never: the measurement alone is wider" not in console.output.split("Total GPU Energy")[1].splitlines()[0]
