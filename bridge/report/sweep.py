@@ -197,18 +197,18 @@ def as_json(points: Sequence[Point], key: str) -> dict[str, Any]:
         for p in points]}
 
 
-_COLUMNS = ((THROUGHPUT, "tokens/s"), (PER_TOKEN, "mJ/token"), ("average_gpu_power", "W"),
+COLUMNS = ((THROUGHPUT, "tokens/s"), (PER_TOKEN, "mJ/token"), ("average_gpu_power", "W"),
             ("output_tokens_per_joule", "tokens/J"))
 
 
 def render(points: Sequence[Point], key: str) -> list[str]:
     """One line per configuration, 80 columns: KEY's value, runs, then each column's mean ± half-width; `*` marks
     the Pareto front, `~` an interval that is the measurement's alone (one run)."""
-    head = f"{key[:10]:>10} {'n':>3}" + "".join(f" {unit:>15}" for _, unit in _COLUMNS) + " F"
+    head = f"{key[:10]:>10} {'n':>3}" + "".join(f" {unit:>15}" for _, unit in COLUMNS) + " F"
     lines = [head]
     for p in points:
         cells = []
-        for metric, _ in _COLUMNS:
+        for metric, _ in COLUMNS:
             e = p.estimates.get(metric)
             if e is None:
                 cells.append(f" {'-':>15}")
