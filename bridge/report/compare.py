@@ -46,7 +46,7 @@ GAUGE_PREFIX = "gauge:"
 _ENERGY_UNITS = {"J": 1.0, "kJ": 1e3, "MJ": 1e6}
 # A gauge's better direction where it has one (the name after the vendor prefix); others are called higher or lower.
 _GAUGE_LOWER_BETTER: dict[str, bool] = {"power_usage": True, "temperature": True, "gpu_temperature": True,
-                                         "memory_temperature": True, "power_violation": True,
+                                         "memory_temperature": True, "memory_temp": True, "power_violation": True,
                                          "thermal_violation": True, "xid_errors": True}
 
 # Student's t at 97.5 % for 1-30 degrees of freedom; between them linear in 1/df, beyond 30 Cornish-Fisher's series.
@@ -349,7 +349,10 @@ def render(baseline: Side, others: Sequence[Side], results: Sequence[Sequence[Ro
         for side in (baseline, other):
             for path in side.left_out:
                 lines.append(f"  left out (measurement NOT valid): {path}")
+        quiet = [r for r in rows if r.metric.startswith(GAUGE_PREFIX) and r.verdict == "inconclusive"]
         for r in rows:
+            if r in quiet:
+                continue
             d, lo, hi = (100 * x for x in r.relative)
             mark = " *" if r.measurement_only else ""
             if wide:
@@ -358,6 +361,8 @@ def render(baseline: Side, others: Sequence[Side], results: Sequence[Sequence[Ro
             else:
                 lines.append(f"  {r.name} ({r.unit}): {_fmt(r.baseline)} → {_fmt(r.value)}")
                 lines.append(f"    {d:+.2f} % [{lo:+.2f}, {hi:+.2f}] {r.verdict}{mark}")
+        if quiet:
+            lines.append(f"  {len(quiet)} more GPU gauge means: inconclusive (--json lists them)")
         if any(r.measurement_only for r in rows):
             lines.append("  * one run on a side: run-to-run variation unknown, the interval is the measurement's "
                          "alone (repeat the runs)")

@@ -1,0 +1,74 @@
+"""`compare` end to end on the simulator's repeats (issue 45): each repeat a real session against a real simulated
+exporter on loopback (its run-to-run variation: a seed per repeat, cv 1 %), the report written as `profile` writes
+it, then `dcgm-bridge compare` on the folders. Truth: the simulator's closed-form energy over each run's window.
+Seeds and repeats written before the first run."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from bridge.cli import main
+from bridge.simulator import ManualClock, SimulatedExporter, SimulatorConfig
+from bridge.simulator.config import NS
+from tests.grafana.simrun import drive_run
+
+SEED = 45_600
+SIDES = {"a": (range(0, 3), 1.0), "b": (range(10, 13), 1.05), "a2": (range(20, 23), 1.0)}  # repeats, power scale
+
+
+def _repeats(folder: Path, repeats: range, scale: float) -> dict[str, list[float]]:
+    """Each repeat in folder/run_NNNN/; the true energy of its profiling window and of each phase."""
+    truth: dict[str, list[float]] = {"total": [], "profiling": [], "warmup": []}
+    for k in repeats:
+        clock = ManualClock(1_796_000_000 * NS)  # every repeat at the same time of day: only the repeat differs
+        config = SimulatorConfig(gpus=2, seed=SEED, repeat=k, run_to_run_cv=0.01, power_scale=scale)
+        with SimulatedExporter(config, now_ns=clock) as node:
+            run = drive_run(folder / f"run_{k:04d}", [node], clock, tick=lambda c=clock: c.advance(NS),
+                            warmup_steps=5, profiling_steps=30)
+        assert run.outputs.report is not None
+        window = run.outputs.report.window
+        assert window.start_ns is not None and window.end_ns is not None
+        truth["total"].append(run.energy_j(window.start_ns, window.end_ns))
+        for phase in run.outputs.report.phases:
+            assert phase.start_ns is not None and phase.end_ns is not None
+            truth[phase.name].append(run.energy_j(phase.start_ns, phase.end_ns))
+    return truth
+
+
+@pytest.fixture(scope="module")
+def sides(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, list[float]]]]:
+    root = tmp_path_factory.mktemp("compare-sim")
+    return root, {name: _repeats(root / name, repeats, scale) for name, (repeats, scale) in SIDES.items()}
+
+
+def _compare(root: Path, *names: str) -> dict:
+    result = CliRunner().invoke(main, ["compare", "--json", *(str(root / n) for n in names)])
+    assert result.exit_code == 0, result.output
+    return orjson.loads(result.output)
+
+
+def test_five_percent_more_power_is_called_worse_and_the_interval_holds_the_true_difference(sides) -> None:
+    root, truth = sides
+    metrics = _compare(root, "a", "b")["comparisons"][0]["metrics"]
+    true = statistics.mean(truth["b"]["total"]) - statistics.mean(truth["a"]["total"])
+    energy = metrics["total_gpu_energy"]
+    assert energy["verdict"] == "worse" and energy["interval"][0] <= true <= energy["interval"][1], (energy, true)
+    assert metrics["average_gpu_power"]["verdict"] == "worse"
+    profiling = metrics["phase:profiling"]
+    true = statistics.mean(truth["b"]["profiling"]) - statistics.mean(truth["a"]["profiling"])
+    assert profiling["interval"][0] <= true <= profiling["interval"][1], (profiling, true)
+
+
+def test_a_configuration_against_a_repeat_of_itself_holds_the_true_difference(sides) -> None:
+    root, truth = sides
+    energy = _compare(root, "a", "a2")["comparisons"][0]["metrics"]["total_gpu_energy"]
+    true = statistics.mean(truth["a2"]["total"]) - statistics.mean(truth["a"]["total"])
+    assert energy["interval"][0] <= true <= energy["interval"][1], (energy, true)
+    # The repeats' spread is the simulator's: cv ~1 % of the energy, which the interval's width reflects.
+    half = (energy["interval"][1] - energy["interval"][0]) / 2 / energy["baseline"]
+    assert 0.002 < half < 0.08, half
