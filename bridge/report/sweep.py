@@ -204,8 +204,8 @@ COLUMNS = ((THROUGHPUT, "tokens/s"), (PER_TOKEN, "mJ/token"), ("average_gpu_powe
 def render(points: Sequence[Point], key: str) -> list[str]:
     """One line per configuration, 80 columns: KEY's value, runs, then each column's mean ± half-width; `*` marks
     the Pareto front, `~` an interval that is the measurement's alone (one run)."""
-    head = f"{key[:10]:>10} {'n':>3}" + "".join(f" {unit:>15}" for _, unit in COLUMNS) + " F"
-    lines = [head]
+    head = f"{'value':>10} {'n':>3}" + "".join(f" {unit:>15}" for _, unit in COLUMNS) + " F"
+    lines = [f"sweep over {key}: each folder's mean ± its 95 % half-width", head]
     for p in points:
         cells = []
         for metric, _ in COLUMNS:

@@ -232,8 +232,8 @@ def test_a_sweep_is_ordered_by_its_key_with_each_points_interval_and_the_pareto_
     assert console.exit_code == 0, console.output
     rows = console.output.splitlines()
     assert all(len(line) <= 80 for line in rows), max(rows, key=len)
-    assert [line.split()[0] for line in rows[1:5]] == ["1", "4", "8", "16"]
-    assert [line.endswith("*") for line in rows[1:5]] == [False, True, True, False]
+    assert [line.split()[0] for line in rows[2:6]] == ["1", "4", "8", "16"]
+    assert [line.endswith("*") for line in rows[2:6]] == [False, True, True, False]
 
 
 def test_a_sweep_key_no_folder_holds_or_that_differs_within_a_folder_is_one_line(tmp_path: Path) -> None:
