@@ -72,3 +72,49 @@ def test_a_configuration_against_a_repeat_of_itself_holds_the_true_difference(si
     # The repeats' spread is the simulator's: cv ~1 % of the energy, which the interval's width reflects.
     half = (energy["interval"][1] - energy["interval"][0]) / 2 / energy["baseline"]
     assert 0.002 < half < 0.08, half
+
+
+# The acceptance calibration on the simulator (issue 45): run-to-run cv of energy 1 % (the simulator's power factor),
+# seeds written before the first run. Each run: one GPU's pages as the simulator serves them, a reading a second over
+# a 60 s window, reported by `dcgm-bridge report`; truth the simulator's. Sides share the seed (the same node and
+# time of day) and differ by their repeats.
+CALIBRATION_SEEDS = range(45_101, 45_121)
+
+
+def _simulated_run(folder: Path, seed: int, repeat: int, scale: float) -> None:
+    from bridge.simulator import NodeModel
+    from tests.report.helpers import rec, write_log
+
+    t0 = 1_796_000_000 * NS
+    model = NodeModel(SimulatorConfig(gpus=1, seed=seed, repeat=repeat, run_to_run_cv=0.01, power_scale=scale),
+                      lambda: t0)
+    folder.mkdir(parents=True)
+    log = write_log(folder / "gpu_telemetry_export.jsonl", [
+        rec(t, {"nvidia_power_usage": model.served_power_watts(0, t),
+                "nvidia_energy_consumption": model.counter_mj(0, t) / 1e9}, uuid=model.gpus[0].uuid)
+        for t in (t0 + (i - 1) * NS for i in range(63))])
+    result = CliRunner().invoke(main, ["report", "--jsonl", str(log), "--start-ns", str(t0), "--end-ns",
+                                       str(t0 + 60 * NS), "--output", str(folder / "profile_export_aiperf.json")])
+    assert result.exit_code == 0, result.output
+
+
+def _calibration_side(folder: Path, seed: int, repeats: range, scale: float) -> Path:
+    for k in repeats:
+        _simulated_run(folder / f"run_{k:04d}", seed, k, scale)
+    return folder
+
+
+@pytest.mark.slow
+def test_calibration_on_the_simulator_a_against_itself_and_a_2_percent_difference(tmp_path: Path) -> None:
+    same = called = 0
+    for seed in CALIBRATION_SEEDS:
+        a = _calibration_side(tmp_path / f"{seed}-a", seed, range(0, 3), 1.0)
+        b = _calibration_side(tmp_path / f"{seed}-b", seed, range(3, 6), 1.0)
+        energy = _compare(tmp_path, a.name, b.name)["comparisons"][0]["metrics"]["total_gpu_energy"]
+        same += energy["interval"][0] <= 0 <= energy["interval"][1]
+        c = _calibration_side(tmp_path / f"{seed}-c", seed, range(10, 15), 1.0)
+        d = _calibration_side(tmp_path / f"{seed}-d", seed, range(20, 25), 1.02)  # 2 % more power
+        energy = _compare(tmp_path, c.name, d.name)["comparisons"][0]["metrics"]["total_gpu_energy"]
+        called += energy["verdict"] == "worse" and energy["difference"] > 0
+    assert same >= 18, same
+    assert called >= 16, called
