@@ -291,7 +291,9 @@ def compare(baseline: Side, other: Side) -> list[Row]:
         half = (Z95 if unknown else t975(_welch_df(a, b))) * se
         low, high = difference - half, difference + half
         verdict = "inconclusive"
-        if (low > 0 or high < 0) and lower_better is None:
+        if unknown and se == 0:
+            pass  # one run a side and no stated uncertainty (throughput, a gauge): nothing to call it on
+        elif (low > 0 or high < 0) and lower_better is None:
             verdict = "higher" if difference > 0 else "lower"
         elif low > 0 or high < 0:
             verdict = "better" if (difference < 0) == lower_better else "worse"
@@ -342,7 +344,7 @@ def render(baseline: Side, others: Sequence[Side], results: Sequence[Sequence[Ro
 
     from bridge.report.console import console_width
 
-    wide = (console_width() or shutil.get_terminal_size().columns) >= 100
+    wide = (console_width() or shutil.get_terminal_size().columns) >= 120
     lines = [f"baseline A: {baseline.folder} ({_runs(baseline)})"]
     for other, rows in zip(others, results, strict=True):
         lines.append(f"B: {other.folder} ({_runs(other)})")
@@ -356,7 +358,7 @@ def render(baseline: Side, others: Sequence[Side], results: Sequence[Sequence[Ro
             d, lo, hi = (100 * x for x in r.relative)
             mark = " *" if r.measurement_only else ""
             if wide:
-                lines.append(f"  {r.name:<26} {_fmt(r.baseline):>10} → {_fmt(r.value):>10} {r.unit:<10} "
+                lines.append(f"  {r.name[:36]:<36} {_fmt(r.baseline):>10} → {_fmt(r.value):>10} {r.unit:<10} "
                              f"{d:+6.2f} % [{lo:+.2f}, {hi:+.2f}]  {r.verdict}{mark}")
             else:
                 lines.append(f"  {r.name} ({r.unit}): {_fmt(r.baseline)} → {_fmt(r.value)}")

@@ -265,3 +265,25 @@ def test_until_width_counts_the_repeats_by_aiperfs_rule(tmp_path: Path) -> None:
     console = CliRunner().invoke(main, ["compare", "--until-width", "0.2", str(tmp_path / "a")])
     assert console.exit_code == 0 and "under 20 % of the mean" in console.output
     assert "never: the measurement alone is wider" not in console.output.split("Total GPU Energy")[1].splitlines()[0]
+
+
+def test_the_wide_console_fits_its_width(tmp_path: Path) -> None:
+    for k, j in enumerate((0.99, 1.01)):  # two repeats a side: the gauge's change is called
+        _run_with_phases(tmp_path / "a" / f"run_{k:04d}", 30_000.0 * j, {"warmup": [(0.002 * j, 1e-6)]},
+                         [{"nvidia_pipe_tensor_active": 60.0 * j}])
+        _run_with_phases(tmp_path / "b" / f"run_{k:04d}", 33_000.0 * j, {"warmup": [(0.003 * j, 1e-6)]},
+                         [{"nvidia_pipe_tensor_active": 90.0 * j}])
+    result = CliRunner().invoke(main, ["compare", str(tmp_path / "a"), str(tmp_path / "b")], env={"COLUMNS": "120"})
+    rows = [line for line in result.output.splitlines() if line.startswith("  ")]
+    assert any("GPU mean nvidia_pipe_tensor_active" in line and line.endswith("higher") for line in rows), rows
+    assert all(len(line) <= 120 for line in rows), max(rows, key=len)
+
+
+def test_one_run_a_side_without_a_stated_uncertainty_is_not_called(tmp_path: Path) -> None:
+    """A gauge (no measurement part) 60 -> 90 with one run a side: the interval holds nothing, so no call."""
+    _run_with_phases(tmp_path / "a", 30_000.0, {}, [{"nvidia_pipe_tensor_active": 60.0}])
+    _run_with_phases(tmp_path / "b", 30_000.0, {}, [{"nvidia_pipe_tensor_active": 90.0}])
+    result = CliRunner().invoke(main, ["compare", "--json", str(tmp_path / "a"), str(tmp_path / "b")])
+    row = orjson.loads(result.output)["comparisons"][0]["metrics"]["gauge:nvidia_pipe_tensor_active"]
+    assert row["difference"] == pytest.approx(30.0) and row["run_to_run_unknown"]
+    assert row["verdict"] == "inconclusive"
