@@ -114,12 +114,15 @@ def find_runs(folder: Path) -> list[Path]:
     if not folder.is_dir() or folder.is_symlink():
         raise CompareError(f"{folder}: not a folder (give an artifact folder or a folder of repeats)")
     own = folder / REPORT_FILE
-    if own.is_file() and not own.is_symlink():
-        return [own]
+    multi_run = (folder / "profile_runs").is_dir() and any((folder / "profile_runs").glob(f"run_*/{REPORT_FILE}"))
+    if own.is_file() and not own.is_symlink() and not multi_run:  # (beside AIPerf's profile_runs/: the bridge's
+        return [own]  # report over the whole series, not a repeat)
     found: list[Path] = []
     for root, dirs, files in os.walk(folder):  # (followlinks=False: a link to a folder is not entered)
         depth = len(Path(root).relative_to(folder).parts)
         dirs[:] = sorted(dirs) if depth < 2 else []
+        if multi_run and depth >= 1 and Path(root).relative_to(folder).parts[0] != "profile_runs":
+            continue  # AIPerf's aggregate/ and the like: not runs
         if REPORT_FILE in files and depth >= 1 and not (Path(root) / REPORT_FILE).is_symlink():
             found.append(Path(root) / REPORT_FILE)
     if not found:

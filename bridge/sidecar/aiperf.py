@@ -176,6 +176,25 @@ def find_outputs(command: AiperfCommand, roots: Sequence[Path], since_ns: int, c
                          manifest if _written_since(manifest, since_ns) else None)
 
 
+def find_profile_runs(command: AiperfCommand, root: Path, since_ns: int, cwd: Path | None = None,
+                      ) -> list[AiperfOutputs]:
+    """AIPerf's multi-run layout (`--num-profile-runs N`: `<base>/profile_runs/run_NNNN/`, no JSON at `<base>`,
+    aiperf/orchestrator/orchestrator.py): each run's files written since `since_ns`, in run order. `<base>` is its
+    --artifact-dir, else `root` (the bridge's)."""
+    base = cwd or Path.cwd()
+    directory = command.artifact_dir or root
+    directory = directory if directory.is_absolute() else base / directory
+    found = []
+    for json_path in sorted((directory / "profile_runs").glob(f"run_[0-9]*/{command.json_name}")):
+        if json_path.is_symlink() or not _written_since(json_path, since_ns):
+            continue
+        folder = json_path.parent
+        manifest = folder / MANIFEST_FILE
+        found.append(AiperfOutputs(folder, json_path, folder / command.csv_name,
+                                   manifest if _written_since(manifest, since_ns) else None))
+    return found
+
+
 def _written_since(path: Path, since_ns: int) -> bool:
     try:
         # Filesystem times are coarser than the clock (and may lag it by a tick): a second of slack.

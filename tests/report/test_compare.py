@@ -287,3 +287,15 @@ def test_one_run_a_side_without_a_stated_uncertainty_is_not_called(tmp_path: Pat
     row = orjson.loads(result.output)["comparisons"][0]["metrics"]["gauge:nvidia_pipe_tensor_active"]
     assert row["difference"] == pytest.approx(30.0) and row["run_to_run_unknown"]
     assert row["verdict"] == "inconclusive"
+
+
+def test_beside_aiperfs_profile_runs_the_top_report_is_the_whole_series_not_a_repeat(tmp_path: Path) -> None:
+    """`profile -- aiperf profile --num-profile-runs N`: the bridge's report over the whole session sits at the top,
+    AIPerf's runs in profile_runs/run_NNNN/, its aggregate in aggregate/: the runs are the profile_runs."""
+    _report(tmp_path / "multi", 60_000.0, 100.0)
+    for k, energy in enumerate((30_000.0, 30_300.0)):
+        _report(tmp_path / "multi" / "profile_runs" / f"run_{k + 1:04d}", energy, 60.0)
+    _report(tmp_path / "multi" / "aggregate" / "x", 1.0, 0.1)
+    from bridge.report.compare import find_runs
+
+    assert [p.parent.name for p in find_runs(tmp_path / "multi")] == ["run_0001", "run_0002"]

@@ -63,3 +63,31 @@ def test_repeats_compare_and_sweep_as_written(aiperf, tokenizer, server, exporte
     points = orjson.loads(swept.output)["points"]
     assert [p["value"] for p in points] == list(CONCURRENCIES)
     assert all(p["metrics"]["output_token_throughput"]["runs"] == 2 for p in points)
+
+
+def test_aiperfs_own_profile_runs_each_get_their_window(aiperf, tokenizer, server, exporters, tmp_path):  # noqa: F811
+    """`--num-profile-runs 2` (AIPerf's multi-run layout, profile_runs/run_NNNN/): each run's JSON gets the telemetry
+    of its own window, and `compare` reads the folder as its two repeats."""
+    used = exporters[1]
+    out = tmp_path / "multi"
+    argv = _profile("--artifact-dir", str(out), "--gpu-telemetry", used.url, "--",
+                    str(aiperf), "profile", "-m", "mock-model", "--url", server.url, "--endpoint-type", "chat",
+                    "--tokenizer", str(tokenizer), "--request-count", "120", "--concurrency", "4",
+                    "--synthetic-input-tokens-mean", "20", "--output-tokens-mean", "10", "--num-profile-runs", "2",
+                    "--artifact-dir", str(out), "--ui", "simple")
+    result = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=500, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    windows = []
+    for k in (1, 2):
+        doc = orjson.loads((out / "profile_runs" / f"run_{k:04d}" / "profile_export_aiperf.json").read_bytes())
+        energy = doc["nvidia_total_gpu_energy"]["avg"]
+        start, end = _ns(doc["start_time"]), _ns(doc["end_time"])
+        truth = sum(used.model.energy_joules(g, start, end) for g in range(2))
+        assert abs(energy - truth) <= doc["nvidia_total_gpu_energy"]["bound"], (energy, truth)
+        assert doc["telemetry_data"]["summary"]["start_time"] == doc["start_time"]
+        windows.append((start, end))
+    assert windows[0][1] <= windows[1][0]  # two runs, two windows
+    compared = CliRunner().invoke(main, ["compare", "--include-invalid", "--until-width", "0.1", "--json", str(out)])
+    assert compared.exit_code == 0, compared.output
+    rows = orjson.loads(compared.output)["until_width"]["folders"][0]["metrics"]
+    assert {r["metric"]: r["runs"] for r in rows}["energy_per_output_token"] == 2
