@@ -39,7 +39,7 @@ class _LazyGroup(click.Group):
     lazy = {"sidecar": "bridge.sidecar.cli:sidecar", "profile": "bridge.sidecar.cli:profile",
             "demo": "bridge.sidecar.cli:demo", "simulate": "bridge.simulator.cli:simulate",
             "report": "bridge.report.cli:report", "kube": "bridge.kube.cli:kube",
-            "validate": "bridge.report.validate:validate", "compare": "bridge.report.compare:compare_command"}
+            "validate": "bridge.report.validate:validate", "compare": "bridge.report.compare_cli:compare_command"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])

@@ -102,7 +102,10 @@ def kube() -> None:
                                            "2 timed out, 3 deleted")
 @click.option("--timeout", type=float, default=86400.0, show_default=True, help="--wait limit in seconds")
 def profile(**kw: Any) -> None:
-    """Submit `aiperf profile` as a JobSet with GPU telemetry (or print it with --dry-run)."""
+    """Submit `aiperf profile` as a JobSet with GPU telemetry (or print it with --dry-run).
+
+    One run per JobSet (no --repeat): for repeats, submit it N times and put each run's artifact folder in
+    run_0001/ … run_000N/ of one folder, which `dcgm-bridge compare` reads as repeats."""
     from bridge.kube.profile import ProfileOptions, resolve
     from bridge.kube.validate import ValidationError
 

@@ -22,11 +22,9 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import click
 
 REPORT_FILE = "profile_export_aiperf.json"
 Z95 = 1.959964
@@ -41,6 +39,15 @@ METRICS: tuple[tuple[str, str, str, bool], ...] = (
     ("output_token_throughput", "Output Token Throughput", "tokens/sec", False),
 )
 _ENERGY_SHARE = ("total_gpu_energy", "energy_per_output_token", "output_tokens_per_joule", "average_gpu_power")
+# Energy per phase (`phase:<name>`, from the phase files) and the GPU gauges' means (`gauge:<metric>`, the window's
+# averages in `telemetry_data` averaged over the GPUs; their measurement uncertainty is not stated, so 0).
+PHASE_PREFIX = "phase:"
+GAUGE_PREFIX = "gauge:"
+_ENERGY_UNITS = {"J": 1.0, "kJ": 1e3, "MJ": 1e6}
+# A gauge's better direction where it has one (the name after the vendor prefix); others are called higher or lower.
+_GAUGE_LOWER_BETTER: dict[str, bool] = {"power_usage": True, "temperature": True, "gpu_temperature": True,
+                                         "memory_temperature": True, "memory_temp": True, "power_violation": True,
+                                         "thermal_violation": True, "xid_errors": True}
 
 # Student's t at 97.5 % for 1-30 degrees of freedom; between them linear in 1/df, beyond 30 Cornish-Fisher's series.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -56,6 +63,9 @@ class Run:
     path: Path
     valid: bool
     values: dict[str, tuple[float, float]]  # metric → (value, stated 95 % half-width)
+    config: Any = None  # AIPerf's input_config, for --sweep
+    labels: dict[str, tuple[str, str, bool | None]] = field(default_factory=dict)  # phase:/gauge: → (name, unit,
+    # lower is better, None where neither)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +85,7 @@ class Row:
     difference: float
     low: float
     high: float
-    verdict: str  # better, worse, inconclusive
+    verdict: str  # better, worse, inconclusive; higher, lower for a gauge without a better direction
     measurement_only: bool  # one run on a side: run-to-run variation unknown
 
     @property
@@ -104,12 +114,15 @@ def find_runs(folder: Path) -> list[Path]:
     if not folder.is_dir() or folder.is_symlink():
         raise CompareError(f"{folder}: not a folder (give an artifact folder or a folder of repeats)")
     own = folder / REPORT_FILE
-    if own.is_file() and not own.is_symlink():
-        return [own]
+    multi_run = (folder / "profile_runs").is_dir() and any((folder / "profile_runs").glob(f"run_*/{REPORT_FILE}"))
+    if own.is_file() and not own.is_symlink() and not multi_run:  # (beside AIPerf's profile_runs/: the bridge's
+        return [own]  # report over the whole series, not a repeat)
     found: list[Path] = []
     for root, dirs, files in os.walk(folder):  # (followlinks=False: a link to a folder is not entered)
         depth = len(Path(root).relative_to(folder).parts)
         dirs[:] = sorted(dirs) if depth < 2 else []
+        if multi_run and depth >= 1 and Path(root).relative_to(folder).parts[0] != "profile_runs":
+            continue  # AIPerf's aggregate/ and the like: not runs
         if REPORT_FILE in files and depth >= 1 and not (Path(root) / REPORT_FILE).is_symlink():
             found.append(Path(root) / REPORT_FILE)
     if not found:
@@ -141,7 +154,78 @@ def read_run(path: Path) -> Run:
         if value is None:
             continue
         values[key] = (value, abs(value) * share if key in _ENERGY_SHARE else 0.0)
-    return Run(path, valid, values)
+    labels: dict[str, tuple[str, str, bool | None]] = {}
+    for name, (joules, stated) in _phase_energies(path.parent).items():
+        values[PHASE_PREFIX + name] = (joules, stated)
+        labels[PHASE_PREFIX + name] = (f"Energy, phase {name}", "J", True)
+    if isinstance(telemetry, dict):
+        for key, (mean, unit) in _gauge_means(telemetry).items():
+            values[GAUGE_PREFIX + key] = (mean, 0.0)
+            labels[GAUGE_PREFIX + key] = (f"GPU mean {key}", unit, _GAUGE_LOWER_BETTER.get(key.split("_", 1)[-1]))
+    return Run(path, valid, values, doc.get("input_config"), labels)
+
+
+def _gpu_metrics(telemetry: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each GPU's `metrics` in a `telemetry_data` (or a phase file's `data`) block."""
+    endpoints = telemetry.get("endpoints")
+    found = []
+    for endpoint in endpoints.values() if isinstance(endpoints, dict) else ():
+        gpus = endpoint.get("gpus") if isinstance(endpoint, dict) else None
+        for gpu in gpus.values() if isinstance(gpus, dict) else ():
+            metrics = gpu.get("metrics") if isinstance(gpu, dict) else None
+            if isinstance(metrics, dict):
+                found.append(metrics)
+    return found
+
+
+def _phase_energies(folder: Path) -> dict[str, tuple[float, float]]:
+    """Per phase file (`phases/<phase>/gpu_telemetry.json`, written when a run has 2+ phases): the GPUs' energy
+    summed, in J, and its stated 95 % half-width summed as the report sums the run's (README "the uncertainty")."""
+    import orjson
+
+    from bridge.files import read_output
+
+    out: dict[str, tuple[float, float]] = {}
+    phases = folder / "phases"
+    if not phases.is_dir() or phases.is_symlink():
+        return out
+    for phase_file in sorted(phases.glob("*/gpu_telemetry.json")):
+        try:
+            doc = orjson.loads(read_output(phase_file))
+        except (OSError, orjson.JSONDecodeError):
+            continue  # a phase file that cannot be read: that phase is not compared
+        data = doc.get("data") if isinstance(doc, dict) else None
+        phase = doc.get("phase") if isinstance(doc, dict) else None
+        name = phase.get("phase_name") if isinstance(phase, dict) else None
+        if not isinstance(data, dict) or not isinstance(name, str):
+            continue
+        energy = stated = 0.0
+        seen = False
+        for metrics in _gpu_metrics(data):
+            for key, entry in metrics.items():
+                if key.endswith("_energy_consumption") and isinstance(entry, dict):
+                    scale = _ENERGY_UNITS.get(str(entry.get("unit")))
+                    value, half = _number(metrics, key), _number(metrics, key, "uncertainty")
+                    if scale is not None and value is not None:
+                        energy += value * scale
+                        stated += (half or 0.0) * scale
+                        seen = True
+        if seen:
+            out[name] = (energy, stated)
+    return out
+
+
+def _gauge_means(telemetry: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """Each gauge (a metric with `avg` and `count`, as AIPerf's telemetry stats) averaged over the run's GPUs."""
+    sums: dict[str, list[float]] = {}
+    units: dict[str, str] = {}
+    for metrics in _gpu_metrics(telemetry):
+        for key, entry in metrics.items():
+            if not isinstance(entry, dict) or "count" not in entry or (value := _number(metrics, key)) is None:
+                continue
+            sums.setdefault(key, []).append(value)
+            units[key] = str(entry.get("unit", ""))
+    return {key: (sum(v) / len(v), units[key]) for key, v in sorted(sums.items())}
 
 
 def _number(doc: dict[str, Any], key: str, field: str = "avg") -> float | None:
@@ -185,9 +269,19 @@ def load_side(folder: Path, include_invalid: bool = False) -> Side:
     return Side(folder, kept, left)
 
 
+def metrics_of(*sides: Side) -> list[tuple[str, str, str, bool | None]]:
+    """The fixed metrics, then each phase's energy and each gauge's mean that any run of the sides has."""
+    labels: dict[str, tuple[str, str, bool | None]] = {}
+    for side in sides:
+        for run in side.runs:
+            labels.update(run.labels)
+    extra = sorted(labels, key=lambda k: (not k.startswith(PHASE_PREFIX), k))
+    return [*METRICS, *((k, *labels[k]) for k in extra)]
+
+
 def compare(baseline: Side, other: Side) -> list[Row]:
     rows = []
-    for key, name, unit, lower_better in METRICS:
+    for key, name, unit, lower_better in metrics_of(baseline, other):
         a = [r.values[key] for r in baseline.runs if key in r.values]
         b = [r.values[key] for r in other.runs if key in r.values]
         if not a or not b:
@@ -200,7 +294,11 @@ def compare(baseline: Side, other: Side) -> list[Row]:
         half = (Z95 if unknown else t975(_welch_df(a, b))) * se
         low, high = difference - half, difference + half
         verdict = "inconclusive"
-        if low > 0 or high < 0:
+        if unknown and se == 0:
+            pass  # one run a side and no stated uncertainty (throughput, a gauge): nothing to call it on
+        elif (low > 0 or high < 0) and lower_better is None:
+            verdict = "higher" if difference > 0 else "lower"
+        elif low > 0 or high < 0:
             verdict = "better" if (difference < 0) == lower_better else "worse"
         if mean_a == 0:
             continue
@@ -208,7 +306,7 @@ def compare(baseline: Side, other: Side) -> list[Row]:
     return rows
 
 
-def _parts(values: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
+def parts(values: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
     """(mean, the run-to-run variance of the mean, the measurement's)."""
     n = len(values)
     mean = sum(v for v, _ in values) / n
@@ -218,16 +316,16 @@ def _parts(values: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
 
 def _side(values: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """(mean, the variance of the mean: run-to-run plus the measurement's)."""
-    mean, run_to_run, measurement = _parts(values)
+    mean, run_to_run, measurement = parts(values)
     return mean, run_to_run + measurement
 
 
 def _welch_df(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
     """Welch-Satterthwaite's degrees of freedom, the run-to-run parts estimated (n − 1 each), the measurement parts
     counted as known."""
-    parts = [(_parts(values), len(values) - 1) for values in (a, b)]
-    total = sum(run + measured for (_, run, measured), _ in parts)
-    denominator = sum(run ** 2 / df for (_, run, _), df in parts)
+    sides = [(parts(values), len(values) - 1) for values in (a, b)]
+    total = sum(run + measured for (_, run, measured), _ in sides)
+    denominator = sum(run ** 2 / df for (_, run, _), df in sides)
     return total ** 2 / denominator if denominator > 0 else math.inf
 
 
@@ -249,22 +347,27 @@ def render(baseline: Side, others: Sequence[Side], results: Sequence[Sequence[Ro
 
     from bridge.report.console import console_width
 
-    wide = (console_width() or shutil.get_terminal_size().columns) >= 100
+    wide = (console_width() or shutil.get_terminal_size().columns) >= 120
     lines = [f"baseline A: {baseline.folder} ({_runs(baseline)})"]
     for other, rows in zip(others, results, strict=True):
         lines.append(f"B: {other.folder} ({_runs(other)})")
         for side in (baseline, other):
             for path in side.left_out:
                 lines.append(f"  left out (measurement NOT valid): {path}")
+        quiet = [r for r in rows if r.metric.startswith(GAUGE_PREFIX) and r.verdict == "inconclusive"]
         for r in rows:
+            if r in quiet:
+                continue
             d, lo, hi = (100 * x for x in r.relative)
             mark = " *" if r.measurement_only else ""
             if wide:
-                lines.append(f"  {r.name:<26} {_fmt(r.baseline):>10} → {_fmt(r.value):>10} {r.unit:<10} "
+                lines.append(f"  {r.name[:36]:<36} {_fmt(r.baseline):>10} → {_fmt(r.value):>10} {r.unit:<10} "
                              f"{d:+6.2f} % [{lo:+.2f}, {hi:+.2f}]  {r.verdict}{mark}")
             else:
                 lines.append(f"  {r.name} ({r.unit}): {_fmt(r.baseline)} → {_fmt(r.value)}")
                 lines.append(f"    {d:+.2f} % [{lo:+.2f}, {hi:+.2f}] {r.verdict}{mark}")
+        if quiet:
+            lines.append(f"  {len(quiet)} more GPU gauge means: inconclusive (--json lists them)")
         if any(r.measurement_only for r in rows):
             lines.append("  * one run on a side: run-to-run variation unknown, the interval is the measurement's "
                          "alone (repeat the runs)")
@@ -277,30 +380,3 @@ def _runs(side: Side) -> str:
 
 def _fmt(value: float) -> str:
     return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
-
-
-
-@click.command("compare")
-@click.argument("folders", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json_out", is_flag=True, help="Print the comparison as JSON (README: compare).")
-@click.option("--include-invalid", is_flag=True, help="Keep runs whose measurement is NOT valid.")
-def compare_command(folders: tuple[Path, ...], as_json_out: bool, include_invalid: bool) -> None:
-    """Compare configurations with the first: each FOLDER one run or a folder of repeats (run_NNNN/, AIPerf's
-    profile_runs/run_NNNN/). Each metric's difference with a 95 % interval of run-to-run variation and measurement
-    uncertainty: better, worse or inconclusive."""
-    import orjson
-
-    from bridge.errors import ReportInputError
-
-    if len(folders) < 2:
-        raise click.UsageError("give at least two folders: the baseline first, then what to compare with it")
-    try:
-        baseline, *others = (load_side(f, include_invalid) for f in folders)
-    except CompareError as exc:
-        raise ReportInputError(f"compare: {exc}") from None
-    results = [compare(baseline, other) for other in others]
-    if as_json_out:
-        click.echo(orjson.dumps(as_json(baseline, others, results), option=orjson.OPT_INDENT_2).decode())
-        return
-    for line in render(baseline, others, results):
-        click.echo(line)

@@ -32,7 +32,7 @@ from bridge.report.window import MANIFEST_FILE, Phase, WindowError, load_manifes
 logger = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("artifacts")  # AIPerf's default artifact root, relative to its working directory
-_ARTIFACT_DIR = ("--artifact-dir", "--output-artifact-dir")
+ARTIFACT_DIR = ("--artifact-dir", "--output-artifact-dir")
 _PREFIX = ("--profile-export-prefix", "--profile-export-file")
 _UI = ("--ui", "--ui-type")
 # config/artifacts.py _PREFIX_SUFFIXES_TO_STRIP, longest first
@@ -72,7 +72,7 @@ class AiperfCommand:
                              self.artifact_dir, self.prefix, "simple")
 
 
-def _option(arg: str, names: Sequence[str]) -> tuple[str, str | None] | None:
+def option(arg: str, names: Sequence[str]) -> tuple[str, str | None] | None:
     """(name, inline value) when `arg` is one of `names`, as `--name` or `--name=value`."""
     for name in names:
         if arg == name:
@@ -108,7 +108,7 @@ def parse_command(command: Sequence[str]) -> AiperfCommand:
         if arg == "--":
             argv.extend(args[i - 1:])
             break
-        telemetry = _option(arg, ("--gpu-telemetry",))
+        telemetry = option(arg, ("--gpu-telemetry",))
         if telemetry is not None:
             if telemetry[1] is not None:
                 items.append(telemetry[1])
@@ -120,8 +120,8 @@ def parse_command(command: Sequence[str]) -> AiperfCommand:
             no_telemetry = True
             continue
         argv.append(arg)
-        for names in (_ARTIFACT_DIR, _PREFIX, _UI):
-            found = _option(arg, names)
+        for names in (ARTIFACT_DIR, _PREFIX, _UI):
+            found = option(arg, names)
             if found is None:
                 continue
             value = found[1]
@@ -131,7 +131,7 @@ def parse_command(command: Sequence[str]) -> AiperfCommand:
                 i += 1
             if value is None:
                 break
-            if names is _ARTIFACT_DIR:
+            if names is ARTIFACT_DIR:
                 artifact_dir = Path(value)
             elif names is _PREFIX:
                 prefix = prefix_base(value)
@@ -174,6 +174,25 @@ def find_outputs(command: AiperfCommand, roots: Sequence[Path], since_ns: int, c
     manifest = directory / MANIFEST_FILE
     return AiperfOutputs(directory, json_path, directory / command.csv_name,
                          manifest if _written_since(manifest, since_ns) else None)
+
+
+def find_profile_runs(command: AiperfCommand, root: Path, since_ns: int, cwd: Path | None = None,
+                      ) -> list[AiperfOutputs]:
+    """AIPerf's multi-run layout (`--num-profile-runs N`: `<base>/profile_runs/run_NNNN/`, no JSON at `<base>`,
+    aiperf/orchestrator/orchestrator.py): each run's files written since `since_ns`, in run order. `<base>` is its
+    --artifact-dir, else `root` (the bridge's)."""
+    base = cwd or Path.cwd()
+    directory = command.artifact_dir or root
+    directory = directory if directory.is_absolute() else base / directory
+    found = []
+    for json_path in sorted((directory / "profile_runs").glob(f"run_[0-9]*/{command.json_name}")):
+        if json_path.is_symlink() or not _written_since(json_path, since_ns):
+            continue
+        folder = json_path.parent
+        manifest = folder / MANIFEST_FILE
+        found.append(AiperfOutputs(folder, json_path, folder / command.csv_name,
+                                   manifest if _written_since(manifest, since_ns) else None))
+    return found
 
 
 def _written_since(path: Path, since_ns: int) -> bool:

@@ -360,9 +360,12 @@ def _live_view(session: Any, wanted: bool) -> Any:
               help="Exit 1 when the benchmark succeeded but the measurement verdict is NOT valid.")
 @click.option("--keep-children", is_flag=True,
               help="Leave running what the benchmark started and left behind (stopped at the end by default).")
+@click.option("--repeat", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="Run the benchmark N times, each run's telemetry in its own run_NNNN/ below the artifact folder "
+                   "(compare them with `dcgm-bridge compare`).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_timeout: float,
-            require_valid: bool = False, keep_children: bool = False, **flags: Any) -> None:
+            require_valid: bool = False, keep_children: bool = False, repeat: int = 1, **flags: Any) -> None:
     """Run a benchmark command with GPU telemetry: dcgm-bridge profile [OPTIONS] -- CMD [ARGS]…
 
     CMD gets DCGM_BRIDGE_CONTROL_URL and DCGM_BRIDGE_CONTROL_TOKEN to post phase marks. For `aiperf
@@ -380,6 +383,13 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
 
         check_writable(html_path, "--html")
     flags, otlp = split_flags(flags)
+    if repeat > 1:
+        if html_path is not None:
+            raise ConfigError("profile --repeat: --html writes one run's page; compare the repeats instead: "
+                              "`dcgm-bridge compare FOLDER OTHER --html FILE`")
+        _profile_repeats(command, repeat, flags, otlp, live=live, stop_timeout=stop_timeout,
+                         require_valid=require_valid, keep_children=keep_children)
+        return
     argv: Any = list(command)
     env = dict(os.environ)
     from bridge.sidecar.aiperf import is_aiperf, parse_command
@@ -408,6 +418,85 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
 
         exit_on_verdict(run.outputs.report.telemetry_data, True, echo=False)  # (the console printed the line)
     sys.exit(run.exit_code)
+
+
+def _profile_repeats(command: tuple[str, ...], repeats: int, flags: dict[str, Any], otlp: dict[str, Any], *,
+                     live: bool, stop_timeout: float, require_valid: bool, keep_children: bool) -> None:
+    """`profile --repeat N` (bridge/sidecar/repeat.py): the artifact folder locked once, each repeat a run of its own
+    in run_NNNN/; the first failing repeat stops the series with its exit code."""
+    from dataclasses import replace
+
+    from bridge.errors import BridgeError
+    from bridge.sidecar.aiperf import is_aiperf, parse_command
+    from bridge.sidecar.folder_lock import FolderLock
+    from bridge.sidecar.profile import run_profile
+    from bridge.sidecar.repeat import REPEAT_DIR_ENV, REPEAT_ENV, repeat_command, repeat_folder
+
+    env = dict(os.environ)
+    aiperf = is_aiperf(list(command))
+    if aiperf:
+        flags = _take_over_aiperf_telemetry(flags, parse_command(list(command)), env)
+    config = resolve_config(flags)
+    if not config.enabled:
+        raise ConfigError("profile --repeat: the telemetry is off, so there is nothing to keep apart per repeat; "
+                          "drop --repeat or the option that turns the telemetry off")
+    base = Path(config.artifact_dir)
+    made = missing_folders(base)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--artifact-dir {base}: cannot make that folder ({exc.strerror or exc}); give one you "
+                          "can write") from None
+    run_id = config.effective_run_id()
+    lock = FolderLock(base, run_id)
+    try:
+        lock.acquire()
+    except BridgeError:
+        remove_if_empty(made)
+        raise
+    not_valid: list[int] = []
+    try:
+        for k in range(1, repeats + 1):
+            folder = repeat_folder(base, k)
+            repeat_config = replace(config, artifact_dir=str(folder), run_id=f"{run_id}-{k:04d}")
+            session = build_session(repeat_config, otlp)
+            argv = repeat_command(command, k, folder)
+            click.echo(f"dcgm-bridge: repeat {k} of {repeats} in {folder}", err=True)
+            try:
+                run = run_profile(repeat_config, session, parse_command(argv) if aiperf else argv, live=live,
+                                  stop_timeout=stop_timeout, keep_children=keep_children,
+                                  env={**env, REPEAT_ENV: str(k), REPEAT_DIR_ENV: str(folder)})
+            except (OSError, ValueError) as exc:
+                raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None
+            _summary(run, session, None)
+            report = run.outputs.report if run.outputs is not None else None
+            if report is not None and not report.telemetry_data.get("measurement", {}).get("valid", False):
+                not_valid.append(k)
+            if run.exit_code:
+                click.echo(f"dcgm-bridge: repeat {k} of {repeats} failed: the series stops there", err=True)
+                sys.exit(run.exit_code)
+    finally:
+        lock.release()
+    _repeats_summary(base, repeats)
+    if require_valid and not_valid:
+        click.echo(f"dcgm-bridge: the measurement of repeat {', '.join(map(str, not_valid))} is NOT valid", err=True)
+        sys.exit(1)
+
+
+def _repeats_summary(base: Path, repeats: int) -> None:
+    """The repeats' intervals as `compare --until-width 0.10` shows them, and how to compare them."""
+    from bridge.report.compare import CompareError, load_side
+    from bridge.report.sweep import width_lines
+
+    try:
+        side = load_side(base, include_invalid=True)
+    except CompareError as exc:
+        click.echo(f"dcgm-bridge: the repeats cannot be read back: {exc}", err=True)
+        return
+    click.echo(f"\ndcgm-bridge: {repeats} repeats in {base}")
+    for line in width_lines(side, 0.10):
+        click.echo(line)
+    click.echo(f"compare them with another configuration: dcgm-bridge compare {base} OTHER_FOLDER")
 
 
 def check_not_the_runs(path: Path, flag: str, session: Any) -> None:

@@ -178,7 +178,43 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
         # unless a signal asked us to stop.
         run.outputs = session.complete(await_refresh=run.received is None)
         server.stop()
+    if aiperf is not None and run.aiperf is None and run.outputs is not None:
+        _merge_profile_runs(session, aiperf, run, started_ns)
     return run
+
+
+def _merge_profile_runs(session: Session, aiperf: AiperfCommand, run: ProfileRun, started_ns: int) -> None:
+    """AIPerf's `--num-profile-runs N`: each `profile_runs/run_NNNN/` JSON (and CSV, phase files) gets the telemetry
+    of its own window, rebuilt from this run's record log and events as `dcgm-bridge report` builds it (the window
+    from the run's phase manifest, else its JSON's start and end), so `dcgm-bridge compare` reads the folder as
+    repeats. The bridge's own report over the whole session stays in its folder."""
+    from bridge.report.cli import rebuild
+    from bridge.report.write import ReportWriteError, write_report
+    from bridge.sidecar.aiperf import find_profile_runs, phase_from_document
+
+    runs = find_profile_runs(aiperf, Path(session.config.artifact_dir), started_ns)
+    merged = []
+    for outputs in runs:
+        result = read_result(outputs)
+        phase = phase_from_document(result.document) if outputs.manifest is None and result.document else None
+        try:
+            if outputs.manifest is not None:
+                built = rebuild(session.records.path, session.events.path, phase_manifest=outputs.manifest,
+                                table=session.table, run_id=session.run_id)
+            elif phase is not None and phase.start_ns is not None and phase.end_ns is not None:
+                built = rebuild(session.records.path, session.events.path, start_ns=phase.start_ns,
+                                end_ns=phase.end_ns, table=session.table, run_id=session.run_id)
+            else:
+                run.notes.append(f"{outputs.json_path}: no window in AIPerf's files; that run has no telemetry")
+                continue
+            write_report(built, outputs.directory, aiperf.prefix, json_path=outputs.json_path)
+        except (ReportWriteError, OSError, ValueError) as exc:
+            run.notes.append(f"{outputs.json_path}: its telemetry could not be merged ({exc})")
+            continue
+        merged.append(outputs.directory.name)
+    if merged:
+        run.notes.append(f"AIPerf's profile runs {', '.join(merged)} each got the telemetry of their own window "
+                         f"(in {runs[0].directory.parent})")
 
 
 def _target_aiperf(session: Session, aiperf: AiperfCommand, run: ProfileRun, started_ns: int) -> None:

@@ -66,6 +66,13 @@ from bridge.simulator.server import SimulatedExporter
                    "from=S, until=S, for=S, delay=S, mb=N, gpu=N, code=N.")
 @click.option("--endpoints", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Serve N simulated nodes (seeds S..S+N-1) on consecutive ports.")
+@click.option("--repeat", type=click.IntRange(min=0), default=None,
+              help="A repeat's number: the load's jitter drawn anew and the power scaled by a factor from "
+                   "N(1, --run-to-run-cv) (the same seed and repeat serve the same run).")
+@click.option("--run-to-run-cv", type=click.FloatRange(0, 0.2), default=0.0, show_default=True,
+              help="With --repeat: the run-to-run coefficient of variation of the power.")
+@click.option("--power-scale", type=click.FloatRange(0.1, 10), default=1.0, show_default=True,
+              help="Scale every GPU's power (a configuration that draws more or less).")
 @click.option("--once", is_flag=True, help="Write one page and exit (for `dcgm-bridge parse`).")
 @click.option("--at", "at_s", type=float, default=None, help="With --once: simulated Unix time in seconds.")
 @click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -73,7 +80,8 @@ from bridge.simulator.server import SimulatedExporter
 def simulate(port: int, gpus: int, seed: int, dialect: str, mig: int, pod_labels: str | None,
              refresh_ms: int, sensors: str, hostname: str | None, no_hostname: bool, counters: str, model_name: str,
              driver_version: str, timestamps: bool, time_scale: float, faults: tuple[str, ...],
-             endpoints: int, once: bool, at_s: float | None, output: Path | None) -> None:
+             endpoints: int, repeat: int | None, run_to_run_cv: float, power_scale: float, once: bool,
+             at_s: float | None, output: Path | None) -> None:
     """Serve a seeded, deterministic simulated NVIDIA dcgm-exporter (no GPU needed)."""
     now_ns = scaled_clock(time_scale) if time_scale != 1.0 else time.time_ns
     start_ns = now_ns()
@@ -83,7 +91,7 @@ def simulate(port: int, gpus: int, seed: int, dialect: str, mig: int, pod_labels
             pod_labels=cast(PodLabels, pod_labels or "none"), refresh_ms=refresh_ms, hostname=hostname,
             no_hostname=no_hostname, counters=cast(Counters, counters), model_name=model_name,
             driver_version=driver_version, sensors=cast(SensorKind, sensors),
-            timestamps=timestamps, port=port,
+            timestamps=timestamps, port=port, repeat=repeat, run_to_run_cv=run_to_run_cv, power_scale=power_scale,
             faults=tuple(parse_fault_spec(spec, start_ns) for spec in faults),
         )
     except ValueError as exc:

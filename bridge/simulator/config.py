@@ -115,6 +115,12 @@ class SimulatorConfig:
     port: int = 0  # 0: ephemeral
     faults: tuple[Fault, ...] = field(default=())
     sensors: SensorKind = "ideal"
+    # Run-to-run variation (issue 45): None serves the node as ever. A repeat's number redraws the load's randomness
+    # (each GPU's second-scale jitter) and scales the node's power by one factor drawn from N(1, run_to_run_cv);
+    # the same seed and repeat serve the same run. power_scale: a configuration that draws that much more or less.
+    repeat: int | None = None
+    run_to_run_cv: float = 0.0
+    power_scale: float = 1.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -134,6 +140,12 @@ class SimulatorConfig:
             problems.append("gpus_per_pod must be >= 1")
         if self.sensors not in get_args(SensorKind):
             problems.append(f"sensors must be ideal or h200, got {self.sensors!r}")
+        if not 0 <= self.run_to_run_cv <= 0.2:
+            problems.append(f"run_to_run_cv must be 0-0.2, got {self.run_to_run_cv}")
+        if self.run_to_run_cv and self.repeat is None:
+            problems.append("run_to_run_cv needs a repeat (the run's seed)")
+        if not 0.1 <= self.power_scale <= 10:
+            problems.append(f"power_scale must be 0.1-10, got {self.power_scale}")
         if self.refresh_ms < 0:
             problems.append("refresh_ms must be >= 0")
         if not 0 <= self.port <= 65535:

@@ -149,9 +149,17 @@ class NodeModel:
         entities: list[Entity] = []
         instance_loads: list[Curve] = []
         physics = []
+        self.run_factor = config.power_scale  # the node's power against the seed's own (ground truth for tests)
+        if config.repeat is not None:
+            self.run_factor *= max(1 + config.run_to_run_cv * random.Random(
+                f"dcgm-sim:{config.seed}:repeat:{config.repeat}").gauss(0.0, 1.0), 0.5)
         for gpu in self.gpus:
             grng = random.Random(f"dcgm-sim:{config.seed}:{gpu.index}")
             load = seeded_load(grng)
+            if config.repeat is not None:  # the load's randomness: the second-scale jitter's phase drawn anew
+                rrng = random.Random(f"dcgm-sim:{config.seed}:{gpu.index}:repeat:{config.repeat}")
+                *slow, (a, w, _) = load.terms
+                load = Curve(load.offset, (*slow, (a, w, rrng.uniform(0, 2 * math.pi))))
             if config.mig:
                 profile = mig_profile_for(config.mig)
                 slices, mem_mib, ids = MIG_PROFILES[profile]
@@ -164,7 +172,7 @@ class NodeModel:
             else:
                 entities.append(Entity(gpu.index))
                 instance_loads.append(load)
-            physics.append(_physics(load, grng, amd))
+            physics.append(_physics(load, grng, amd, self.run_factor))
         self.entities = tuple(entities)
         self._instance_loads = tuple(instance_loads)
         self._physics = tuple(physics)
@@ -330,13 +338,15 @@ def _fb_values(total: int, reserved: int, used: int) -> dict[str, Value]:
     }
 
 
-def _physics(load: Curve, rng: random.Random, amd: bool = False) -> _Physics:
+def _physics(load: Curve, rng: random.Random, amd: bool = False, factor: float = 1.0) -> _Physics:
     """An H100 SXM: ~70 W idle, ~680 W at full load; GPU and HBM temperatures lag power by minutes. `amd`: an
     MI300X, 136-139 W idle as its exporter reports it (amd_gpu_package_power, ROCm/device-metrics-exporter PR #558),
-    up to its 750 W socket power (the same draws, rescaled, so the seeds' other values stay as they were)."""
+    up to its 750 W socket power (the same draws, rescaled, so the seeds' other values stay as they were). `factor`
+    scales the power (a repeat's run-to-run variation, a configuration's power_scale)."""
     idle_w, span_w, ambient = rng.uniform(62, 78), rng.uniform(590, 630), rng.uniform(26, 32)
     if amd:
         idle_w, span_w = 136 + (idle_w - 62) / 16 * 3, span_w - 20
+    idle_w, span_w = idle_w * factor, span_w * factor  # (factor 1 leaves the seed's values as they were)
     power = load.affine(span_w, idle_w)
     return _Physics(
         load=load,
