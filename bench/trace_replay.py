@@ -17,7 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.report.trace_replay import (  # noqa: E402
-    LENGTHS_S, SOURCES, from_corpus, from_record_log, judge, power_reference, summarise, table)
+    LENGTHS_S,
+    SOURCES,
+    from_corpus,
+    from_record_log,
+    judge,
+    power_reference,
+    summarise,
+    table,
+)
 
 
 def main() -> int:
