@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.report.trace_replay import (
+    SOURCES,
     Source,
     counter_knots,
     counter_reference,
@@ -28,6 +29,7 @@ from tests.report.trace_replay import (
     from_record_log,
     judge,
     power_reference,
+    replayable,
     summarise,
 )
 
@@ -105,3 +107,27 @@ def test_on_a_rehearsed_corpus_both_references_are_the_fake_gpus_true_energy(cor
             truth = curve.energy_j(b / 1e9 - t0) - curve.energy_j(a / 1e9 - t0)
             assert abs(by_counter(a, b) - truth) <= 0.01 + interpolation, (gpu, a, by_counter(a, b), truth)
             assert abs(by_power(a, b) - truth) <= 0.005 * truth, (gpu, a, by_power(a, b), truth)
+
+
+# --- the H200 log judged per source by issue 42's per-group criterion: the stated uncertainty covers >= 95 % of the
+# valid windows, the bound every window. Fixed before its first run: every source of trace_replay.SOURCES that the
+# log can stand for, 10 windows per length (20 and 60 s: the log is 78 s) at seed 47, AIPerf's grace. Not held out:
+# the model was shaped on this log's phases (bench/RESULTS.md). bench/trace_replay.py prints the same table.
+
+MISSED = {  # the first run's figures (2026-12-07): covered / valid windows; issue 42 is open
+    Source("exporter", 0.5): "18 of 20 valid windows covered (90 %)",
+    Source("exporter", 1): "18 of 20 valid windows covered (90 %)",
+    Source("nvml", 1): "17 of 20 valid windows covered (85 %)"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", [
+    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=f"issue 42 (open): {MISSED[s]}")) if s in MISSED else s
+    for s in SOURCES if replayable(TRACE, s)], ids=lambda s: s.label)
+def test_the_h200_log_per_source_the_uncertainty_covers_95_percent_of_valid_windows(source: Source) -> None:
+    judged = judge(TRACE, [source], [20, 60], 10)
+    assert len(judged) == 20
+    assert all(abs(j.ours_j - j.counter_j) <= j.bound_j + 0.0025 * j.counter_j for j in judged)
+    valid = [j for j in judged if j.valid]
+    covered = sum(abs(j.ours_j - j.counter_j) <= j.uncertainty_j for j in valid)
+    assert covered >= 0.95 * len(valid), (covered, len(valid))
