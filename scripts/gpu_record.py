@@ -118,8 +118,17 @@ def _spacing(times: list[int]) -> dict:
 def record(out: Path, scale: float, fake: bool, max_bytes: int = MAX_BYTES) -> int:
     import pynvml as nvml
 
+    if (out / "manifest.json").exists() or (out / "polls.bin.gz").exists():
+        print(f"check-gpu: {out} already holds a corpus: give another --out (nothing recorded is overwritten)",
+              file=sys.stderr)
+        return 2
+    try:
+        nvml.nvmlInit()
+    except Exception as error:  # noqa: BLE001 - NVMLError_LibraryNotFound, _DriverNotLoaded, ...: one line, exit 2
+        print(f"check-gpu: NVML did not start ({error}): no NVIDIA driver here? (--fake rehearses without one)",
+              file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
-    nvml.nvmlInit()
     found = machine(nvml)
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(len(found["gpus"]))]
     child = subprocess.Popen([sys.executable, __file__, "--load", "--record-scale", str(scale),
@@ -127,6 +136,13 @@ def record(out: Path, scale: float, fake: bool, max_bytes: int = MAX_BYTES) -> i
                              text=True)
     assert child.stdin is not None and child.stdout is not None
     ready = child.stdout.readline().split()  # "ready <driver>" once the load has run once (its set-up)
+    if not fake and ready[1:] in ([], ["none"]):  # say so before the minutes of polling, not after
+        child.kill()
+        child.wait()
+        nvml.nvmlShutdown()
+        print("check-gpu: no torch or CuPy with CUDA for this Python: the load cannot run, nothing recorded",
+              file=sys.stderr)
+        return 2
     marks: list[dict] = []
 
     def collect() -> None:
@@ -144,13 +160,16 @@ def record(out: Path, scale: float, fake: bool, max_bytes: int = MAX_BYTES) -> i
     with (out / "polls.bin.gz").open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as gz:
         batch: list[bytes] = []
         tail_until = None
-        child.stdin.write("go\n")
-        child.stdin.flush()
+        going = False
         while time.monotonic() < deadline:
             for i, handle in enumerate(handles):
                 row = read_once(nvml, i, handle)
                 times[i].append(_PACK.unpack_from(row)[1])
                 batch.append(row)
+            if not going:  # the load starts once every GPU has been read: the reads cover the first mark
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                going = True
             if len(batch) >= 2048:
                 gz.write(b"".join(batch))
                 batch.clear()
@@ -190,9 +209,6 @@ def record(out: Path, scale: float, fake: bool, max_bytes: int = MAX_BYTES) -> i
           f"NVML {found['nvml']}; {out}")
     if throttled_at:
         print(f"past {max_bytes >> 20} MiB the polls slowed to every {THROTTLE_S * 1e3:.0f} ms")
-    if manifest["load"]["driver"] in (None, "none") and not fake:
-        print("no torch or CuPy on this machine: GPU 0 stayed idle, the shapes are marks only")
-        return 1
     return 0
 
 

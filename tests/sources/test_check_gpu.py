@@ -139,3 +139,14 @@ def test_the_record_rehearsal_keeps_every_read_as_the_fake_gpus_served_it(tmp_pa
         took = (ends[mark["phase"]]["mono_ns"] - mark["mono_ns"]) / 1e9
         assert seconds * scale - 0.01 <= took <= seconds * scale + 0.25, (mark["phase"], took)
     assert rows[0]["mono_ns"] < starts[0]["mono_ns"] and ends["cool"]["mono_ns"] < rows[-1]["mono_ns"]
+
+
+def test_record_refuses_a_bad_scale_and_a_folder_holding_a_corpus(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text("{}")
+    env = {**os.environ, "PYTHON": sys.executable}
+    for extra, said in ((["--record-scale", "2"], "--record-scale 2.0"), ([], "already holds a corpus")):
+        result = subprocess.run(["bash", str(ROOT / "scripts" / "check-gpu.sh"), "--record", "--fake", "--no-venv",
+                                 *extra, "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 2 and said in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert (tmp_path / "manifest.json").read_text() == "{}"
