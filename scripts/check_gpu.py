@@ -462,7 +462,7 @@ def main() -> int:
     parser.add_argument("--analyse", help="a finished check's --out folder: thin its log, compare per phase")
     parser.add_argument("--every", default="1,4,14", help="with --analyse: keep every k-th read, for each k")
     parser.add_argument("--record", action="store_true", help="record a corpus of raw NVML reads (gpu_record.py)")
-    parser.add_argument("--record-scale", type=float, default=1.0, help="with --record: the shapes' share of full length")
+    parser.add_argument("--record-scale", type=float, default=1.0, help="with --record: share of full length")
     args = parser.parse_args()
     if args.record:
         return record(args)
