@@ -117,7 +117,7 @@ def counter_knots(trace: Trace, stretch: int = 100) -> tuple[np.ndarray, np.ndar
     Each change happened after the read before it began and before the read that saw it ended. Per stretch, the
     period is the one under which those instants line up best (the sightings' circular concentration, scanned
     within ±25 % of their mean spacing: a stalled poll that spans two updates does not move it), the phase their
-    circular mean, then both refined by least squares and narrowed to where every change's interval agrees; each
+    circular mean, then both refined by weighted least squares and narrowed to where every change's interval agrees; each
     change's value goes to the latest grid instant before the read that saw it."""
     changed = np.flatnonzero(np.diff(trace.energy_j) != 0) + 1
     after = trace.begun_ns[changed - 1].astype(np.float64)
@@ -139,8 +139,10 @@ def counter_knots(trace: Trace, stretch: int = 100) -> tuple[np.ndarray, np.ndar
         angle = 2 * np.pi * m / period
         phase = period * np.arctan2(np.mean(np.sin(angle)), np.mean(np.cos(angle))) / (2 * np.pi)
         k = np.round((m - phase) / period)
-        if len(np.unique(k)) > 2:  # the scan's step, refined: the sightings' least-squares line
-            period, phase = (float(x) for x in np.polyfit(k, m, 1))
+        if len(np.unique(k)) > 2:  # the scan's step, refined: the sightings' least-squares line, each weighed by
+            # how narrowly its interval places it (a stalled poll's wide interval would bend the line)
+            width = np.maximum(before[part] - after[part], 1000.0)
+            period, phase = (float(x) for x in np.polyfit(k, m, 1, w=1 / width))
         low, high = np.max(after[part] - mids[lo] - k * period), np.min(before[part] - mids[lo] - k * period)
         if low < high:  # every change's interval agrees: the grid lies between
             phase = (low + high) / 2
