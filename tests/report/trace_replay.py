@@ -72,18 +72,21 @@ def from_record_log(path: Path, name: str) -> Trace:
     return Trace(name, reads, begun, ended, energy, None, gauge)
 
 
+_NUMPY = {"B": "u1", "I": "u4", "i": "i4", "q": "i8", "Q": "u8", "d": "f8"}
+
+
 def corpus_rows(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """A --record corpus: its manifest and its columns (read by the manifest's own format description)."""
+    """A --record corpus: its manifest and its columns (read by the manifest's own format description: a
+    little-endian struct of the kinds in _NUMPY, no padding)."""
     manifest = json.loads((folder / "manifest.json").read_text())
     form = manifest["format"]
-    raw = gzip.decompress((folder / form["file"]).read_bytes())
-    table = np.array(list(struct.iter_unpack(form["row_struct"], raw)), dtype=np.float64) if raw else np.empty((0, 0))
-    exact = {"mono_ns", "wall_ns", "field_energy_us", "field_power_average_us", "field_power_instant_us"}
-    columns = {}
-    for i, column in enumerate(form["columns"]):  # the ns times again as integers, exactly
-        columns[column] = (np.array([row[i] for row in struct.iter_unpack(form["row_struct"], raw)], dtype=np.int64)
-                           if column in exact else table[:, i])
-    return manifest, columns
+    layout = form["row_struct"]
+    if layout[0] != "<" or any(c not in _NUMPY for c in layout[1:]) or len(layout) - 1 != len(form["columns"]):
+        raise ValueError(f"{folder}/manifest.json: row_struct {layout!r} is not a layout this reader knows")
+    dtype = np.dtype([(name, "<" + _NUMPY[c]) for name, c in zip(form["columns"], layout[1:], strict=True)])
+    assert dtype.itemsize == struct.calcsize(layout)
+    table = np.frombuffer(gzip.decompress((folder / form["file"]).read_bytes()), dtype=dtype)
+    return manifest, {name: table[name] for name in form["columns"]}
 
 
 def from_corpus(folder: Path, gpu: int = 0) -> Trace:
@@ -94,6 +97,7 @@ def from_corpus(folder: Path, gpu: int = 0) -> Trace:
     c = {k: v[ok] for k, v in c.items()}
     meta = manifest["gpus"][gpu]
     begun = c["wall_ns"]
+    begun = begun.astype(np.int64)
     ended = begun + c["energy_done_ns"].astype(np.int64)
     reads = [GpuRecord(gpu, meta["uuid"], meta["name"], meta["pci_bus_id"], f"nvidia{gpu}", "corpus", None, None,
                        timestamp_ns=int(b), telemetry_source_url=NVML_URL,
@@ -117,8 +121,8 @@ def counter_knots(trace: Trace, stretch: int = 100) -> tuple[np.ndarray, np.ndar
     Each change happened after the read before it began and before the read that saw it ended. Per stretch, the
     period is the one under which those instants line up best (the sightings' circular concentration, scanned
     within ±25 % of their mean spacing: a stalled poll that spans two updates does not move it), the phase their
-    circular mean, then both refined by weighted least squares and narrowed to where every change's interval agrees; each
-    change's value goes to the latest grid instant before the read that saw it."""
+    circular mean, then both refined by weighted least squares and narrowed to where every change's interval
+    agrees; each change's value goes to the latest grid instant before the read that saw it."""
     changed = np.flatnonzero(np.diff(trace.energy_j) != 0) + 1
     after = trace.begun_ns[changed - 1].astype(np.float64)
     before = trace.ended_ns[changed].astype(np.float64)
