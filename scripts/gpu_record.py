@@ -133,7 +133,7 @@ def record(out: Path, scale: float, fake: bool, max_bytes: int = MAX_BYTES) -> i
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(len(found["gpus"]))]
     child = subprocess.Popen([sys.executable, __file__, "--load", "--record-scale", str(scale),
                               *(["--no-load"] if fake else [])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             text=True)
+                             text=True, env={**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})  # CUDA's 0 is NVML's 0
     assert child.stdin is not None and child.stdout is not None
     ready = child.stdout.readline().split()  # "ready <driver>" once the load has run once (its set-up)
     if not fake and ready[1:] in ([], ["none"]):  # say so before the minutes of polling, not after
