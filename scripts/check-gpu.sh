@@ -7,7 +7,12 @@
 # uncertainty model, not NVML's accuracy. It never changes clocks, power limits or MIG.
 #
 #   scripts/check-gpu.sh [--fake] [--wheels DIR] [--venv DIR | --no-venv] [--phase-s S] [--out DIR]
+#   scripts/check-gpu.sh --record [--fake] [--wheels DIR] [--no-venv] [--record-scale F] [--out DIR]
 #
+#   --record      instead of the check: a corpus of raw NVML reads on every GPU (the energy counter, the power
+#                 reading, the average and instant power fields, each timed) while GPU 0 runs known load shapes,
+#                 about 7 minutes (scripts/gpu_record.py; DECISIONS.md "GPU trace corpus"); needs only Python,
+#                 pynvml and torch or CuPy, not this project's dependencies
 #   --fake        rehearse here against the fake pynvml (tests/fakes), no GPU needed
 #   --wheels DIR  install offline from DIR (this project's missing dependencies as wheels: nvidia-ml-py, …)
 #   --venv DIR    the environment to use or make (default .venv-gpu, which sees the system's packages, so the
@@ -21,14 +26,15 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-FAKE=0 WHEELS="" VENV="" NO_VENV=0 PASS=()
+FAKE=0 WHEELS="" VENV="" NO_VENV=0 RECORD=0 PASS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --fake) FAKE=1; PASS+=("--fake"); shift ;;
+    --record) RECORD=1; PASS+=("--record"); shift ;;
     --wheels) WHEELS="$2"; shift 2 ;;
     --venv) VENV="$2"; shift 2 ;;
     --no-venv) NO_VENV=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) PASS+=("$1"); shift ;;
   esac
 done
@@ -45,6 +51,13 @@ if [ "$NO_VENV" = 1 ]; then
     export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   fi
   export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+  if [ "$RECORD" = 1 ]; then  # the recording reads NVML and drives the load: none of this project's dependencies
+    if [ "$FAKE" = 0 ] && ! "$PYTHON" -c "import pynvml" 2>/dev/null; then
+      echo "check-gpu: the pynvml module (nvidia-ml-py) is missing for $PYTHON: pass --wheels DIR" >&2
+      exit 2
+    fi
+    exec "$PYTHON" scripts/check_gpu.py "${PASS[@]}"
+  fi
   if ! "$PYTHON" -c "import bridge._kernel" 2>/dev/null; then
     # the extension as setuptools would build it (pyproject.toml's ext-modules), by hand: no build backend needed
     INCLUDE=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')

@@ -3,6 +3,8 @@
     check_gpu.py [--fake] [--phase-s 12] [--out DIR]      the check (dcgm-bridge profile around the load)
     check_gpu.py --load PHASES_JSON --phase-s S            the benchmark profile runs: six load phases
     check_gpu.py --burn S                                  the probe's load step: full load for S seconds on "go"
+    check_gpu.py --record [--fake] [--record-scale 1]       a corpus of raw NVML reads under known load shapes
+                                                           (scripts/gpu_record.py; about 7 minutes)
     check_gpu.py --analyse OUT [--every 1,4,14]            a finished check's record log thinned to every k-th
                                                            read (each offset): our error against NVML per phase
                                                            and how often the stated uncertainty covered it
@@ -193,32 +195,11 @@ def burn(seconds: float) -> None:
 
 
 def _matmul_driver():  # type: ignore[no-untyped-def]
-    """(name, one unit of work that blocks until the GPU has done it) or None."""
-    try:
-        import torch
+    """(name, one unit of work that blocks until the GPU has done it: fp32 4096² products) or None."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import gpu_record
 
-        if torch.cuda.is_available():
-            a = torch.randn(4096, 4096, device="cuda")
-
-            def work() -> None:
-                a @ a
-                torch.cuda.synchronize()
-
-            return "torch", work
-    except ImportError:
-        pass
-    try:
-        import cupy
-
-        b = cupy.random.standard_normal((4096, 4096), dtype=cupy.float32)
-
-        def work_cupy() -> None:
-            b @ b
-            cupy.cuda.Stream.null.synchronize()
-
-        return "cupy", work_cupy
-    except ImportError:
-        return None
+    return gpu_record.matmul_driver("full")
 
 
 def counter_edge(nvml) -> tuple[int, int, int]:  # type: ignore[no-untyped-def]
@@ -315,15 +296,39 @@ def _probe_lines(found: dict) -> list[str]:
     return lines
 
 
-def check(args: argparse.Namespace) -> int:
+def _use_fake(env: dict[str, str]) -> None:
+    """This process and its children import the fake pynvml (tests/fakes/modules), on one curve from one zero."""
     root = Path(__file__).resolve().parents[1]
+    fakes = [str(root / "tests" / "fakes" / "modules"), str(root)]
+    env["PYTHONPATH"] = os.pathsep.join([*fakes, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.setdefault("DCGM_BRIDGE_FAKE_NVML_T0", str(time.time()))
+    os.environ.update({k: v for k, v in env.items() if k == "PYTHONPATH" or k.startswith("DCGM_BRIDGE_FAKE_")})
+    sys.path[:0] = fakes
+
+
+def record(args: argparse.Namespace) -> int:
+    """--record: scripts/gpu_record.py's corpus; with --fake on the fake's H200 timing (the counter and the power
+    readings updated every 100 ms, the average over the trailing second)."""
+    if args.fake:
+        env = dict(os.environ)
+        env.setdefault("DCGM_BRIDGE_FAKE_NVML_ENERGY_PERIOD_S", "0.1")
+        env.setdefault("DCGM_BRIDGE_FAKE_NVML_GAUGE_PERIOD_S", "0.1")
+        _use_fake(env)
+    if not 0 < args.record_scale <= 1:
+        print(f"check-gpu: --record-scale {args.record_scale}: give a share of the full run, in (0, 1]",
+              file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import gpu_record
+
+    out = Path(args.out if args.out != "artifacts/check-gpu" else "artifacts/gpu-trace").resolve()
+    return gpu_record.record(out, args.record_scale, args.fake)
+
+
+def check(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     if args.fake:
-        fakes = [str(root / "tests" / "fakes" / "modules"), str(root)]
-        env["PYTHONPATH"] = os.pathsep.join([*fakes, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        env.setdefault("DCGM_BRIDGE_FAKE_NVML_T0", str(time.time()))
-        os.environ.update({k: env[k] for k in ("PYTHONPATH", "DCGM_BRIDGE_FAKE_NVML_T0")})
-        sys.path[:0] = fakes
+        _use_fake(env)
     env.setdefault("AIPERF_GPU_COLLECTION_INTERVAL", "0.1")
     env["AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS"] = "[]"
     import pynvml as nvml
@@ -456,7 +461,11 @@ def main() -> int:
     parser.add_argument("--burn", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--analyse", help="a finished check's --out folder: thin its log, compare per phase")
     parser.add_argument("--every", default="1,4,14", help="with --analyse: keep every k-th read, for each k")
+    parser.add_argument("--record", action="store_true", help="record a corpus of raw NVML reads (gpu_record.py)")
+    parser.add_argument("--record-scale", type=float, default=1.0, help="with --record: share of full length")
     args = parser.parse_args()
+    if args.record:
+        return record(args)
     if args.analyse:
         return analyse(Path(args.analyse), [int(k) for k in args.every.split(",")])
     if args.burn is not None:

@@ -7,6 +7,13 @@ nvmlDeviceGetTotalEnergyConsumption):
   on GA100 and older, the instantaneous power.
 - `nvmlDeviceGetTotalEnergyConsumption` (mJ since the driver loaded): a counter that moves only at its own
   update period (`energy_period_s`), holding its value in between.
+- `nvmlDeviceGetFieldValues` (pynvml's `c_nvmlFieldValue_t`: fieldId, scopeId, timestamp µs, latencyUsec, valueType,
+  nvmlReturn, value union): the fields NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION (83, mJ), NVML_FI_DEV_POWER_AVERAGE
+  (185, mW, the trailing second) and NVML_FI_DEV_POWER_INSTANT (186, mW), ids as nvidia-ml-py 13.615.71's pynvml.py
+  defines them; each field's timestamp is the wall-clock µs of the update it shows. As measured on an H200
+  (bench/RESULTS.md "A real GPU", bridge/simulator/sensors.py): the counter moves every 100 ms, the power readings
+  every 100 ms on a grid offset by half a period (`gauge_update_s`; 0 reads them continuously, the default), the
+  average over the trailing second. Any other field id answers NOT_SUPPORTED in its own `nvmlReturn`.
 - Errors are `NVMLError(code)` instances of the per-code subclasses pynvml generates: NOT_SUPPORTED for a reading a
   handle lacks (power, energy, utilisation on a MIG handle), GPU_IS_LOST for every call once a GPU has fallen
   off the bus, LIBRARY_NOT_FOUND from `nvmlInit` without the driver, UNINITIALIZED before `nvmlInit`.
@@ -83,6 +90,8 @@ class FakeGpu:
     pci_bus_id: str = "00000000:18:00.0"
     memory_total: int = 80 * (1 << 30)
     power_limit_mw: int = 700_000
+    gauge_update_s: float = 0.0  # the power readings' own update period (0: continuous); the H200's: 0.1
+    wall_zero_s: float = 0.0  # the wall clock (Unix s) at the curve's zero: the fields' timestamps
 
     def memory_used(self, t: float) -> int:
         return int(self.memory_total * (0.05 + 0.8 * self.curve.sm_percent(t) / 100))
@@ -98,6 +107,7 @@ class FakeNvml:
     """The pynvml module over `gpus`, at `clock()` seconds."""
 
     NVMLError = NVMLError
+    NVML_SUCCESS = NVML_SUCCESS
     NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_GPU_IS_LOST = NVML_ERROR_GPU_IS_LOST
     NVML_ERROR_LIBRARY_NOT_FOUND = NVML_ERROR_LIBRARY_NOT_FOUND
@@ -109,6 +119,15 @@ class FakeNvml:
     NVML_DEVICE_MIG_ENABLE = 1
     NVML_GPM_METRICS_GET_VERSION = 1
     NVML_GPM_METRIC_SM_UTIL = 2
+    NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION = 83
+    NVML_FI_DEV_POWER_AVERAGE = 185
+    NVML_FI_DEV_POWER_INSTANT = 186
+    NVML_VALUE_TYPE_DOUBLE = 0
+    NVML_VALUE_TYPE_UNSIGNED_INT = 1
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+    DRIVER_VERSION = "580.159.04-fake"
+    NVML_VERSION = "13.580.159.04-fake"
+    CUDA_DRIVER_VERSION = 13000
 
     def __init__(self, clock: Callable[[], float], gpus: Sequence[FakeGpu], *, library: bool = True) -> None:
         self.clock = clock
@@ -126,8 +145,31 @@ class FakeNvml:
 
     @staticmethod
     def energy_mj(gpu: FakeGpu, t: float) -> int:
-        latched = math.floor(t / gpu.energy_period_s + 1e-9) * gpu.energy_period_s
-        return gpu.energy_offset_mj + math.floor(gpu.curve.energy_j(latched) * 1000)
+        return gpu.energy_offset_mj + math.floor(gpu.curve.energy_j(FakeNvml.energy_instant(gpu, t)) * 1000)
+
+    @staticmethod
+    def energy_instant(gpu: FakeGpu, t: float) -> float:
+        """The curve time whose energy the counter shows at `t`: its last update."""
+        return math.floor(t / gpu.energy_period_s + 1e-9) * gpu.energy_period_s
+
+    @staticmethod
+    def gauge_instant(gpu: FakeGpu, t: float) -> float:
+        """The curve time the power readings show at `t`: their last update (half a period off the counter's)."""
+        period = gpu.gauge_update_s
+        if not period:
+            return t
+        return max(0.0, (math.floor((t - period / 2) / period + 1e-9) + 0.5) * period)
+
+    @staticmethod
+    def power_average_mw(gpu: FakeGpu, t: float) -> int:
+        """Field 185: the power averaged over the trailing second, as of the last update."""
+        at = FakeNvml.gauge_instant(gpu, t)
+        return round((gpu.curve.energy_j(at) - gpu.curve.energy_j(max(0.0, at - 1.0))) / min(1.0, at or 1.0) * 1000)
+
+    @staticmethod
+    def power_instant_mw(gpu: FakeGpu, t: float) -> int:
+        """Field 186: the power at the last update."""
+        return round(gpu.curve.power_w(FakeNvml.gauge_instant(gpu, t)) * 1000)
 
     # -- library lifetime ---------------------------------------------------------------------------
     def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
@@ -199,7 +241,53 @@ class FakeNvml:
 
     # -- readings -------------------------------------------------------------------------------------
     def nvmlDeviceGetPowerUsage(self, handle: _Handle) -> int:  # noqa: N802
-        return self.power_mw(self._gpu(handle, "nvmlDeviceGetPowerUsage"), self.clock())
+        gpu = self._gpu(handle, "nvmlDeviceGetPowerUsage")
+        t = self.clock()
+        if not gpu.gauge_update_s:
+            return self.power_mw(gpu, t)
+        return self.power_average_mw(gpu, t) if gpu.ampere_or_newer else self.power_instant_mw(gpu, t)
+
+    def nvmlDeviceGetFieldValues(self, handle: _Handle, field_ids: Sequence[int | tuple[int, int]]  # noqa: N802
+                                 ) -> list[SimpleNamespace]:
+        gpu = self._gpu(handle, "nvmlDeviceGetFieldValues")
+        t = self.clock()
+        out = []
+        for entry in field_ids:
+            field_id, scope = entry if isinstance(entry, tuple) else (entry, 0)
+            value = SimpleNamespace(dVal=0.0, uiVal=0, ulVal=0, ullVal=0, sllVal=0, siVal=0, usVal=0)
+            answer = SimpleNamespace(fieldId=field_id, scopeId=scope, timestamp=0, latencyUsec=0,
+                                     valueType=self.NVML_VALUE_TYPE_UNSIGNED_INT, nvmlReturn=NVML_SUCCESS, value=value)
+            if field_id == self.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION and handle.mig_slot is None:
+                answer.valueType, value.ullVal = self.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, self.energy_mj(gpu, t)
+                at = self.energy_instant(gpu, t)
+            elif field_id == self.NVML_FI_DEV_POWER_AVERAGE and handle.mig_slot is None:
+                value.uiVal, at = self.power_average_mw(gpu, t), self.gauge_instant(gpu, t)
+            elif field_id == self.NVML_FI_DEV_POWER_INSTANT and handle.mig_slot is None:
+                value.uiVal, at = self.power_instant_mw(gpu, t), self.gauge_instant(gpu, t)
+            else:
+                answer.nvmlReturn, at = NVML_ERROR_NOT_SUPPORTED, t
+            answer.timestamp = round((gpu.wall_zero_s + at) * 1e6)
+            out.append(answer)
+        return out
+
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        self._ready()
+        return self.DRIVER_VERSION
+
+    def nvmlSystemGetNVMLVersion(self) -> str:  # noqa: N802
+        self._ready()
+        return self.NVML_VERSION
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:  # noqa: N802
+        self._ready()
+        return self.CUDA_DRIVER_VERSION
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: _Handle, kind: int) -> int:  # noqa: N802
+        self._gpu(handle, "nvmlDeviceGetMaxClockInfo")
+        return {self.NVML_CLOCK_SM: 1980, self.NVML_CLOCK_MEM: 3201}[kind]
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: _Handle) -> int:  # noqa: N802
+        return self._gpu(handle, "nvmlDeviceGetPowerManagementLimit").power_limit_mw
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: _Handle) -> int:  # noqa: N802
         return self.energy_mj(self._gpu(handle, "nvmlDeviceGetTotalEnergyConsumption"), self.clock())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import runpy
@@ -73,3 +74,79 @@ def test_the_rehearsal_runs_without_a_venv_as_on_the_gpu_machines(tmp_path: Path
     truth, lag = _truth(tmp_path, t0)
     for w in windows:
         assert abs(w["ours_j"] - truth[w["phase"]]) <= w["bound_j"] + lag[w["phase"]], (w, truth[w["phase"]])
+
+
+# --- issue 47: `--record --fake`, the corpus's format read independently, each read against the fake's curve ------
+
+SHAPE_NAMES = ["idle", "square_1s", "square_0.5s", "ramp", "bursts", "long_idle", "spike", "cap", "cool"]
+SHAPE_SECONDS = [30, 40, 30, 60, 60, 90, 2, 60, 30]  # at scale 1 (DECISIONS.md "GPU trace corpus")
+
+
+def _corpus(folder: Path) -> tuple[dict, list[dict]]:
+    """The manifest and the rows, read by the manifest's own description of the format."""
+    import gzip
+    import struct
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    form = manifest["format"]
+    raw = gzip.decompress((folder / form["file"]).read_bytes())
+    rows = [dict(zip(form["columns"], values, strict=True)) for values in struct.iter_unpack(form["row_struct"], raw)]
+    return manifest, rows
+
+
+def test_the_record_rehearsal_keeps_every_read_as_the_fake_gpus_served_it(tmp_path: Path) -> None:
+    t0, scale = time.time(), 0.01
+    env = {**os.environ, "PYTHON": sys.executable, "DCGM_BRIDGE_FAKE_NVML_T0": repr(t0)}
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "check-gpu.sh"), "--record", "--fake", "--no-venv",
+                             "--record-scale", str(scale), "--out", str(tmp_path)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest, rows = _corpus(tmp_path)
+    fake = runpy.run_path(str(ROOT / "tests" / "fakes" / "modules" / "pynvml.py"))["FAKE"]
+    assert len(manifest["gpus"]) == len(fake.gpus) == 2
+    assert (tmp_path / "polls.bin.gz").stat().st_size <= 20 << 20
+    assert manifest["driver"] and manifest["nvml"] and manifest["gpus"][0]["power_limit_mw"]["enforced"] == 700_000
+    for index, gpu in enumerate(fake.gpus):
+        mine = [r for r in rows if r["gpu"] == index]
+        assert len(mine) == manifest["spacing"][index]["reads"] > 100
+        assert all(a["mono_ns"] < b["mono_ns"] for a, b in zip(mine, mine[1:], strict=False))
+        offsets = [r["wall_ns"] - r["mono_ns"] for r in mine]
+        assert max(offsets) - min(offsets) < 50_000_000  # one read's wall and monotonic times belong together
+        changes = []
+        for before, r in zip(mine, mine[1:], strict=False):
+            t = r["wall_ns"] / 1e9 - t0
+            # the counter shows the curve's energy at an update at most 100 ms before the call (the H200's period)
+            low = gpu.energy_offset_mj + math.floor(1000 * gpu.curve.energy_j(max(0.0, t - 0.1 - 1e-3)))
+            high = gpu.energy_offset_mj + math.floor(1000 * gpu.curve.energy_j(t + r["energy_done_ns"] / 1e9 + 1e-3))
+            assert low <= r["energy_mj"] <= high, (index, t, r)
+            if r["energy_mj"] != before["energy_mj"]:
+                changes.append(r["mono_ns"])
+            # each field at its own timestamp: the energy to then, the second's average up to then, the power then
+            at = r["field_energy_us"] / 1e6 - t0
+            assert abs(r["field_energy_mj"] - gpu.energy_offset_mj - 1000 * gpu.curve.energy_j(at)) <= 1.5
+            at = r["field_power_average_us"] / 1e6 - t0
+            if at >= 1:
+                expected = 1000 * (gpu.curve.energy_j(at) - gpu.curve.energy_j(at - 1))
+                assert abs(r["field_power_average_mw"] - expected) <= 1.5, (at, r)
+            at = r["field_power_instant_us"] / 1e6 - t0
+            assert abs(r["field_power_instant_mw"] - 1000 * gpu.curve.power_w(at)) <= 1.5, (at, r)
+        gaps = sorted(b - a for a, b in zip(changes, changes[1:], strict=False))
+        assert abs(gaps[len(gaps) // 2] / 1e6 - 100) < 10  # the fake's counter moves every 100 ms
+    starts = [m for m in manifest["marks"] if m.get("event") == "start"]
+    ends = {m["phase"]: m for m in manifest["marks"] if m.get("event") == "end"}
+    assert [m["phase"] for m in starts] == SHAPE_NAMES
+    for mark, seconds in zip(starts, SHAPE_SECONDS, strict=True):
+        took = (ends[mark["phase"]]["mono_ns"] - mark["mono_ns"]) / 1e9
+        assert seconds * scale - 0.01 <= took <= seconds * scale + 0.25, (mark["phase"], took)
+    assert rows[0]["mono_ns"] < starts[0]["mono_ns"] and ends["cool"]["mono_ns"] < rows[-1]["mono_ns"]
+
+
+def test_record_refuses_a_bad_scale_and_a_folder_holding_a_corpus(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text("{}")
+    env = {**os.environ, "PYTHON": sys.executable}
+    for extra, said in ((["--record-scale", "2"], "--record-scale 2.0"), ([], "already holds a corpus")):
+        result = subprocess.run(["bash", str(ROOT / "scripts" / "check-gpu.sh"), "--record", "--fake", "--no-venv",
+                                 *extra, "--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 2 and said in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert (tmp_path / "manifest.json").read_text() == "{}"
