@@ -6,7 +6,7 @@ Pure: nothing here writes a file or prints; `write.py` and `console.py` take the
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from pathlib import Path
@@ -22,6 +22,7 @@ from bridge.fields import FieldTable
 from bridge.report.energy import EnergyTotals, energy_totals, has_energy, vendor_series
 from bridge.report.events import EndpointState, RunEvents, load_events
 from bridge.report.phases import PhaseFile, phase_files
+from bridge.report.requests import Attribution, GpuKey, RequestsRead, RoleKind, attribute, requests_block
 from bridge.report.runs import LogRead, read_log
 from bridge.report.sanity import CounterCheck, sanitize
 from bridge.report.series import Series, SeriesAccumulator
@@ -71,6 +72,7 @@ class Report:
     # instead of reading the record log again.
     series: tuple[Series, ...] = field(default=(), repr=False, compare=False)
     amd_energy: EnergyTotals | None = None  # AMD GPUs' (the amd_* family); None without AMD energy or power
+    requests: Attribution | None = None  # per-request energy (report/requests.py), when the benchmark's file was read
 
     def vendor_energy(self) -> list[tuple[str, EnergyTotals]]:
         """The totals to show, one per vendor (`nvidia`, `amd`), NVIDIA's first: NVIDIA's unless the run's GPUs
@@ -103,6 +105,8 @@ def build_report(
     record_log: Path | LogRead | None = None,
     record_log_run: str | None = None,
     events_file: Path | None = None,
+    requests: RequestsRead | None = None,
+    roles: Mapping[GpuKey, RoleKind] | None = None,
 ) -> Report:
     """Build the whole report.
 
@@ -153,6 +157,12 @@ def build_report(
                                                 amd_energy)
         block.data["measurement"].update(window_and_hash(resolved, *_log_hash(records, record_log), record_log_run,
                                                          events_file))
+    attribution = None
+    if requests is not None and resolved.start_ns is not None and resolved.end_ns is not None:
+        attribution = attribute(requests.requests, zip(vendor_series(series), energy.gpus, strict=True),
+                                resolved.start_ns, resolved.end_ns, roles) if energy.gpus else None
+        if attribution is not None:
+            block.data["requests"] = requests_block(attribution, requests)
     return Report(
         telemetry_data=block.data,
         energy=energy,
@@ -166,6 +176,7 @@ def build_report(
         records=count,
         read_errors=read_errors,
         series=tuple(series),
+        requests=attribution,
     )
 
 

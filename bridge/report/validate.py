@@ -118,7 +118,8 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
         again = functools.partial(rebuild, log, events, run=run, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
                                   phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id,
                                   table=table_with_custom(default_table(), list(metrics_csv)),
-                                  pods=pods if gpu_pods or gpu_pod_selectors else None)
+                                  pods=pods if gpu_pods or gpu_pod_selectors else None,
+                                  requests=_requests_input(doc, report_path, artifact_dir))
         rebuilt = again()
         zone = _written_zone(doc["telemetry_data"], rebuilt.telemetry_data)
         if zone is not None:  # written where the clock read another zone: rebuilt in that zone
@@ -167,6 +168,21 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
     else:
         lines.append("measurement valid")
     return Validation(not reasons, reasons, lines)
+
+
+def _requests_input(doc: Mapping[str, Any], report_path: Path, root: Path) -> Path | None:
+    """The per-request file the report attributed energy to (`telemetry_data.requests.input.file`): beside the
+    report, else the first of that name below ARTIFACT_DIR; None when the report has none (or it is gone: the
+    rebuild then lacks `requests` and the difference names it)."""
+    held = doc["telemetry_data"].get("requests")
+    given = held.get("input") if isinstance(held, Mapping) else None
+    name = given.get("file") if isinstance(given, Mapping) else None
+    if not isinstance(name, str) or not name or Path(name).name != name:
+        return None
+    beside = report_path.parent / name
+    if beside.is_file():
+        return beside
+    return next((p for p in sorted(root.rglob(name)) if p.is_file()), None)
 
 
 def _check_hashes(verdict: Mapping[str, Any], rebuilt: Report, files: Mapping[str, tuple[str, Path]],
