@@ -6,7 +6,7 @@ Pure: nothing here writes a file or prints; `write.py` and `console.py` take the
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from pathlib import Path
@@ -22,7 +22,8 @@ from bridge.fields import FieldTable
 from bridge.report.energy import EnergyTotals, energy_totals, has_energy, vendor_series
 from bridge.report.events import EndpointState, RunEvents, load_events
 from bridge.report.phases import PhaseFile, phase_files
-from bridge.report.requests import Attribution, GpuKey, RequestsRead, RoleKind, attribute, requests_block
+from bridge.report.requests import Attribution, RequestsRead, attribute, requests_block
+from bridge.report.roles import PodLabels, gpu_roles, role_kinds, roles_block
 from bridge.report.runs import LogRead, read_log
 from bridge.report.sanity import CounterCheck, sanitize
 from bridge.report.series import Series, SeriesAccumulator
@@ -37,6 +38,7 @@ from bridge.report.telemetry_data import (
 )
 from bridge.report.verdict import file_sha256, measurement, window_and_hash
 from bridge.report.window import DEFAULT_GRACE_NS, Phase, Window, phases_from_marks, window_from_phases
+from bridge.roles import RoleRule
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE, CounterMode, GpuRecord, PhaseMark, ScrapeFailure
 from bridge.select import describe, duplicate_reason, kept_of, select_series
 
@@ -106,7 +108,8 @@ def build_report(
     record_log_run: str | None = None,
     events_file: Path | None = None,
     requests: RequestsRead | None = None,
-    roles: Mapping[GpuKey, RoleKind] | None = None,
+    role_rules: Sequence[RoleRule] = (),
+    pod_labels: PodLabels | None = None,
 ) -> Report:
     """Build the whole report.
 
@@ -158,11 +161,14 @@ def build_report(
         block.data["measurement"].update(window_and_hash(resolved, *_log_hash(records, record_log), record_log_run,
                                                          events_file))
     attribution = None
-    if requests is not None and resolved.start_ns is not None and resolved.end_ns is not None:
+    placed = gpu_roles(vendor_series(series), role_rules, pod_labels) if role_rules or pod_labels else {}
+    if placed and energy.gpus:
+        block.data["roles"] = roles_block(vendor_series(series), energy.gpus, placed, energy.duration_s,
+                                          requests.requests if requests is not None else None)
+    if requests is not None and resolved.start_ns is not None and resolved.end_ns is not None and energy.gpus:
         attribution = attribute(requests.requests, zip(vendor_series(series), energy.gpus, strict=True),
-                                resolved.start_ns, resolved.end_ns, roles) if energy.gpus else None
-        if attribution is not None:
-            block.data["requests"] = requests_block(attribution, requests)
+                                resolved.start_ns, resolved.end_ns, role_kinds(placed))
+        block.data["requests"] = requests_block(attribution, requests)
     return Report(
         telemetry_data=block.data,
         energy=energy,
@@ -190,7 +196,15 @@ def event_kwargs(events: Path | RunEvents) -> dict[str, Any]:
         "endpoints_successful": run.endpoints_successful,
         "errors": run.errors,
         "endpoint_states": run.states,
+        "pod_labels": pod_labels_of(run),
     }
+
+
+def pod_labels_of(run: RunEvents) -> PodLabels | None:
+    """The labels of the pods the run's `--gpu-pod-selector` resolved (the latest seen of each), by (namespace,
+    name); None when it recorded none."""
+    labels = {(p.namespace, p.name): p.labels for event in run.pods for p in event.pods}
+    return labels or None
 
 
 def build_report_from_events(records: Records, events: Path | RunEvents, **kwargs: Any) -> Report:

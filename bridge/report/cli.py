@@ -14,6 +14,7 @@ import click
 from bridge.errors import ReportInputError
 from bridge.pods import parse_pod_patterns
 from bridge.redact import redact_url
+from bridge.roles import parse_roles
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE
 
 if TYPE_CHECKING:
@@ -87,6 +88,10 @@ PROMETHEUS_PASSWORD_ENV = "DCGM_BRIDGE_PROMETHEUS_PASSWORD_FILE"
 @click.option("--requests", "requests_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="AIPerf's per-request records (profile_export.jsonl, --export-level records): each request's "
                    "energy, written to gpu_telemetry_requests.jsonl beside the report.")
+@click.option("--role", "roles", multiple=True, metavar="NAME=NAMESPACE/GLOB",
+              help="A serving role over the pods dcgm-exporter names on each GPU (repeatable; the first match wins): "
+                   "a NAME starting with prefill or decode is that kind, any other aggregated. Without it, "
+                   "llm-d's and Dynamo's role labels where --events recorded the pods' labels.")
 @click.option("--require-valid", is_flag=True,
               help="Exit 1 when the measurement verdict is NOT valid (the report is still written).")
 def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, strip_suffix: str | None,
@@ -97,7 +102,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
            gpu_pod_selectors: tuple[str, ...] = (), require_valid: bool = False,
            prometheus_headers: str | None = None, prometheus_headers_file: Path | None = None,
            prometheus_bearer_token_file: Path | None = None, prometheus_user: str | None = None,
-           prometheus_password_file: Path | None = None, requests_path: Path | None = None) -> None:
+           prometheus_password_file: Path | None = None, requests_path: Path | None = None,
+           roles: tuple[str, ...] = ()) -> None:
     """Rebuild telemetry_data (+ energy, CSV, phase files) from a record log and a window.
 
     The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
@@ -110,6 +116,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     from bridge.report.write import ReportWriteError, output_names, write_report
 
     pod_patterns = parse_pod_patterns(gpu_pods)
+    role_rules = parse_roles(roles)
     selecting = bool(pod_patterns or gpu_pod_selectors)
     if selecting and prometheus_url is not None:
         raise ReportInputError("--gpu-pods needs --jsonl: records read back from a PromQL store carry no pod labels")
@@ -139,7 +146,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
                         phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id, table=table,
                         prometheus=(prometheus_url, strip_suffix) if prometheus_url is not None else None,
                         pods=pod_patterns if selecting else None, store_headers=store_headers,
-                        requests=requests_path)
+                        requests=requests_path, roles=role_rules)
         counter_mode = built.counter_mode
     except WindowError as exc:  # a manifest with no usable phase, …: the input's fault, exit 2
         raise click.UsageError(str(exc)) from None
@@ -176,15 +183,15 @@ def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | No
             counter_mode: str | None = None, run_id: str | None = None, table: FieldTable | None = None,
             prometheus: tuple[str, str | None] | None = None, pods: tuple[Any, ...] | None = None,
             store_headers: dict[str, str] | None = None, tz: tzinfo | None = None,
-            requests: Path | None = None) -> Report:
+            requests: Path | None = None, roles: tuple[Any, ...] = ()) -> Report:
     """The one way a report is built from a finished run's files, for `report` and `validate` alike: the window is
     --start-ns/--end-ns (plus the grace), else the profiling phase of --phase-manifest, else the events file's marks;
     the grace and the counter mode are the flags', else the run's (its `configured` event), else the defaults; the
     run is --run-id's, else the log's newest. `prometheus`: (URL, strip suffix) instead of the record log; `pods`:
     the --gpu-pods patterns (with those --gpu-pod-selector picked) when selecting; `tz`, the summary's times' zone
     (default: this machine's, as AIPerf writes them); `requests`, AIPerf's per-request records (profile_export.jsonl)
-    whose energy is attributed."""
-    from bridge.report.build import build_report
+    whose energy is attributed; `roles`, the --role rules (bridge/roles.py)."""
+    from bridge.report.build import build_report, pod_labels_of
     from bridge.report.events import RunEvents, load_events
     from bridge.report.runs import read_log
     from bridge.report.window import DEFAULT_GRACE_NS, explicit_window, load_manifest
@@ -198,7 +205,8 @@ def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | No
     kwargs: dict[str, Any] = {
         "marks": run.marks, "requests_end_ns": run.requests_end_ns,
         "endpoints_configured": run.endpoints_configured, "endpoints_successful": run.endpoints_successful,
-        "errors": run.errors, "endpoint_states": run.states,
+        "errors": run.errors, "endpoint_states": run.states, "pod_labels": pod_labels_of(run),
+        "role_rules": roles,
     }
     if start_ns is not None and end_ns is not None:
         kwargs["window"] = explicit_window(start_ns, end_ns, grace)

@@ -78,6 +78,10 @@ def telemetry_options(func: Any) -> Any:
         click.option("--gpu-pods", multiple=True, metavar="NAMESPACE/GLOB",
                      help="Only the GPUs the exporter attributes to matching pods count in the report, each for "
                           "the part of the window it served them (repeatable; the record log keeps every GPU)."),
+        click.option("--role", "roles", multiple=True, metavar="NAME=NAMESPACE/GLOB",
+                     help="A serving role over the pods the exporter names on each GPU, in the report with its "
+                          "energy and efficiency (repeatable; NAME prefill… or decode… is that kind, else "
+                          "aggregated). Without it, llm-d's and Dynamo's role labels of --gpu-pod-selector's pods."),
         click.option("--live", is_flag=True, help="Show a refreshing per-GPU table while collecting."),
     ]
     options += [
@@ -164,13 +168,17 @@ def resolve_config(flags: dict[str, Any]) -> Any:
 
     from bridge.config import resolve
     from bridge.pods import parse_pod_patterns
+    from bridge.roles import parse_roles
 
     config_file = flags.pop("config_file", None)
     gpu_pods = tuple(flags.pop("gpu_pods", None) or ())
     parse_pod_patterns(gpu_pods)  # a bad NAMESPACE/GLOB is a ConfigError now, not after the benchmark
+    roles = tuple(flags.pop("roles", None) or ())
+    parse_roles(roles)  # as --gpu-pods: a bad value stops the start
     flags["gpu_telemetry"] = flags.get("gpu_telemetry") or None
     config = resolve(flags, config_file=config_file)  # a ConfigError is reported by bridge/cli.py (exit 2)
-    return replace(config, gpu_pods=gpu_pods) if gpu_pods else config
+    config = replace(config, gpu_pods=gpu_pods) if gpu_pods else config
+    return replace(config, roles=roles) if roles else config
 
 
 def build_session_table(config: Any) -> Any:

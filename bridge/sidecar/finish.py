@@ -150,6 +150,10 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs, phases: 
     events = _events(session)
     if target is not None:
         kwargs["requests"] = _benchmark_requests(target, session.started_ns)
+    if session.config.roles:
+        from bridge.roles import parse_roles
+
+        kwargs["role_rules"] = parse_roles(session.config.roles)
     report = build_report_from_events(records, events, **kwargs)
     if session.config.gpu_pods:
         report = _pods_only(report, session, events, kwargs)

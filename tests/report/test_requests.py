@@ -15,15 +15,16 @@ import pytest
 from click.testing import CliRunner
 
 from bridge.cli import main
-from bridge.endpoints import display_key
 from bridge.report import build_report
-from bridge.report.requests import REQUESTS_FILE, RoleKind, read_requests
+from bridge.report.requests import REQUESTS_FILE, read_requests
 from bridge.report.window import explicit_window
+from bridge.roles import parse_roles
 from bridge.simulator.disagg import DisaggRun, SimRequest, aiperf_lines, disagg_run
-from tests.report.helpers import MS, T0, URL, S, rec, write_events, write_log
+from tests.report.helpers import MS, T0, S, rec, write_events, write_log
 
 # Fixed before the first run (issue 46's acceptance): 20 seeds.
 SEEDS = tuple(range(46001, 46021))
+ROLES = parse_roles(["prefill=llm/prefill-*", "decode=llm/decode-*"])
 
 
 def _constant_gpu(watts: float, seconds: float, *, uuid: str = "GPU-0000aaaa-bbbb-cccc-dddd-000000000000",
@@ -70,12 +71,11 @@ def test_a_prefill_gpu_shares_by_input_tokens_per_second_and_a_decode_gpu_by_req
     # Decode GPU at 50 W: A decodes 2-6 s, B 2-4 s.
     prefill = "GPU-0000aaaa-bbbb-cccc-dddd-00000000000p"
     decode = "GPU-0000aaaa-bbbb-cccc-dddd-00000000000d"
-    records = [*_constant_gpu(200.0, 6, uuid=prefill), *_constant_gpu(50.0, 6, uuid=decode)]
+    records = [*_constant_gpu(200.0, 6, uuid=prefill, pod="p-0"), *_constant_gpu(50.0, 6, uuid=decode, pod="d-0")]
     requests = [_req("A", 0, 2, 6, isl=1000), _req("B", 1, 2, 4, isl=3000)]
-    key = display_key(URL)
-    roles: dict = {(key, (prefill, None)): "prefill", (key, (decode, None)): "decode"}
     built = build_report(records, window=explicit_window(T0, T0 + 6 * S, 0),
-                         requests=read_requests(_requests_file(tmp_path, requests)), roles=roles)
+                         requests=read_requests(_requests_file(tmp_path, requests)),
+                         role_rules=parse_roles(["prefill=llm/p-*", "decode=llm/d-*"]))
     got = {r.request.request_id: r for r in built.requests.requests}
     # prefill: 0-1 s A alone (200 J); 1-2 s 500:3000 → A 200/7, B 200·6/7; 2-6 s nobody (800 J unattributed)
     assert got["A"].prefill_j == pytest.approx(200 + 200 / 7, rel=1e-6)
@@ -87,13 +87,10 @@ def test_a_prefill_gpu_shares_by_input_tokens_per_second_and_a_decode_gpu_by_req
 
 
 def _simulated(run: DisaggRun, tmp_path: Path):
-    key = display_key("http://127.0.0.1:9400/metrics")
-    roles: dict[tuple[str, tuple[str, str | None]], RoleKind] = {
-        (key, (uuid, None)): "prefill" if role == "prefill" else "decode" for role, uuid in run.uuids.items()}
     path = tmp_path / "profile_export.jsonl"
     path.write_bytes(run.aiperf_records)
     return build_report(list(run.records), window=explicit_window(run.start_ns, run.end_ns, 0),
-                        requests=read_requests(path), roles=roles)
+                        requests=read_requests(path), role_rules=ROLES)
 
 
 @pytest.mark.slow
@@ -112,9 +109,10 @@ def test_on_the_disaggregated_simulator_requests_match_the_model_and_roles_hold_
         assert abs(parts - total) <= 1e-9 * total, (seed, parts, total)
         close = [abs(r.energy_j / run.request_energy_j[r.request.request_id] - 1) <= 0.05 for r in att.requests]
         assert sum(close) >= 0.9 * len(close), (seed, sum(close), len(close))
-        by_uuid = {uuid: role for role, uuid in run.uuids.items()}
-        roles_held += all(abs(g.joules - run.gpu_energy_j[by_uuid[g.identity[0]]]) <= g.uncertainty_j
-                          for g in built.energy.gpus)
+        roles = built.telemetry_data["roles"]
+        assert set(roles) == {"prefill", "decode"}
+        roles_held += all(abs(roles[name]["energy_j"] - run.gpu_energy_j[name]) <= roles[name]["uncertainty_j"]
+                          for name in roles)
     assert roles_held >= 0.95 * len(SEEDS), roles_held
 
 
