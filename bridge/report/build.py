@@ -18,9 +18,11 @@ from typing import Any, Protocol, runtime_checkable
 import numpy  # noqa: F401
 
 from bridge.endpoints import display_key
+from bridge.events import IdleWindow
 from bridge.fields import FieldTable
 from bridge.report.energy import EnergyTotals, energy_totals, has_energy, vendor_series
 from bridge.report.events import EndpointState, RunEvents, load_events
+from bridge.report.idle import idle_block
 from bridge.report.phases import PhaseFile, phase_files
 from bridge.report.requests import Attribution, RequestsRead, attribute, requests_block
 from bridge.report.roles import PodLabels, gpu_roles, role_kinds, roles_block
@@ -110,6 +112,7 @@ def build_report(
     requests: RequestsRead | None = None,
     role_rules: Sequence[RoleRule] = (),
     pod_labels: PodLabels | None = None,
+    idle_windows: Sequence[IdleWindow] = (),
 ) -> Report:
     """Build the whole report.
 
@@ -143,6 +146,11 @@ def build_report(
     run_phases = list(phases) if phases is not None else phases_from_marks(marks)
     if window is None:
         window = window_from_phases(run_phases, requests_end_ns, grace_ns)
+    if window.is_open and idle_windows:  # a run with no phases: the benchmark is what lies between its idle windows
+        befores = [w.end_ns for w in idle_windows if w.which == "before"]
+        afters = [w.start_ns for w in idle_windows if w.which == "after"]
+        window = Window(window.start_ns if window.start_ns is not None else max(befores, default=None),
+                        window.end_ns if window.end_ns is not None else min(afters, default=None), window.grace_ns)
     first, last = _span(series)
     resolved = window.resolved(first, last)
     info = RunInfo(endpoints_configured, endpoints_successful, errors, endpoint_states)
@@ -165,6 +173,9 @@ def build_report(
     if placed and energy.gpus:
         block.data["roles"] = roles_block(vendor_series(series), energy.gpus, placed, energy.duration_s,
                                           requests.requests if requests is not None else None)
+    idle = idle_block(vendor_series(series), energy.gpus, idle_windows, resolved) if energy.gpus else None
+    if idle is not None:
+        block.data["idle"] = idle
     if requests is not None and resolved.start_ns is not None and resolved.end_ns is not None and energy.gpus:
         attribution = attribute(requests.requests, zip(vendor_series(series), energy.gpus, strict=True),
                                 resolved.start_ns, resolved.end_ns, role_kinds(placed))
@@ -197,6 +208,7 @@ def event_kwargs(events: Path | RunEvents) -> dict[str, Any]:
         "errors": run.errors,
         "endpoint_states": run.states,
         "pod_labels": pod_labels_of(run),
+        "idle_windows": run.idle,
     }
 
 

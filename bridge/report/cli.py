@@ -206,7 +206,7 @@ def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | No
         "marks": run.marks, "requests_end_ns": run.requests_end_ns,
         "endpoints_configured": run.endpoints_configured, "endpoints_successful": run.endpoints_successful,
         "errors": run.errors, "endpoint_states": run.states, "pod_labels": pod_labels_of(run),
-        "role_rules": roles,
+        "role_rules": roles, "idle_windows": run.idle,
     }
     if start_ns is not None and end_ns is not None:
         kwargs["window"] = explicit_window(start_ns, end_ns, grace)

@@ -126,6 +126,16 @@ def serving_lines(block: Mapping[str, Any]) -> list[str]:
         if role.get("reasons"):
             parts.append(f" [{', '.join(role['reasons'])}]")
         lines.append(" ".join(parts).replace(" ,", ","))
+    idle = block.get("idle")
+    if idle:
+        text = "Idle baseline: " + ("none usable" if idle.get("idle_j") is None else
+                                    f"idle {format_number(idle['idle_j'])} J ± {idle['idle_uncertainty_j']:.3g} J, "
+                                    f"active {format_number(idle['active_j'])} J")
+        powers = [f"{g['idle_power_w']:.1f} W" for g in idle["gpus"].values() if g.get("idle_power_w") is not None]
+        text += f" (idle power per GPU {', '.join(powers)})" if powers else ""
+        if idle.get("reasons"):
+            text += f" [{', '.join(idle['reasons'])}]"
+        lines.append(text)
     requests = block.get("requests")
     if requests:
         per = requests.get("energy_per_request_j") or {}

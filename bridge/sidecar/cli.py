@@ -339,6 +339,20 @@ def missing_folders(folder: Path) -> list[Path]:
     return missing
 
 
+_DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "": 1.0}
+
+
+def parse_duration(value: str, flag: str) -> float:
+    """`10s`, `500ms`, `1m` or plain seconds, from 0 to an hour; a ConfigError naming the flag otherwise."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m)?\s*", value)
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or ""] if match else None
+    if seconds is None or not 0 <= seconds <= 3600:
+        raise ConfigError(f"{flag} {value!r}: expected a duration up to an hour, e.g. {flag} 10s (or 500ms, 1m)")
+    return seconds
+
+
 def remove_if_empty(folders: list[Path]) -> None:
     """Remove the folders a failed start made (deepest first), as long as they are empty."""
     for folder in folders:
@@ -368,9 +382,14 @@ def _live_view(session: Any, wanted: bool) -> Any:
               help="Exit 1 when the benchmark succeeded but the measurement verdict is NOT valid.")
 @click.option("--keep-children", is_flag=True,
               help="Leave running what the benchmark started and left behind (stopped at the end by default).")
+@click.option("--idle-window", "idle_window", metavar="DURATION",
+              help="Keep quiet windows this long (e.g. 10s, 500ms, 1m) before and after the benchmark: each GPU's "
+                   "idle power, the energy split into idle and active, a baseline that moved or started under load "
+                   "flagged.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_timeout: float,
-            require_valid: bool = False, keep_children: bool = False, **flags: Any) -> None:
+            require_valid: bool = False, keep_children: bool = False, idle_window: str | None = None,
+            **flags: Any) -> None:
     """Run a benchmark command with GPU telemetry: dcgm-bridge profile [OPTIONS] -- CMD [ARGS]…
 
     CMD gets DCGM_BRIDGE_CONTROL_URL and DCGM_BRIDGE_CONTROL_TOKEN to post phase marks. For `aiperf
@@ -380,6 +399,7 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
     """
     from bridge.sidecar.profile import run_profile
 
+    idle_s = parse_duration(idle_window, "--idle-window") if idle_window is not None else 0.0
     if command and shutil.which(command[0]) is None:  # before anything starts: nothing to collect around
         raise ConfigError(f"profile: cannot run {command[0]!r}: no such program (not on PATH, or not executable); "
                           "check the command after --")
@@ -404,7 +424,7 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
     made = missing_folders(Path(config.artifact_dir)) if session is not None else []
     try:
         run = run_profile(config, session, argv, live=live, stop_timeout=stop_timeout, env=env,
-                          keep_children=keep_children)
+                          keep_children=keep_children, idle_window_s=idle_s)
     except BridgeError:  # its own message and exit code (bridge/cli.py); a failed start leaves no folder
         remove_if_empty(made)
         raise
