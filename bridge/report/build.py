@@ -29,6 +29,7 @@ from bridge.report.roles import PodLabels, gpu_roles, role_kinds, roles_block
 from bridge.report.runs import LogRead, read_log
 from bridge.report.sanity import CounterCheck, sanitize
 from bridge.report.series import Series, SeriesAccumulator
+from bridge.report.steady import steady_block
 from bridge.report.telemetry_data import (
     EndpointStatus,
     MetricLabel,
@@ -180,6 +181,9 @@ def build_report(
         attribution = attribute(requests.requests, zip(vendor_series(series), energy.gpus, strict=True),
                                 resolved.start_ns, resolved.end_ns, role_kinds(placed))
         block.data["requests"] = requests_block(attribution, requests)
+        steady = steady_block(vendor_series(series), resolved, requests.requests, energy.total_energy_j)
+        if steady is not None:
+            block.data["steady_state"] = steady
     return Report(
         telemetry_data=block.data,
         energy=energy,

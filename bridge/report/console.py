@@ -136,6 +136,16 @@ def serving_lines(block: Mapping[str, Any]) -> list[str]:
         if idle.get("reasons"):
             text += f" [{', '.join(idle['reasons'])}]"
         lines.append(text)
+    steady = block.get("steady_state")
+    if steady:
+        whole = steady.get("window_j_per_output_token")
+        beside = f" (whole window {whole:.4g} J/output token)" if whole is not None else ""
+        if steady.get("found"):
+            per = steady.get("j_per_output_token")
+            lines.append(f"Steady state: {steady['duration_s']:.1f} s at {steady['concurrency']:.1f} requests in flight"
+                         + (f", {per:.4g} J/output token" if per is not None else "") + beside)
+        else:
+            lines.append(f"Steady state: none (longest {steady['longest_s']:.1f} s){beside}")
     requests = block.get("requests")
     if requests:
         per = requests.get("energy_per_request_j") or {}

@@ -419,7 +419,8 @@ def _serving(report: Report) -> str:
     for i, line in enumerate(lines):
         role = names[i] if i < len(names) else None
         attrs = f' data-role="{_e(role)}" data-energy-j="{block["roles"][role].get("energy_j")}"' if role else \
-            ' data-idle="1"' if line.startswith("Idle baseline") else ' data-requests="1"'
+            ' data-idle="1"' if line.startswith("Idle baseline") else \
+            ' data-steady="1"' if line.startswith("Steady state") else ' data-requests="1"'
         rows.append(f"<tr{attrs}><td>{_code(line)}</td></tr>")
     return f'<h2>Energy per role, idle and request</h2>\n<table class="phases">{"".join(rows)}</table>'
 
