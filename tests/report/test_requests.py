@@ -163,3 +163,24 @@ def test_a_requests_file_that_holds_no_request_exits_2_with_one_line(tmp_path, c
         assert done.exit_code == 0, done.output
         doc = orjson.loads((tmp_path / "profile_export_aiperf.json").read_bytes())
         assert doc["telemetry_data"]["requests"]["requests_attributed"] == 0
+
+
+def test_unreadable_and_warm_up_records_are_skipped_and_counted_never_the_file(tmp_path):
+    good = aiperf_lines([_req("A", 1, 1.5, 5)])
+    bad = [b"not json", b"[1, 2]", b'{"metadata": "x"}',
+           b'{"metadata": {"session_num": 1, "request_start_ns": 5, "request_end_ns": 4}}',
+           b'{"metadata": {"session_num": {"a": 1}, "request_start_ns": 4, "request_end_ns": 5}}',
+           b'{"metadata": {"session_num": 2, "request_start_ns": 4, "request_end_ns": 5, '
+           b'"benchmark_phase": "warmup"}}',
+           b'{"metadata": {"session_num": 3, "request_start_ns": 1e30, "request_end_ns": 5}}']
+    path = tmp_path / "profile_export.jsonl"
+    path.write_bytes(good + b"\n".join(bad) + b"\n")
+    read = read_requests(path)
+    assert [r.request_id for r in read.requests] == ["A"] and read.skipped == len(bad)
+    assert len(read.errors) == 5  # the warm-up record is left out without complaint; the rest said (first 5)
+    # A time to first token beyond the request's end is held at its end; one in another unit is converted.
+    line = orjson.loads(aiperf_lines([_req("B", 0, 0.5, 1)]))
+    line["metrics"]["time_to_first_token"] = {"value": 5.0, "unit": "sec"}
+    path.write_bytes(orjson.dumps(line) + b"\n")
+    (only,) = read_requests(path).requests
+    assert only.first_token_ns == only.end_ns

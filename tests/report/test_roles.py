@@ -16,7 +16,7 @@ from bridge.report.requests import read_requests
 from bridge.report.window import explicit_window
 from bridge.roles import parse_role, parse_roles, role_kind, role_of_labels, role_of_pod
 from bridge.simulator.disagg import SimRequest, aiperf_lines
-from tests.report.helpers import MS, T0, S, rec, write_log
+from tests.report.helpers import MS, T0, S, rec, write_events, write_log
 
 UUIDS = [f"GPU-0000aaaa-bbbb-cccc-dddd-00000000000{i}" for i in range(3)]
 
@@ -117,3 +117,20 @@ def test_the_console_and_the_html_show_a_row_per_role_and_the_requests(tmp_path)
     assert "Requests: 2 attributed" in text and "[too_few_requests]" in text
     page = (tmp_path / "r.html").read_text()
     assert 'data-role="prefill"' in page and 'data-role="decode"' in page and 'data-requests="1"' in page
+
+
+def test_validate_rebuilds_the_roles_given_the_same_role_flags(tmp_path):
+    write_log(tmp_path / "gpu_telemetry_export.jsonl", _gpus(["x-prefill-0", "x-decode-0"], [300.0, 200.0]))
+    write_events(tmp_path / "gpu_telemetry_events.jsonl", [
+        {"type": "configured", "time_ns": T0 - 2 * S, "run_id": "r1", "counter_mode": "interpolated", "grace_ns": 0},
+        {"type": "phase", "name": "profiling", "kind": "profiling", "event": "start", "time_ns": T0},
+        {"type": "phase", "name": "profiling", "kind": "profiling", "event": "end", "time_ns": T0 + 10 * S},
+        {"type": "complete", "time_ns": T0 + 11 * S, "requests_end_ns": T0 + 10 * S, "collection_complete": True}])
+    roles = ["--role", "prefill=llm/*-prefill-*", "--role", "decode=llm/*-decode-*"]
+    cli = CliRunner()
+    done = cli.invoke(main, ["report", "--jsonl", str(tmp_path / "gpu_telemetry_export.jsonl"), "--events",
+                             str(tmp_path / "gpu_telemetry_events.jsonl"), *roles])
+    assert done.exit_code == 0, done.output
+    assert "report_differs" not in cli.invoke(main, ["validate", str(tmp_path), *roles]).output
+    without = cli.invoke(main, ["validate", str(tmp_path)])
+    assert without.exit_code == 1 and "/telemetry_data/roles" in without.output
