@@ -134,7 +134,14 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     json_path = output or (jsonl.parent if jsonl else Path(".")) / output_names(profile_export_prefix)[0]
     csv_path = json_path.parent / output_names(profile_export_prefix)[1] if write_csv else None
     check_own_inputs(jsonl, events_path, phase_manifest, json_path, html_path, csv_path)
-    for flag, path in (("--output", json_path), ("--csv", csv_path), ("--html", html_path)):
+    from bridge.report.requests import REQUESTS_FILE
+
+    requests_out = json_path.parent / REQUESTS_FILE if requests_path is not None else None
+    if requests_out is not None and requests_path is not None and requests_path.resolve() == requests_out.resolve():
+        raise ReportInputError(f"--requests {requests_path} is the per-request file the report writes: give AIPerf's "
+                               "profile_export.jsonl")
+    for flag, path in (("--output", json_path), ("--csv", csv_path), ("--html", html_path),
+                       ("--requests (its output)", requests_out)):
         if path is not None:
             check_writable(path, flag)
     table = table_with_custom(default_table(), list(metrics_csv))

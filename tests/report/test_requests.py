@@ -184,3 +184,13 @@ def test_unreadable_and_warm_up_records_are_skipped_and_counted_never_the_file(t
     path.write_bytes(orjson.dumps(line) + b"\n")
     (only,) = read_requests(path).requests
     assert only.first_token_ns == only.end_ns
+
+
+def test_the_per_request_output_given_as_the_input_is_refused(tmp_path):
+    write_log(tmp_path / "log.jsonl", _constant_gpu(100.0, 3))
+    own = tmp_path / REQUESTS_FILE
+    own.write_bytes(aiperf_lines([_req("A", 0, 0.5, 1)]))
+    done = CliRunner().invoke(main, ["report", "--jsonl", str(tmp_path / "log.jsonl"), "--start-ns", str(T0),
+                                     "--end-ns", str(T0 + 2 * S), "--requests", str(own)])
+    assert done.exit_code == 2 and "is the per-request file the report writes" in done.output
+    assert own.read_bytes() == aiperf_lines([_req("A", 0, 0.5, 1)])  # untouched
