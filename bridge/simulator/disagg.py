@@ -75,8 +75,8 @@ def _schedule(rng: random.Random, start: int, seconds: float) -> list[SimRequest
     return out
 
 
-def _segments(requests: list[SimRequest], start: int, end: int) -> list[int]:
-    cuts = {start, end}
+def _segments(requests: list[SimRequest], start: int, end: int, *window: int) -> list[int]:
+    cuts = {start, end, *window}
     for r in requests:
         cuts.update((r.start_ns, r.first_token_ns, r.end_ns))
     return sorted(c for c in cuts if start <= c <= end)
@@ -119,7 +119,7 @@ def disagg_run(seed: int, seconds: float = 90.0, interval_ms: float = 100.0) -> 
     start, end = _T0, _T0 + round(seconds * NS)
     requests = _schedule(rng, start, seconds)
     margin = 5 * NS  # the power model runs a little beyond the window, for the scrapes that bracket it
-    cuts = _segments(requests, start - margin, end + margin)
+    cuts = _segments(requests, start - margin, end + margin, start, end)  # (the window's edges cut too)
     prefill_w, decode_w, truth = [], [], {r.request_id: 0.0 for r in requests}
     unattributed = 0.0
     for lo, hi in zip(cuts, cuts[1:], strict=False):

@@ -101,6 +101,8 @@ def test_on_the_disaggregated_simulator_requests_match_the_model_and_roles_hold_
     roles_held = 0
     for seed in SEEDS:
         run = disagg_run(seed)
+        truth = math.fsum([*run.request_energy_j.values(), run.unattributed_j])  # the truth adds up first
+        assert truth == pytest.approx(sum(run.gpu_energy_j.values()), rel=1e-9)
         built = _simulated(run, tmp_path)
         att = built.requests
         assert att is not None and len(att.requests) == len(run.requests)
