@@ -194,6 +194,7 @@ class Config:
     done_file: str | None = None
     exit_on_complete: bool = True
     gpu_pods: tuple[str, ...] = ()  # --gpu-pods NAMESPACE/GLOB: the report counts only these pods' GPUs
+    roles: tuple[str, ...] = ()  # --role NAME=NAMESPACE/GLOB: serving roles in the report (bridge/roles.py)
     default_endpoints_named: bool = False  # AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS (or the file's key) was given
 
     def effective_run_id(self) -> str:

@@ -20,6 +20,8 @@ Everything of a run that is not a GPU record goes to the events file, one JSON o
                                       that changes, `pods` empty when it stops)
     pods            `PodsResolved`    time_ns, selectors, pods (each: namespace, name, node, labels)
                                       (what `--gpu-pod-selector` resolved to: at start, and when the pods change)
+    idle_window     `IdleWindow`      which, start_ns, end_ns
+                                      (`profile --idle-window`: a quiet stretch before or after the benchmark)
     complete        `Complete`        time_ns, requests_end_ns, collection_complete, endpoints, otlp, record_log
 
 URLs are redacted by the writer. The reader is lenient with files of older versions: a missing optional
@@ -123,11 +125,21 @@ class PodsResolved:
     pods: tuple[ResolvedPod, ...] = ()
 
 
-Event = Configured | PhaseMark | ScrapeFailure | EndpointState | Refresh | GpuShared | PodsResolved | Complete
+class IdleWindow(NamedTuple):
+    """A quiet stretch `profile --idle-window` kept before (`before`) or after (`after`) the benchmark."""
+
+    which: str
+    start_ns: int
+    end_ns: int
+
+
+IDLE_WHICH = ("before", "after")
+Event = Configured | PhaseMark | ScrapeFailure | EndpointState | Refresh | GpuShared | PodsResolved | IdleWindow | \
+    Complete
 
 _TYPES: dict[type, str] = {Configured: "configured", PhaseMark: "phase", ScrapeFailure: "scrape_error",
                            EndpointState: "endpoint_state", Refresh: "refresh", GpuShared: "gpu_shared",
-                           PodsResolved: "pods", Complete: "complete"}
+                           PodsResolved: "pods", IdleWindow: "idle_window", Complete: "complete"}
 
 
 def event_to_line(event: Event) -> bytes:
@@ -166,6 +178,11 @@ def event_from_dict(obj: Mapping[str, Any]) -> Event:
         if kind == "pods":
             return PodsResolved(_ns(obj["time_ns"]), _strings(obj.get("selectors")),
                                 tuple(_pod(p) for p in obj.get("pods") or ()))
+        if kind == "idle_window":
+            first, last = _ns(obj["start_ns"]), _ns(obj["end_ns"])
+            if last <= first:
+                raise ValueError(f"idle window ends at {last}, not after its start {first}")
+            return IdleWindow(_one_of(obj["which"], IDLE_WHICH), first, last)
         if kind == "complete":
             end = obj.get("requests_end_ns")
             return Complete(_ns(obj["time_ns"]), _ns(end) if end is not None else None,

@@ -238,6 +238,17 @@ USAGE_AND_CONFIG_ERRORS = {
     "profile: no NVML (a failed start leaves no lock, spool or folder)": (_no_nvml, "--gpu-telemetry pynvml: "),
     "profile: misspelt option": (lambda t: ["profile", "--artfact-dir", "x", "--", "true"], "--artfact-dir"),
     "no such command": (lambda t: ["reprot"], "No such command 'reprot'"),
+    "report: --role without a pattern": (lambda t: ["report", "--jsonl", _record_log(t), "--start-ns",
+                                                    "1796201298411830000", "--end-ns", "1796201308411830000",
+                                                    "--role", "prefill"], "--role 'prefill'"),
+    "report: --requests not AIPerf's records": (
+        lambda t: ["report", "--jsonl", _record_log(t), "--start-ns", "1796201298411830000", "--end-ns",
+                   "1796201308411830000", "--requests", _record_log(t)], "no line is an AIPerf request record"),
+    "profile: --idle-window not a duration": (lambda t: ["profile", "--idle-window", "soon", "--artifact-dir",
+                                                         str(t / "a"), "--", "touch", str(t / "ran")],
+                                              "--idle-window 'soon'"),
+    "profile: --role bad namespace": (lambda t: ["profile", "--role", "decode=Bad/x", "--artifact-dir",
+                                                 str(t / "a"), "--", "touch", str(t / "ran")], "--role"),
 }
 
 

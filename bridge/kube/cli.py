@@ -97,6 +97,9 @@ def kube() -> None:
 @click.option("--gpu-pod-selector", multiple=True, metavar="NAMESPACE/SELECTOR",
               help="the sidecar finds these pods, their nodes and the exporters there through the API "
                    "(a generated ServiceAccount with get/list/watch on pods and EndpointSlices)")
+@click.option("--role", "role", multiple=True, metavar="NAME=NAMESPACE/GLOB",
+              help="a serving role over the pods the exporter names on each GPU, in the report with its energy "
+                   "(repeatable; passed to the sidecar)")
 @click.option("--dry-run", is_flag=True, help="print the JobSet (and RBAC objects) as YAML; submit nothing")
 @click.option("--wait", is_flag=True, help="follow the JobSet to its end; exit 0 completed, 1 failed, "
                                            "2 timed out, 3 deleted")
@@ -110,7 +113,8 @@ def profile(**kw: Any) -> None:
     from bridge.kube.validate import ValidationError
 
     cluster = {k: kw.pop(k) for k in ("kubeconfig", "context", "dry_run", "wait", "timeout")}
-    tuples = ("gpu_telemetry", "node_selector", "toleration", "image_pull_secret", "gpu_pods", "gpu_pod_selector")
+    tuples = ("gpu_telemetry", "node_selector", "toleration", "image_pull_secret", "gpu_pods", "gpu_pod_selector",
+              "role")
     values: dict[str, Any] = {k: tuple(v) if k in tuples else v for k, v in kw.items()}
     options = ProfileOptions(**values)
     try:

@@ -151,6 +151,7 @@ class Telemetry:
     gpu_pods: tuple[str, ...] = ()  # NAMESPACE/GLOB, passed to the sidecar (issue 31)
     gpu_pod_selectors: tuple[str, ...] = ()  # NAMESPACE/SELECTOR: the sidecar discovers through the API
     exporter_service: str | None = None  # k8s://NS/SERVICE the sidecar discovers exporters in (with selectors)
+    roles: tuple[str, ...] = ()  # NAME=NAMESPACE/GLOB, passed to the sidecar (issue 46)
 
     @property
     def discovers_pods(self) -> bool:
@@ -392,7 +393,8 @@ def _sidecar(spec: ProfileSpec) -> dict[str, Any]:
         items.append(telemetry.exporter_service)
     if items:
         args += ["--gpu-telemetry", ",".join(items)]
-    for flag, values in (("--gpu-pods", telemetry.gpu_pods), ("--gpu-pod-selector", telemetry.gpu_pod_selectors)):
+    for flag, values in (("--gpu-pods", telemetry.gpu_pods), ("--gpu-pod-selector", telemetry.gpu_pod_selectors),
+                         ("--role", telemetry.roles)):
         for value in values:
             args += [flag, value]
     command = ["dcgm-bridge", "sidecar"]

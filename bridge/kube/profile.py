@@ -31,6 +31,7 @@ from bridge.kube.jobset import (
 )
 from bridge.pods import parse_pod_patterns
 from bridge.redact import has_credentials, redact_url
+from bridge.roles import parse_roles
 
 CPU_ENV = "AIPERF_K8S_GPU_TELEMETRY_MANAGER_CPU"
 MEMORY_ENV = "AIPERF_K8S_GPU_TELEMETRY_MANAGER_MEMORY"
@@ -77,6 +78,7 @@ class ProfileOptions:
     duration: float = 600.0
     gpu_pods: tuple[str, ...] = ()
     gpu_pod_selector: tuple[str, ...] = ()
+    role: tuple[str, ...] = ()  # --role NAME=NAMESPACE/GLOB, passed to the sidecar (issue 46)
 
 
 @dataclass(frozen=True)
@@ -237,8 +239,13 @@ def _telemetry(opts: ProfileOptions, env: Mapping[str, str], problems: list[str]
 
 def _pods(opts: ProfileOptions, telemetry: Telemetry, discovery: tuple[str, ...],
           problems: list[str]) -> tuple[Telemetry, tuple[str, ...]]:
-    """--gpu-pods and --gpu-pod-selector go to the sidecar; with a selector, the sidecar (not the submitter)
+    """--gpu-pods, --gpu-pod-selector and --role go to the sidecar; with a selector, the sidecar (not the submitter)
     discovers the exporters, in the first k8s:// item's Service or the GPU Operator's."""
+    if opts.role:
+        try:
+            telemetry = replace(telemetry, roles=tuple(str(r) for r in parse_roles(opts.role)))
+        except ConfigError as exc:
+            problems.append(str(exc))
     if not (opts.gpu_pods or opts.gpu_pod_selector):
         return telemetry, discovery
     if opts.no_gpu_telemetry:

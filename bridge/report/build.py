@@ -18,13 +18,18 @@ from typing import Any, Protocol, runtime_checkable
 import numpy  # noqa: F401
 
 from bridge.endpoints import display_key
+from bridge.events import IdleWindow
 from bridge.fields import FieldTable
 from bridge.report.energy import EnergyTotals, energy_totals, has_energy, vendor_series
 from bridge.report.events import EndpointState, RunEvents, load_events
+from bridge.report.idle import idle_block
 from bridge.report.phases import PhaseFile, phase_files
+from bridge.report.requests import Attribution, RequestsRead, attribute, requests_block
+from bridge.report.roles import PodLabels, gpu_roles, role_kinds, roles_block
 from bridge.report.runs import LogRead, read_log
 from bridge.report.sanity import CounterCheck, sanitize
 from bridge.report.series import Series, SeriesAccumulator
+from bridge.report.steady import steady_block
 from bridge.report.telemetry_data import (
     EndpointStatus,
     MetricLabel,
@@ -36,6 +41,7 @@ from bridge.report.telemetry_data import (
 )
 from bridge.report.verdict import file_sha256, measurement, window_and_hash
 from bridge.report.window import DEFAULT_GRACE_NS, Phase, Window, phases_from_marks, window_from_phases
+from bridge.roles import RoleRule
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE, CounterMode, GpuRecord, PhaseMark, ScrapeFailure
 from bridge.select import describe, duplicate_reason, kept_of, select_series
 
@@ -71,6 +77,7 @@ class Report:
     # instead of reading the record log again.
     series: tuple[Series, ...] = field(default=(), repr=False, compare=False)
     amd_energy: EnergyTotals | None = None  # AMD GPUs' (the amd_* family); None without AMD energy or power
+    requests: Attribution | None = None  # per-request energy (report/requests.py), when the benchmark's file was read
 
     def vendor_energy(self) -> list[tuple[str, EnergyTotals]]:
         """The totals to show, one per vendor (`nvidia`, `amd`), NVIDIA's first: NVIDIA's unless the run's GPUs
@@ -103,6 +110,10 @@ def build_report(
     record_log: Path | LogRead | None = None,
     record_log_run: str | None = None,
     events_file: Path | None = None,
+    requests: RequestsRead | None = None,
+    role_rules: Sequence[RoleRule] = (),
+    pod_labels: PodLabels | None = None,
+    idle_windows: Sequence[IdleWindow] = (),
 ) -> Report:
     """Build the whole report.
 
@@ -136,6 +147,11 @@ def build_report(
     run_phases = list(phases) if phases is not None else phases_from_marks(marks)
     if window is None:
         window = window_from_phases(run_phases, requests_end_ns, grace_ns)
+    if window.is_open and idle_windows:  # a run with no phases: the benchmark is what lies between its idle windows
+        befores = [w.end_ns for w in idle_windows if w.which == "before"]
+        afters = [w.start_ns for w in idle_windows if w.which == "after"]
+        window = Window(window.start_ns if window.start_ns is not None else max(befores, default=None),
+                        window.end_ns if window.end_ns is not None else min(afters, default=None), window.grace_ns)
     first, last = _span(series)
     resolved = window.resolved(first, last)
     info = RunInfo(endpoints_configured, endpoints_successful, errors, endpoint_states)
@@ -153,6 +169,21 @@ def build_report(
                                                 amd_energy)
         block.data["measurement"].update(window_and_hash(resolved, *_log_hash(records, record_log), record_log_run,
                                                          events_file))
+    attribution = None
+    placed = gpu_roles(vendor_series(series), role_rules, pod_labels) if role_rules or pod_labels else {}
+    if placed and energy.gpus:
+        block.data["roles"] = roles_block(vendor_series(series), energy.gpus, placed, energy.duration_s,
+                                          requests.requests if requests is not None else None)
+    idle = idle_block(vendor_series(series), energy.gpus, idle_windows, resolved) if energy.gpus else None
+    if idle is not None:
+        block.data["idle"] = idle
+    if requests is not None and resolved.start_ns is not None and resolved.end_ns is not None and energy.gpus:
+        attribution = attribute(requests.requests, zip(vendor_series(series), energy.gpus, strict=True),
+                                resolved.start_ns, resolved.end_ns, role_kinds(placed))
+        block.data["requests"] = requests_block(attribution, requests)
+        steady = steady_block(vendor_series(series), resolved, requests.requests, energy.total_energy_j)
+        if steady is not None:
+            block.data["steady_state"] = steady
     return Report(
         telemetry_data=block.data,
         energy=energy,
@@ -166,6 +197,7 @@ def build_report(
         records=count,
         read_errors=read_errors,
         series=tuple(series),
+        requests=attribution,
     )
 
 
@@ -179,7 +211,16 @@ def event_kwargs(events: Path | RunEvents) -> dict[str, Any]:
         "endpoints_successful": run.endpoints_successful,
         "errors": run.errors,
         "endpoint_states": run.states,
+        "pod_labels": pod_labels_of(run),
+        "idle_windows": run.idle,
     }
+
+
+def pod_labels_of(run: RunEvents) -> PodLabels | None:
+    """The labels of the pods the run's `--gpu-pod-selector` resolved (the latest seen of each), by (namespace,
+    name); None when it recorded none."""
+    labels = {(p.namespace, p.name): p.labels for event in run.pods for p in event.pods}
+    return labels or None
 
 
 def build_report_from_events(records: Records, events: Path | RunEvents, **kwargs: Any) -> Report:

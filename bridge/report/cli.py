@@ -14,6 +14,7 @@ import click
 from bridge.errors import ReportInputError
 from bridge.pods import parse_pod_patterns
 from bridge.redact import redact_url
+from bridge.roles import parse_roles
 from bridge.samples import COUNTER_MODES, DEFAULT_COUNTER_MODE
 
 if TYPE_CHECKING:
@@ -84,6 +85,13 @@ PROMETHEUS_PASSWORD_ENV = "DCGM_BRIDGE_PROMETHEUS_PASSWORD_FILE"
 @click.option("--gpu-pod-selector", "gpu_pod_selectors", multiple=True, metavar="NAMESPACE/SELECTOR",
               help="Only the GPUs of the pods a label selector picks among those the run recorded in --events "
                    "(a sidecar's --gpu-pod-selector records them; repeatable).")
+@click.option("--requests", "requests_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="AIPerf's per-request records (profile_export.jsonl, --export-level records): each request's "
+                   "energy, written to gpu_telemetry_requests.jsonl beside the report.")
+@click.option("--role", "roles", multiple=True, metavar="NAME=NAMESPACE/GLOB",
+              help="A serving role over the pods dcgm-exporter names on each GPU (repeatable; the first match wins): "
+                   "a NAME starting with prefill or decode is that kind, any other aggregated. Without it, "
+                   "llm-d's and Dynamo's role labels where --events recorded the pods' labels.")
 @click.option("--require-valid", is_flag=True,
               help="Exit 1 when the measurement verdict is NOT valid (the report is still written).")
 def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, strip_suffix: str | None,
@@ -94,7 +102,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
            gpu_pod_selectors: tuple[str, ...] = (), require_valid: bool = False,
            prometheus_headers: str | None = None, prometheus_headers_file: Path | None = None,
            prometheus_bearer_token_file: Path | None = None, prometheus_user: str | None = None,
-           prometheus_password_file: Path | None = None) -> None:
+           prometheus_password_file: Path | None = None, requests_path: Path | None = None,
+           roles: tuple[str, ...] = ()) -> None:
     """Rebuild telemetry_data (+ energy, CSV, phase files) from a record log and a window.
 
     The window is --start-ns/--end-ns, else the profiling phase of --phase-manifest, else the marks in
@@ -107,6 +116,7 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     from bridge.report.write import ReportWriteError, output_names, write_report
 
     pod_patterns = parse_pod_patterns(gpu_pods)
+    role_rules = parse_roles(roles)
     selecting = bool(pod_patterns or gpu_pod_selectors)
     if selecting and prometheus_url is not None:
         raise ReportInputError("--gpu-pods needs --jsonl: records read back from a PromQL store carry no pod labels")
@@ -124,7 +134,14 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
     json_path = output or (jsonl.parent if jsonl else Path(".")) / output_names(profile_export_prefix)[0]
     csv_path = json_path.parent / output_names(profile_export_prefix)[1] if write_csv else None
     check_own_inputs(jsonl, events_path, phase_manifest, json_path, html_path, csv_path)
-    for flag, path in (("--output", json_path), ("--csv", csv_path), ("--html", html_path)):
+    from bridge.report.requests import REQUESTS_FILE
+
+    requests_out = json_path.parent / REQUESTS_FILE if requests_path is not None else None
+    if requests_out is not None and requests_path is not None and requests_path.resolve() == requests_out.resolve():
+        raise ReportInputError(f"--requests {requests_path} is the per-request file the report writes: give AIPerf's "
+                               "profile_export.jsonl")
+    for flag, path in (("--output", json_path), ("--csv", csv_path), ("--html", html_path),
+                       ("--requests (its output)", requests_out)):
         if path is not None:
             check_writable(path, flag)
     table = table_with_custom(default_table(), list(metrics_csv))
@@ -135,7 +152,8 @@ def report(jsonl: Path | None, prometheus_url: str | None, run_id: str | None, s
         built = rebuild(jsonl, events_path, run=run, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
                         phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id, table=table,
                         prometheus=(prometheus_url, strip_suffix) if prometheus_url is not None else None,
-                        pods=pod_patterns if selecting else None, store_headers=store_headers)
+                        pods=pod_patterns if selecting else None, store_headers=store_headers,
+                        requests=requests_path, roles=role_rules)
         counter_mode = built.counter_mode
     except WindowError as exc:  # a manifest with no usable phase, …: the input's fault, exit 2
         raise click.UsageError(str(exc)) from None
@@ -171,14 +189,16 @@ def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | No
             end_ns: int | None = None, grace_ns: int | None = None, phase_manifest: Path | None = None,
             counter_mode: str | None = None, run_id: str | None = None, table: FieldTable | None = None,
             prometheus: tuple[str, str | None] | None = None, pods: tuple[Any, ...] | None = None,
-            store_headers: dict[str, str] | None = None, tz: tzinfo | None = None) -> Report:
+            store_headers: dict[str, str] | None = None, tz: tzinfo | None = None,
+            requests: Path | None = None, roles: tuple[Any, ...] = ()) -> Report:
     """The one way a report is built from a finished run's files, for `report` and `validate` alike: the window is
     --start-ns/--end-ns (plus the grace), else the profiling phase of --phase-manifest, else the events file's marks;
     the grace and the counter mode are the flags', else the run's (its `configured` event), else the defaults; the
     run is --run-id's, else the log's newest. `prometheus`: (URL, strip suffix) instead of the record log; `pods`:
     the --gpu-pods patterns (with those --gpu-pod-selector picked) when selecting; `tz`, the summary's times' zone
-    (default: this machine's, as AIPerf writes them)."""
-    from bridge.report.build import build_report
+    (default: this machine's, as AIPerf writes them); `requests`, AIPerf's per-request records (profile_export.jsonl)
+    whose energy is attributed; `roles`, the --role rules (bridge/roles.py)."""
+    from bridge.report.build import build_report, pod_labels_of
     from bridge.report.events import RunEvents, load_events
     from bridge.report.runs import read_log
     from bridge.report.window import DEFAULT_GRACE_NS, explicit_window, load_manifest
@@ -192,7 +212,8 @@ def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | No
     kwargs: dict[str, Any] = {
         "marks": run.marks, "requests_end_ns": run.requests_end_ns,
         "endpoints_configured": run.endpoints_configured, "endpoints_successful": run.endpoints_successful,
-        "errors": run.errors, "endpoint_states": run.states,
+        "errors": run.errors, "endpoint_states": run.states, "pod_labels": pod_labels_of(run),
+        "role_rules": roles, "idle_windows": run.idle,
     }
     if start_ns is not None and end_ns is not None:
         kwargs["window"] = explicit_window(start_ns, end_ns, grace)
@@ -205,6 +226,8 @@ def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | No
         source, kwargs["record_log_run"] = one_run(log, run_id)
     if prometheus is not None:
         source = _store_records(prometheus[0], run_id or "", kwargs, grace, table, prometheus[1], store_headers)
+    if requests is not None:
+        kwargs["requests"] = read_requests_file(requests)
     built = build_report(source, table=table, counter_mode=mode, grace_ns=grace,  # type: ignore[arg-type]
                          record_log=log, events_file=events_path, tz=tz, **kwargs)
     if pods is not None:  # (records of one run of several, else the log's pods read from its file)
@@ -212,6 +235,20 @@ def rebuild(jsonl: Path | None, events_path: Path | None, *, run: RunEvents | No
         built = _pods_only(built, pods_source, pods, run.shared, table=table, counter_mode=mode, grace_ns=grace,
                            record_log=log, events_file=events_path, tz=tz, **kwargs)
     return built
+
+
+def read_requests_file(path: Path) -> Any:
+    """AIPerf's per-request records, read once (their SHA-256 too); a file that is none: exit 2 naming it."""
+    from bridge.report.requests import RequestsInputError, read_requests
+
+    try:
+        read = read_requests(path)
+    except RequestsInputError as exc:
+        raise ReportInputError(f"--requests {exc}") from None
+    if read.errors:
+        click.echo(f"warning: {len(read.errors)} unreadable lines in {path} were skipped (first: {read.errors[0]})",
+                   err=True)
+    return read
 
 
 def exit_on_verdict(telemetry_data: dict[str, Any], require_valid: bool, *, echo: bool = True) -> None:

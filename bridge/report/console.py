@@ -94,7 +94,74 @@ def render_console(report: Report, console: Console | None = None) -> None:
     else:
         _print_wide(report, units, console)
     _print_energy(report, console)
+    for line in serving_lines(report.telemetry_data):
+        console.print(escape_text(line), highlight=False)
     print_verdict(report, console)
+
+
+def escape_text(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+_EFFICIENCY_SHOWN = (("j_per_input_token", "J/input token"), ("j_per_output_token", "J/output token"),
+                     ("j_per_token", "J/token"))
+
+
+def serving_lines(block: Mapping[str, Any]) -> list[str]:
+    """One line per serving role (`roles`) and one for the requests' energy (`requests`), for the console and the
+    HTML: energy ± uncertainty, average power, efficiency; the per-request distribution and what no request took."""
+    lines = []
+    for name, role in (block.get("roles") or {}).items():
+        parts = [f"Role {name} ({role['kind']}, {plural(len(role['gpus']), 'GPU')}):"]
+        if role.get("energy_j") is not None:
+            value, unit = readable_energy(role["energy_j"])
+            scale = role["energy_j"] / value if value else 1.0
+            parts.append(f"{format_number(value)} {unit} ± {plus_minus(role['uncertainty_j'] or 0.0, unit, scale)},")
+        if role.get("average_power_w") is not None:
+            parts.append(f"average power {format_number(role['average_power_w'])} W")
+        shown = [f"{role[key]:.4g} {label}" for key, label in _EFFICIENCY_SHOWN if role.get(key) is not None]
+        parts.extend(f", {text}" for text in shown)
+        if role.get("reasons"):
+            parts.append(f" [{', '.join(role['reasons'])}]")
+        lines.append(" ".join(parts).replace(" ,", ","))
+    idle = block.get("idle")
+    if idle:
+        text = "Idle baseline: " + ("none usable" if idle.get("idle_j") is None else
+                                    f"idle {format_number(idle['idle_j'])} J ± {idle['idle_uncertainty_j']:.3g} J, "
+                                    f"active {format_number(idle['active_j'])} J")
+        powers = [f"{g['idle_power_w']:.1f} W" for g in idle["gpus"].values() if g.get("idle_power_w") is not None]
+        text += f" (idle power per GPU {', '.join(powers)})" if powers else ""
+        if idle.get("reasons"):
+            text += f" [{', '.join(idle['reasons'])}]"
+        lines.append(text)
+    steady = block.get("steady_state")
+    if steady:
+        whole = steady.get("window_j_per_output_token")
+        beside = f" (whole window {whole:.4g} J/output token)" if whole is not None else ""
+        if steady.get("found"):
+            per = steady.get("j_per_output_token")
+            lines.append(f"Steady state: {steady['duration_s']:.1f} s at {steady['concurrency']:.1f} requests in flight"
+                         + (f", {per:.4g} J/output token" if per is not None else "") + beside)
+        else:
+            lines.append(f"Steady state: none (longest {steady['longest_s']:.1f} s){beside}")
+    requests = block.get("requests")
+    if requests:
+        per = requests.get("energy_per_request_j") or {}
+        token = requests.get("energy_per_output_token_j") or {}
+        idle, unit = readable_energy(requests["unattributed_j"])
+        text = f"Requests: {requests['requests_attributed']:,} attributed"
+        if per:
+            text += f", energy per request p50 {per['p50']:.4g} J, p90 {per['p90']:.4g} J, p99 {per['p99']:.4g} J"
+        if token:
+            text += f", per output token p50 {token['p50']:.4g} J, p99 {token['p99']:.4g} J"
+        text += f"; unattributed (no request in flight) {format_number(idle)} {unit}"
+        text += f"; each request in {requests['file']}"
+        if requests.get("reasons"):
+            text += f" [{', '.join(requests['reasons'])}]"
+        lines.append(text)
+    return lines
 
 
 def _print_endpoints(report: Report, console: Console) -> None:

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from bridge.errors import ReportInputError
-from bridge.events import Complete, Configured, EndpointState, GpuShared, PodsResolved, Refresh, event_from_dict
+from bridge.events import (
+    Complete,
+    Configured,
+    EndpointState,
+    GpuShared,
+    IdleWindow,
+    PodsResolved,
+    Refresh,
+    event_from_dict,
+)
 from bridge.samples import CounterMode, PhaseMark, ScrapeFailure
 
 __all__ = ["EndpointState", "RunEvents", "events_from_dicts", "load_events", "number_problem"]
@@ -37,6 +46,7 @@ class RunEvents:
     refreshes: list[Refresh] = field(default_factory=list)  # the exporters' refresh periods as the run saw them
     pods: list[PodsResolved] = field(default_factory=list)  # what the run's --gpu-pod-selector resolved to
     shared: list[GpuShared] = field(default_factory=list)  # GPUs whose series named several pods at once
+    idle: list[IdleWindow] = field(default_factory=list)  # `profile --idle-window`'s quiet stretches
 
 
 def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
@@ -49,9 +59,10 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
     refreshes: list[Refresh] = []
     pods: list[PodsResolved] = []
     shared: list[GpuShared] = []
+    idle: list[IdleWindow] = []
     skipped = 0
     lists: dict[type, list[Any]] = {PhaseMark: marks, ScrapeFailure: errors, EndpointState: states,
-                                    Refresh: refreshes, PodsResolved: pods, GpuShared: shared}
+                                    Refresh: refreshes, PodsResolved: pods, GpuShared: shared, IdleWindow: idle}
     for obj in objects:
         try:
             event = event_from_dict(obj)
@@ -75,7 +86,7 @@ def events_from_dicts(objects: Iterable[Mapping[str, Any]]) -> RunEvents:
         errors=errors, states=states, skipped=skipped,
         counter_mode=configured.counter_mode if configured else None,
         grace_ns=configured.grace_ns if configured else None, run_ids=run_ids, refreshes=refreshes,
-        pods=pods, shared=shared,
+        pods=pods, shared=shared, idle=idle,
     )
 
 

@@ -142,7 +142,7 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
     run_meta = f'<meta name="{RUN_META}" content="{_e(run_id)}">\n' if run_id else ""
     return _PAGE.format(
         run_meta=run_meta, title=_e(title), cards=card_html, legend=legend, charts="\n".join(charts),
-        phases=_phase_table(phases), console=_console(report),
+        phases=_phase_table(phases), serving=_serving(report), console=_console(report),
         data=script_json(chart_data), script=_SCRIPT, style=_STYLE,
     )
 
@@ -405,6 +405,26 @@ def _phase_table(phases: Sequence[PhaseEnergy]) -> str:
     return f'<table class="phases">{head}{"".join(rows)}</table>'
 
 
+def _serving(report: Report) -> str:
+    """Energy per serving role and per request (report/roles.py, report/requests.py): a row each, when the report
+    has them."""
+    from bridge.report.console import serving_lines
+
+    block = report.telemetry_data
+    lines = serving_lines(block)
+    if not lines:
+        return ""
+    rows = []
+    names = list(block.get("roles") or {})
+    for i, line in enumerate(lines):
+        role = names[i] if i < len(names) else None
+        attrs = f' data-role="{_e(role)}" data-energy-j="{block["roles"][role].get("energy_j")}"' if role else \
+            ' data-idle="1"' if line.startswith("Idle baseline") else \
+            ' data-steady="1"' if line.startswith("Steady state") else ' data-requests="1"'
+        rows.append(f"<tr{attrs}><td>{_code(line)}</td></tr>")
+    return f'<h2>Energy per role, idle and request</h2>\n<table class="phases">{"".join(rows)}</table>'
+
+
 def _console(report: Report) -> str:
     from rich.console import Console
 
@@ -553,6 +573,7 @@ _PAGE = """<!DOCTYPE html>
 </div>
 <h2>Energy per phase</h2>
 {phases}
+{serving}
 <h2>Summary</h2>
 <pre class="console">{console}</pre>
 <script type="application/json" id="chart-data">{data}</script>

@@ -73,10 +73,11 @@ class Validation:
 @click.option("--gpu-pods", multiple=True, metavar="NAMESPACE/GLOB", help="As `report --gpu-pods` (repeatable).")
 @click.option("--gpu-pod-selector", "gpu_pod_selectors", multiple=True, metavar="NAMESPACE/SELECTOR",
               help="As `report --gpu-pod-selector` (repeatable).")
+@click.option("--role", "roles", multiple=True, metavar="NAME=NAMESPACE/GLOB", help="As `report --role` (repeatable).")
 def validate(artifact_dir: Path, start_ns: int | None, end_ns: int | None, grace_ns: int | None,
              phase_manifest: Path | None, counter_mode: str | None, run_id: str | None,
              metrics_csv: tuple[str, ...] = (), gpu_pods: tuple[str, ...] = (),
-             gpu_pod_selectors: tuple[str, ...] = ()) -> None:
+             gpu_pod_selectors: tuple[str, ...] = (), roles: tuple[str, ...] = ()) -> None:
     """Re-check a finished run: the hashes of the record log and the events file, the window against the phase
     marks, and every key and value of the report, the CSV section and the phase files against a rebuild.
 
@@ -87,7 +88,8 @@ def validate(artifact_dir: Path, start_ns: int | None, end_ns: int | None, grace
     check_window_flags(start_ns, end_ns)
     result = validate_run(artifact_dir, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
                           phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id,
-                          metrics_csv=metrics_csv, gpu_pods=gpu_pods, gpu_pod_selectors=gpu_pod_selectors)
+                          metrics_csv=metrics_csv, gpu_pods=gpu_pods, gpu_pod_selectors=gpu_pod_selectors,
+                          roles=roles)
     for line in result.lines:
         click.echo(line)
     raise SystemExit(0 if result.valid else 1)
@@ -96,7 +98,7 @@ def validate(artifact_dir: Path, start_ns: int | None, end_ns: int | None, grace
 def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int | None = None,
                  grace_ns: int | None = None, phase_manifest: Path | None = None, counter_mode: str | None = None,
                  run_id: str | None = None, metrics_csv: tuple[str, ...] = (), gpu_pods: tuple[str, ...] = (),
-                 gpu_pod_selectors: tuple[str, ...] = ()) -> Validation:
+                 gpu_pod_selectors: tuple[str, ...] = (), roles: tuple[str, ...] = ()) -> Validation:
     from bridge.fields import default_table, table_with_custom
     from bridge.pods import parse_pod_patterns
     from bridge.record_log import EVENTS_FILE, EXPORT_FILE
@@ -104,6 +106,7 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
     from bridge.report.events import load_events
     from bridge.report.verdict import FIXES
     from bridge.report.window import WindowError
+    from bridge.roles import parse_roles
 
     events = _first(artifact_dir, EVENTS_FILE)
     log = next((p for p in (events.parent / EXPORT_FILE, events.parent / f"{EXPORT_FILE}.gz") if p.is_file()), None)
@@ -111,6 +114,7 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
         raise ReportInputError(f"validate: no {EXPORT_FILE} (or .gz) beside {events}: nothing to rebuild from")
     (report_path, doc), *others = _find_reports(artifact_dir, log.name)
     pods = parse_pod_patterns(gpu_pods)
+    role_rules = parse_roles(roles)
     try:
         run = load_events(events, strict=True)  # a damaged number: exit 2 naming the line, as `report`
         if gpu_pod_selectors:
@@ -118,7 +122,8 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
         again = functools.partial(rebuild, log, events, run=run, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
                                   phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id,
                                   table=table_with_custom(default_table(), list(metrics_csv)),
-                                  pods=pods if gpu_pods or gpu_pod_selectors else None)
+                                  pods=pods if gpu_pods or gpu_pod_selectors else None,
+                                  requests=_requests_input(doc, report_path, artifact_dir), roles=role_rules)
         rebuilt = again()
         zone = _written_zone(doc["telemetry_data"], rebuilt.telemetry_data)
         if zone is not None:  # written where the clock read another zone: rebuilt in that zone
@@ -167,6 +172,21 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
     else:
         lines.append("measurement valid")
     return Validation(not reasons, reasons, lines)
+
+
+def _requests_input(doc: Mapping[str, Any], report_path: Path, root: Path) -> Path | None:
+    """The per-request file the report attributed energy to (`telemetry_data.requests.input.file`): beside the
+    report, else the first of that name below ARTIFACT_DIR; None when the report has none (or it is gone: the
+    rebuild then lacks `requests` and the difference names it)."""
+    held = doc["telemetry_data"].get("requests")
+    given = held.get("input") if isinstance(held, Mapping) else None
+    name = given.get("file") if isinstance(given, Mapping) else None
+    if not isinstance(name, str) or not name or Path(name).name != name:
+        return None
+    beside = report_path.parent / name
+    if beside.is_file():
+        return beside
+    return next((p for p in sorted(root.rglob(name)) if p.is_file()), None)
 
 
 def _check_hashes(verdict: Mapping[str, Any], rebuilt: Report, files: Mapping[str, tuple[str, Path]],

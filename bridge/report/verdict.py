@@ -75,6 +75,21 @@ FIXES: Mapping[str, str] = {
                       "--end-ns, --phase-manifest: a cancelled AIPerf run's is its phase_manifest.json)",
     "report_differs": "a value of the report, its CSV section or a phase file differs from the rebuild from the "
                       "record log: rebuild the report",
+    # Issue 46: each in its own block (`requests`, `roles`, `idle`, `steady_state`), never the run's verdict.
+    "too_few_requests": "fewer than 20 requests were attributed energy: the distribution's tail (p99) rests on "
+                        "too few; run more requests",
+    "no_output_tokens": "no request reported output tokens: run AIPerf with streaming and a tokenizer",
+    "no_token_counts": "the role's efficiency needs AIPerf's token counts: give `report --requests "
+                       "profile_export.jsonl` (AIPerf writes it by default; `profile -- aiperf` reads it)",
+    "no_role_energy": "no GPU of the role has a usable energy: see the role's GPUs' measurement",
+    "idle_under_load": "a quiet window showed load (utilisation above 5 %, or power still falling) and was not "
+                       "used as idle: stop what else runs on the GPUs, or lengthen --idle-window",
+    "idle_baseline_moved": "the idle power before and after the benchmark differ beyond their uncertainty "
+                           "(temperature, clocks): lengthen --idle-window, let the GPUs settle first",
+    "no_idle_baseline": "no quiet window was usable for a GPU: give --idle-window, longer, on idle GPUs",
+    "idle_window_short": "a quiet window holds fewer than 5 power readings: lengthen --idle-window",
+    "no_steady_state": "the power and the request concurrency never held within 10 % for 10 s and a fifth of the "
+                       "window: run longer at a fixed concurrency",
 }
 
 

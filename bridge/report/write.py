@@ -61,6 +61,12 @@ def write_report(report: Report, artifact_dir: Path, prefix: str | None = None,
     written = [merge_json(json_path, {"telemetry_data": report.telemetry_data, **energy}, existing)]
     if write_csv:
         written.append(write_csv_section(json_path.parent / csv_name, report, energy, existing or benchmark))
+    if report.requests is not None:  # beside AIPerf's profile_export.jsonl, one line per request
+        from bridge.report.requests import REQUESTS_FILE, request_lines
+
+        path = json_path.parent / REQUESTS_FILE
+        atomic_write(path, request_lines(report.requests))
+        written.append(path)
     if report.writes_phase_files:
         for phase_file in report.phase_files:
             path = artifact_dir / phase_file.relpath

@@ -78,6 +78,10 @@ def telemetry_options(func: Any) -> Any:
         click.option("--gpu-pods", multiple=True, metavar="NAMESPACE/GLOB",
                      help="Only the GPUs the exporter attributes to matching pods count in the report, each for "
                           "the part of the window it served them (repeatable; the record log keeps every GPU)."),
+        click.option("--role", "roles", multiple=True, metavar="NAME=NAMESPACE/GLOB",
+                     help="A serving role over the pods the exporter names on each GPU, in the report with its "
+                          "energy and efficiency (repeatable; NAME prefill… or decode… is that kind, else "
+                          "aggregated). Without it, llm-d's and Dynamo's role labels of --gpu-pod-selector's pods."),
         click.option("--live", is_flag=True, help="Show a refreshing per-GPU table while collecting."),
     ]
     options += [
@@ -164,13 +168,17 @@ def resolve_config(flags: dict[str, Any]) -> Any:
 
     from bridge.config import resolve
     from bridge.pods import parse_pod_patterns
+    from bridge.roles import parse_roles
 
     config_file = flags.pop("config_file", None)
     gpu_pods = tuple(flags.pop("gpu_pods", None) or ())
     parse_pod_patterns(gpu_pods)  # a bad NAMESPACE/GLOB is a ConfigError now, not after the benchmark
+    roles = tuple(flags.pop("roles", None) or ())
+    parse_roles(roles)  # as --gpu-pods: a bad value stops the start
     flags["gpu_telemetry"] = flags.get("gpu_telemetry") or None
     config = resolve(flags, config_file=config_file)  # a ConfigError is reported by bridge/cli.py (exit 2)
-    return replace(config, gpu_pods=gpu_pods) if gpu_pods else config
+    config = replace(config, gpu_pods=gpu_pods) if gpu_pods else config
+    return replace(config, roles=roles) if roles else config
 
 
 def build_session_table(config: Any) -> Any:
@@ -331,6 +339,20 @@ def missing_folders(folder: Path) -> list[Path]:
     return missing
 
 
+_DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "": 1.0}
+
+
+def parse_duration(value: str, flag: str) -> float:
+    """`10s`, `500ms`, `1m` or plain seconds, from 0 to an hour; a ConfigError naming the flag otherwise."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m)?\s*", value)
+    seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or ""] if match else None
+    if seconds is None or not 0 <= seconds <= 3600:
+        raise ConfigError(f"{flag} {value!r}: expected a duration up to an hour, e.g. {flag} 10s (or 500ms, 1m)")
+    return seconds
+
+
 def remove_if_empty(folders: list[Path]) -> None:
     """Remove the folders a failed start made (deepest first), as long as they are empty."""
     for folder in folders:
@@ -363,9 +385,14 @@ def _live_view(session: Any, wanted: bool) -> Any:
 @click.option("--repeat", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Run the benchmark N times, each run's telemetry in its own run_NNNN/ below the artifact folder "
                    "(compare them with `dcgm-bridge compare`).")
+@click.option("--idle-window", "idle_window", metavar="DURATION",
+              help="Keep quiet windows this long (e.g. 10s, 500ms, 1m) before and after the benchmark: each GPU's "
+                   "idle power, the energy split into idle and active, a baseline that moved or started under load "
+                   "flagged.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_timeout: float,
-            require_valid: bool = False, keep_children: bool = False, repeat: int = 1, **flags: Any) -> None:
+            require_valid: bool = False, keep_children: bool = False, repeat: int = 1,
+            idle_window: str | None = None, **flags: Any) -> None:
     """Run a benchmark command with GPU telemetry: dcgm-bridge profile [OPTIONS] -- CMD [ARGS]…
 
     CMD gets DCGM_BRIDGE_CONTROL_URL and DCGM_BRIDGE_CONTROL_TOKEN to post phase marks. For `aiperf
@@ -375,6 +402,7 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
     """
     from bridge.sidecar.profile import run_profile
 
+    idle_s = parse_duration(idle_window, "--idle-window") if idle_window is not None else 0.0
     if command and shutil.which(command[0]) is None:  # before anything starts: nothing to collect around
         raise ConfigError(f"profile: cannot run {command[0]!r}: no such program (not on PATH, or not executable); "
                           "check the command after --")
@@ -388,7 +416,7 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
             raise ConfigError("profile --repeat: --html writes one run's page; compare the repeats instead: "
                               "`dcgm-bridge compare FOLDER OTHER --html FILE`")
         _profile_repeats(command, repeat, flags, otlp, live=live, stop_timeout=stop_timeout,
-                         require_valid=require_valid, keep_children=keep_children)
+                         require_valid=require_valid, keep_children=keep_children, idle_window_s=idle_s)
         return
     argv: Any = list(command)
     env = dict(os.environ)
@@ -406,7 +434,7 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
     made = missing_folders(Path(config.artifact_dir)) if session is not None else []
     try:
         run = run_profile(config, session, argv, live=live, stop_timeout=stop_timeout, env=env,
-                          keep_children=keep_children)
+                          keep_children=keep_children, idle_window_s=idle_s)
     except BridgeError:  # its own message and exit code (bridge/cli.py); a failed start leaves no folder
         remove_if_empty(made)
         raise
@@ -421,7 +449,8 @@ def profile(command: tuple[str, ...], live: bool, html_path: Path | None, stop_t
 
 
 def _profile_repeats(command: tuple[str, ...], repeats: int, flags: dict[str, Any], otlp: dict[str, Any], *,
-                     live: bool, stop_timeout: float, require_valid: bool, keep_children: bool) -> None:
+                     live: bool, stop_timeout: float, require_valid: bool, keep_children: bool,
+                     idle_window_s: float = 0.0) -> None:
     """`profile --repeat N` (bridge/sidecar/repeat.py): the artifact folder locked once, each repeat a run of its own
     in run_NNNN/; the first failing repeat stops the series with its exit code."""
     from dataclasses import replace
@@ -464,7 +493,7 @@ def _profile_repeats(command: tuple[str, ...], repeats: int, flags: dict[str, An
             click.echo(f"dcgm-bridge: repeat {k} of {repeats} in {folder}", err=True)
             try:
                 run = run_profile(repeat_config, session, parse_command(argv) if aiperf else argv, live=live,
-                                  stop_timeout=stop_timeout, keep_children=keep_children,
+                                  stop_timeout=stop_timeout, keep_children=keep_children, idle_window_s=idle_window_s,
                                   env={**env, REPEAT_ENV: str(k), REPEAT_DIR_ENV: str(folder)})
             except (OSError, ValueError) as exc:
                 raise click.ClickException(f"cannot run {' '.join(command)}: {exc}") from None

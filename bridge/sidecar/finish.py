@@ -148,6 +148,12 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs, phases: 
     kwargs.update(table=session.table, counter_mode=session.config.counter_mode,
                   grace_ns=session.config.final_scrape_grace_ns, record_log=session.records.path)
     events = _events(session)
+    if target is not None:
+        kwargs["requests"] = _benchmark_requests(target, session.started_ns)
+    if session.config.roles:
+        from bridge.roles import parse_roles
+
+        kwargs["role_rules"] = parse_roles(session.config.roles)
     report = build_report_from_events(records, events, **kwargs)
     if session.config.gpu_pods:
         report = _pods_only(report, session, events, kwargs)
@@ -158,6 +164,24 @@ def write_session_report(session: FinishedRun, outputs: SessionOutputs, phases: 
     else:
         _refuse_foreign(session.artifact_dir, output_names(session.config.profile_export_prefix))
         outputs.files.extend(write_report(report, session.artifact_dir, prefix=session.config.profile_export_prefix))
+
+
+def _benchmark_requests(target: ReportTarget, started_ns: int | None) -> Any:
+    """AIPerf's per-request records of this run (`profile_export.jsonl`, or `<prefix>.jsonl`; AIPerf 0.13 writes
+    them by default), for each request's energy; None when it wrote none this run or they cannot be read (said)."""
+    from bridge.report.requests import AIPERF_RECORDS_FILE, RequestsInputError, read_requests
+
+    path = target.directory / (f"{target.prefix}.jsonl" if target.prefix else AIPERF_RECORDS_FILE)
+    try:
+        if not path.is_file() or (started_ns is not None and path.stat().st_mtime_ns < started_ns - _MTIME_SLACK_NS):
+            return None
+        read = read_requests(path)
+    except (OSError, RequestsInputError) as exc:
+        logger.warning("no per-request energy: %s", exc)
+        return None
+    if read.errors:
+        logger.warning("%d unreadable lines in %s were skipped (first: %s)", len(read.errors), path, read.errors[0])
+    return read
 
 
 def _pods_only(report: Report, session: FinishedRun, events: Path | RunEvents, kwargs: dict[str, Any]) -> Report:

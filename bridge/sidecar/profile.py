@@ -106,9 +106,11 @@ def full_screen_conflict(command: Sequence[str]) -> str | None:
 
 def run_profile(config: Config, session: Session | None, command: Sequence[str] | AiperfCommand, *,
                 live: bool = False, stop_timeout: float = DEFAULT_STOP_TIMEOUT,
-                env: dict[str, str] | None = None, keep_children: bool = False) -> ProfileRun:
+                env: dict[str, str] | None = None, keep_children: bool = False, idle_window_s: float = 0.0
+                ) -> ProfileRun:
     """Collect while the command runs (`session` None: telemetry disabled) and write the report. What the
-    command leaves running is stopped at the end (sidecar/children.py) unless `keep_children`."""
+    command leaves running is stopped at the end (sidecar/children.py) unless `keep_children`. `idle_window_s`:
+    quiet stretches of that length kept before and after the command (the report's idle baseline)."""
     aiperf = command if isinstance(command, AiperfCommand) else None
     argv = list(command.argv) if isinstance(command, AiperfCommand) else list(command)
     if not argv:
@@ -164,9 +166,12 @@ def run_profile(config: Config, session: Session | None, command: Sequence[str] 
         # With the live view the benchmark's output goes through it, above the table (live.py).
         watch = OtlpLossWatch()  # an OTLP receiver losing data is said during the run, at most once a minute
         forwarder = session.forwarder
+        _idle_window(session, "before", idle_window_s)
         relay = _run_child(argv, child_env, run, terminal, aiperf is not None, stop_timeout, view=view,
                            every_second=(lambda: watch.check(forwarder.stats())) if forwarder else None,
                            keep_children=keep_children)
+        if run.received is None:  # (a signal asked us to stop: no more waiting)
+            _idle_window(session, "after", idle_window_s)
     finally:
         if view is not None:
             if relay is not None:
@@ -215,6 +220,18 @@ def _merge_profile_runs(session: Session, aiperf: AiperfCommand, run: ProfileRun
     if merged:
         run.notes.append(f"AIPerf's profile runs {', '.join(merged)} each got the telemetry of their own window "
                          f"(in {runs[0].directory.parent})")
+
+
+def _idle_window(session: Session, which: str, seconds: float) -> None:
+    """Keep collecting for `seconds` with nothing running, and record the stretch (events file `idle_window`)."""
+    if seconds <= 0:
+        return
+    from bridge.events import IdleWindow
+
+    logger.info("idle window %s the benchmark: %.1f s", which, seconds)
+    start = time.time_ns()
+    time.sleep(seconds)
+    session.record_idle(IdleWindow(which, start, time.time_ns()))
 
 
 def _target_aiperf(session: Session, aiperf: AiperfCommand, run: ProfileRun, started_ns: int) -> None:

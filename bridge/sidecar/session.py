@@ -21,7 +21,7 @@ from bridge.config import Config
 from bridge.endpoints import REFRESH_FIX, candidate_endpoints, display_key, local_source_url
 from bridge.errors import BridgeError, SequenceError
 from bridge.errors import LifecycleError as LifecycleError
-from bridge.events import Complete, Configured, PodsResolved, Refresh, event_to_line
+from bridge.events import Complete, Configured, IdleWindow, PodsResolved, Refresh, event_to_line
 from bridge.fetch import FetchedPage, Fetcher, FetchError, FetchSettings, make_fetcher
 from bridge.fields import FieldTable
 from bridge.health import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRESH_PERIOD_HELP, Health
@@ -348,6 +348,12 @@ class Session:
             # The report's imports (numpy, the builder, the writers: ~0.2 CPU-s) are paid now, once, off the
             # shutdown path: under a 25m limit the grace period is 0.75 CPU-s for everything at the end.
             threading.Thread(target=_import_report_modules, name="report imports", daemon=True).start()
+
+    def record_idle(self, event: IdleWindow) -> None:
+        """A quiet stretch `profile --idle-window` kept (the report's idle baseline), to the events file."""
+        with self._lock:
+            if self.state == "collecting":
+                self.events.write_event(event)
 
     def follow_pods(self, urls: Sequence[str], pods: Sequence[str], event: PodsResolved) -> list[str]:
         """What the pod watch found (sidecar/pod_watch.py): `pods` (NAMESPACE/NAME) join the selection, live and the

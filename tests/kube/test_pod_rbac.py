@@ -35,6 +35,16 @@ def test_gpu_pods_alone_reaches_the_sidecar_and_creates_no_rbac() -> None:
     assert "serviceAccountName" not in pod_of(jobset)
 
 
+def test_roles_reach_the_sidecar() -> None:
+    result = dry_run("--gpu-telemetry", "node1:9400", "--role", "prefill=bench/*-prefill-*", "--role",
+                     "decode=bench/*-decode-*")
+    assert result.exit_code == 0, result.output
+    (jobset,) = yaml.safe_load_all(result.stdout)
+    sidecar = sidecar_of(jobset)
+    assert sidecar is not None
+    assert sidecar["args"][-4:] == ["--role", "prefill=bench/*-prefill-*", "--role", "decode=bench/*-decode-*"]
+
+
 def test_a_selector_gives_the_sidecar_alone_a_projected_token_of_its_own_account() -> None:
     result = dry_run("--namespace", "bench", "--gpu-pod-selector", "bench/app=llama")
     assert result.exit_code == 0, result.output
@@ -72,6 +82,7 @@ def test_a_k8s_item_names_the_exporter_service_the_sidecar_discovers_in() -> Non
     (["--gpu-pod-selector", "bench/llama-*"], "--gpu-pod-selector 'bench/llama-*': 'llama-*' is not a label"),
     (["--gpu-pod-selector", "bench/app=x", "--service-account", "mine"], "--service-account and --gpu-pod-selector"),
     (["--gpu-pods", "bench/x", "--no-gpu-telemetry"], "--no-gpu-telemetry: there is no sidecar"),
+    (["--role", "prefill"], "--role 'prefill': expected NAME=NAMESPACE/GLOB"),
 ])
 def test_bad_pod_options_exit_2_naming_the_flag(args: list[str], message: str) -> None:
     result = CliRunner().invoke(kube, [*BASE, *args])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import pty
 import signal
@@ -197,6 +198,7 @@ def test_aiperfs_own_files_carry_the_telemetry(layout, aiperf, tokenizer, server
     records = [orjson.loads(line) for line in (out / "gpu_telemetry_export.jsonl").read_bytes().splitlines()]
     assert records and all("run_id" in r for r in records)  # the bridge's log, not AIPerf's
     assert "Files:" in result.stdout and str(json_path) in result.stdout.replace("\n", "")
+    _assert_requests_sum(aiperf_dir, prefix, doc)
     # validate rebuilds all of it (JSON, CSV, phase files) over the window AIPerf's files gave, which the events
     # file records as phase marks (issue 43); given that window the way `report` takes it, the same.
     validated = CliRunner().invoke(main, ["validate", str(out)])
@@ -210,6 +212,21 @@ def test_aiperfs_own_files_carry_the_telemetry(layout, aiperf, tokenizer, server
         window = ["--start-ns", str(phase.start_ns), "--end-ns", str(phase.end_ns)]
     given = CliRunner().invoke(main, ["validate", str(out), *window])
     assert given.exit_code == 0, given.output
+
+
+def _assert_requests_sum(aiperf_dir: Path, prefix: str | None, doc: dict) -> None:
+    """Issue 46: each request's energy from AIPerf's own per-request records (profile_export.jsonl, or
+    <prefix>.jsonl), one line per request id; with the unattributed energy they add up to the GPUs' energy."""
+    aiperf_records = (aiperf_dir / f"{prefix or 'profile_export'}.jsonl").read_bytes().splitlines()
+    metadata = [orjson.loads(line)["metadata"] for line in aiperf_records]
+    ids = [m.get("x_request_id") or str(m["session_num"]) for m in metadata if m["benchmark_phase"] == "profiling"]
+    lines = [orjson.loads(line) for line in (aiperf_dir / "gpu_telemetry_requests.jsonl").read_bytes().splitlines()]
+    assert [line["request_id"] for line in lines] == ids and len(ids) == 300
+    block = doc["telemetry_data"]["requests"]
+    assert block["input"]["file"] == f"{prefix or 'profile_export'}.jsonl" and block["requests_attributed"] > 0
+    total = doc["nvidia_total_gpu_energy"]["avg"]
+    parts = math.fsum([*(line["energy_j"] for line in lines), block["unattributed_j"]])
+    assert abs(parts - total) <= 1e-9 * total, (parts, total)
 
 
 def _wait_requests(server: OpenAIMock, count: int, process: subprocess.Popen, deadline_s: float = 120) -> None:
