@@ -7,7 +7,8 @@ allocation, mapped to a part of the pipeline (parse templates, OTLP plans and st
 live report's spool, the record log, health, ...), beside the process's RSS split into what tracemalloc sees and
 what it does not (the interpreter and its modules, libcurl and thread stacks, glibc's free but kept pages).
 
-    .venv/bin/python bench/bench_memory.py [--endpoints 64] [--gpus 8] [--seconds 60] [--no-otlp] [--frames 12]
+    .venv/bin/python bench/bench_memory.py [--endpoints 64] [--gpus 8] [--seconds 60] [--no-otlp] [--frames 4]
+        [--no-trace]    (RSS only: tracemalloc's own records inflate the RSS it is beside)
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--gpus", type=int, default=8)
     args.add_argument("--seconds", type=float, default=60.0)
     args.add_argument("--no-otlp", action="store_true")
-    args.add_argument("--frames", type=int, default=12, help="tracemalloc frames per allocation")
+    args.add_argument("--frames", type=int, default=4, help="tracemalloc frames per allocation")
     args.add_argument("--top", type=int, default=15, help="allocation sites listed")
     args.add_argument("--no-trace", action="store_true", help="RSS only (tracemalloc costs memory of its own)")
     opts = args.parse_args(argv)
@@ -160,6 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         os.environ.setdefault("AIPERF_GPU_COLLECTION_INTERVAL", "0.333")
         session = build_session(resolve_config(flags), otlp)
+        if os.environ.get("BENCH_MALLOPT"):  # experiments: "param=value,..." (glibc mallopt numbers)
+            import ctypes
+
+            libc = ctypes.CDLL("libc.so.6")
+            for pair in os.environ["BENCH_MALLOPT"].split(","):
+                param, value = pair.split("=")
+                libc.mallopt(int(param), int(value))
         session.prepare_artifacts()
         session.configure()
         session.start()

@@ -261,6 +261,7 @@ class Session:
             for probe in self.probes:
                 if probe.page is not None:  # the first scrapes: which endpoints serve the same GPUs (select.py)
                     self.pipeline.preview(probe.url, probe.page)
+                    probe.page = None  # read: a page an endpoint held for the whole run was 80 KB each (issue 48)
             group = self._group = ScrapeGroup(self.fetcher, self.config.collection_interval,
                                               monotonic=self._monotonic, now_ns=self._now_ns)  # one thread for all
             for probe in self.probes:
@@ -282,6 +283,7 @@ class Session:
                 probe = self._probe_with(source, url)
                 if probe.page is not None:  # its first read: which GPUs it serves (select.py)
                     self.pipeline.preview(url, probe.page)
+                    probe.page = None
                 self.probes.append(probe)
             for url in self.loops:
                 if self.pipeline.is_duplicate(url):  # never scraped (shown in /status as `duplicate`)
