@@ -7,7 +7,7 @@ export DCGM_BRIDGE_CACHE ?= $(HOME)/.cache/dcgm-bridge
 # make demo DEMO_DURATION=3 DEMO_OUT=/tmp/d: a short demo elsewhere (tests/test_readme.py runs it so).
 DEMO_OUT ?= artifacts/demo
 
-.PHONY: demo test lint unit servers bench mutate clean
+.PHONY: demo test lint unit servers bench bench-peers mutate clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ unit: $(VENV)/.test
 
 bench: $(VENV)/.test
 	$(BIN)/python bench/run.py
+
+# The sidecar beside Prometheus (agent mode) and vmagent on the same pages, 10 minutes a load (20 in all): not in
+# `make bench`. A quick look: `make bench-peers MINUTES=2`.
+bench-peers: $(VENV)/.test servers
+	$(BIN)/python bench/bench_peers.py $(if $(MINUTES),--minutes $(MINUTES))
 
 # Deliberate faults in the report, the parser, the verdict and the dashboards, each run against only the tests that
 # must catch it (scripts/mutate.py; the dashboard faults use the real servers). Not part of `make test` or CI.

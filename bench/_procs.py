@@ -103,16 +103,21 @@ def start_otlp_sink() -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", OTLP_SINK, str(port)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
+    wait_for_port(port, proc)
+    return proc, f"http://127.0.0.1:{port}/v1/metrics"
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], deadline_s: float = 30.0) -> None:
+    """Until something accepts connections on the loopback port (`proc`, which must not exit meanwhile)."""
+    deadline = time.monotonic() + deadline_s
     while True:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
+                return
         except OSError:
-            if time.monotonic() > deadline:
+            if proc.poll() is not None or time.monotonic() > deadline:
                 raise
             time.sleep(0.02)
-    return proc, f"http://127.0.0.1:{port}/v1/metrics"
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

@@ -10,8 +10,8 @@ Two parts, each its own mode:
   hour in minutes, no HTTP: prerendered pages), RSS every 5 simulated minutes, and with `--trace` the Python
   heap by module (tracemalloc) at 10 minutes and at the end: what grows with endpoints and with time.
 
-Targets (issue #34): CPU <= 100 m and within 1.6x the bare loop; RSS <= 160 MiB and <= 5 MiB of growth over
-the last half of the window; the estimate within 1.5x of the measured figures and never below them.
+Targets (issue #34, RSS issue #48): CPU <= 100 m and within 1.6x the bare loop; RSS <= 100 MiB and under 2 MiB of
+growth from minute 1 to the end; the estimate within 1.5x of the measured figures and never below them.
 
     .venv/bin/python bench/bench_scale.py [--seconds 600] [--endpoints 64] [--gpus 8] [--mig 0] [--no-otlp]
     .venv/bin/python bench/bench_scale.py --accelerated [--minutes 60] [--trace] [--endpoints 64] [--no-otlp]
@@ -39,8 +39,8 @@ NS = 1_000_000_000
 INTERVAL_NS = NS // 3
 TARGET_MILLICORES = 100.0
 TARGET_FLOOR_RATIO = 1.6
-TARGET_RSS_MIB = 160.0
-TARGET_GROWTH_MIB = 5.0
+TARGET_RSS_MIB = 100.0  # issue 48 (issue 34 asked 160)
+TARGET_GROWTH_MIB = 2.0  # issue 48: from minute 1 to the end (issue 34: 5 over the last half)
 TARGET_ESTIMATE_RATIO = 1.5
 QUEUE_PACE_POINTS = 50_000  # the accelerated run waits for the export thread past this (bench_longrun.py)
 
@@ -111,8 +111,8 @@ def in_the_pod(opts: argparse.Namespace) -> dict[str, object]:
     failures = sum(sum(e["failures"].values()) for e in status["endpoints"])
     missed = sum(e["missed_ticks"] for e in status["endpoints"])
     peak = max(marks.values())
-    half = [r for m, r in marks.items() if m >= opts.seconds / 120.0]
-    growth = max(half) - min(half) if half else 0.0
+    first = min((m for m in marks if m >= 1.0), default=min(marks))  # minute 1 (or the first mark of a short run)
+    growth = max(r for m, r in marks.items() if m >= first) - marks[first]
     model = sidecar_model(endpoints=opts.endpoints, gpus_per_endpoint=opts.gpus, mig=opts.mig,
                           otlp=not opts.no_otlp, collection_interval_s=0.333)
     mig = f" × {opts.mig} MIG" if opts.mig else ""
@@ -124,8 +124,8 @@ def in_the_pod(opts: argparse.Namespace) -> dict[str, object]:
           f"{ratio:.2f}x   target <= {TARGET_MILLICORES:g} m and <= {TARGET_FLOOR_RATIO:g}x: "
           f"{procs.verdict(millicores <= TARGET_MILLICORES and ratio <= TARGET_FLOOR_RATIO)}")
     print("  RSS                   " + ", ".join(f"{m:g} min {r:.0f} MiB" for m, r in sorted(marks.items()))
-          + f"   target <= {TARGET_RSS_MIB:g} MiB, growth over the last half <= {TARGET_GROWTH_MIB:g} MiB "
-          f"({growth:.1f}): {procs.verdict(peak <= TARGET_RSS_MIB and growth <= TARGET_GROWTH_MIB)}")
+          + f"   target <= {TARGET_RSS_MIB:g} MiB, growth from minute {first:g} on < {TARGET_GROWTH_MIB:g} MiB "
+          f"({growth:.1f}): {procs.verdict(peak <= TARGET_RSS_MIB and growth < TARGET_GROWTH_MIB)}")
     print_estimate(model, millicores, peak)
     return {"endpoints": opts.endpoints, "gpus": opts.gpus, "mig": opts.mig, "otlp": not opts.no_otlp,
             "millicores": round(millicores, 2), "bare_millicores": round(bare, 2),

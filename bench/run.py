@@ -14,8 +14,11 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).parent
-# RESULTS.md from this heading on is kept by every run: the real-GPU figures (scripts/check-gpu.sh on a device).
+# RESULTS.md from this heading on is kept by every run: the real-GPU figures (scripts/check-gpu.sh on a device),
+# and the sections after it (the peers' table: `make bench-peers`).
 KEPT = "## A real GPU"
+# Too long for `make bench` (10 minutes a load): run on their own, by their make target or `-k`.
+SEPARATE = ("bench_peers.py",)
 
 
 class Tee(io.TextIOBase):
@@ -63,7 +66,7 @@ def main() -> int:
     try:
         print(f"# {started} — {about}", flush=True)
         for script in sorted(HERE.glob("bench_*.py")):
-            if opts.k not in script.name:
+            if opts.k not in script.name or (script.name in SEPARATE and not opts.k):
                 continue
             print(f"\n== {script.name}", flush=True)
             try:

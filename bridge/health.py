@@ -18,6 +18,7 @@ import zlib
 from array import array
 from bisect import bisect_left, insort
 from collections import Counter, deque
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -52,7 +53,7 @@ class RefreshWatch:
     __slots__ = ("_body", "_start_ns", "_mid", "_gaps", "_ordered", "refreshes", "last_new_ns", "period_s")
 
     def __init__(self) -> None:
-        self._body: bytes | tuple[int, int] | None = None
+        self._body: Hashable | None = None
         self._start_ns: int | None = None
         self._mid: float | None = None  # the latest bracket's midpoint
         self._gaps: deque[float] = deque(maxlen=32)  # between the recent midpoints
@@ -65,10 +66,11 @@ class RefreshWatch:
         """The exporter's values change less often than every second scrape at `interval_s`: not fresh."""
         return self.period_s is not None and self.period_s > 2 * interval_s
 
-    def observe(self, body: bytes, start_ns: int) -> bool:
-        """One successful scrape; True when it brought a new refresh. A page over 1 MiB is remembered by its
-        length and CRC, not kept (the parser keeps a normal page anyway: the same object, no extra memory)."""
-        seen: bytes | tuple[int, int] = body if len(body) <= _KEEP_BODY else (len(body), zlib.crc32(body))
+    def observe(self, body: bytes | Hashable, start_ns: int) -> bool:
+        """One successful scrape; True when it brought a new refresh. `body` is the page, or what its content is
+        known by (the pipeline gives a templated page's template and values: `content_key`, so that no copy of
+        the page is kept); a page over 1 MiB is remembered by its length and CRC, not kept."""
+        seen = body if not isinstance(body, bytes) or len(body) <= _KEEP_BODY else (len(body), zlib.crc32(body))
         new = seen != self._body
         if new:
             self.refreshes += 1
@@ -137,7 +139,7 @@ class EndpointStats:
         self.state = "duplicate"
 
     # -- fed by the pipeline -----------------------------------------------------------------------
-    def answered(self, body: bytes, start_ns: int, *, readable: bool, reason: str | None = None) -> bool:
+    def answered(self, body: bytes | Hashable, start_ns: int, *, readable: bool, reason: str | None = None) -> bool:
         """A scrape brought a page (`readable`: a GPU's sample in it; else `reason` says why not, bridge/recognize.py).
         True when the endpoint was down."""
         was_down = self.state == "down"

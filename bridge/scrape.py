@@ -177,9 +177,9 @@ class ScrapeGroup:
                     return
                 look_at = looked
             until = min(look_at, held.deadline())
-            ended = transfers.wait(max(0.0, until - self.monotonic()), self._wake_read)
+            # (no local keeps the ended GETs: their pages, 80 KB each, would stay until the next wake-up, a tick)
+            held.add(transfers.wait(max(0.0, until - self.monotonic()), self._wake_read), self.monotonic())
             woken = self._take_wake_up()
-            held.add(ended, self.monotonic())
             if held.due(self.monotonic(), in_flight=transfers.active, woken=woken):
                 look_at = min(look_at, self._hand_over(held.take()))
 

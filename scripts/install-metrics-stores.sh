@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# VictoriaMetrics (with vmalert and vmalert-tool, shipped in the same package), Prometheus and promtool
-# for the real-stack and rule tests, from Debian trixie's packages.
+# VictoriaMetrics (with vmalert, vmalert-tool and vmagent, shipped in the same package), Prometheus and promtool
+# for the real-stack and rule tests and the peers bench (bench/bench_peers.py), from Debian trixie's packages.
 #
 #   $DCGM_BRIDGE_CACHE/<package>-<upstream version>/   the unpacked .deb (dpkg -x), one per version
 #   $DCGM_BRIDGE_CACHE/bin/<binary name>               symlink to a binary in it (what tests/conftest.py's
@@ -22,6 +22,7 @@ PACKAGES=(
     "victoria-metrics 1.112.0 usr/bin/victoria-metrics"
     "victoria-metrics 1.112.0 usr/bin/vmalert"
     "victoria-metrics 1.112.0 usr/bin/vmalert-tool"
+    "victoria-metrics 1.112.0 usr/bin/vmagent"
     "prometheus 2.53.3 usr/bin/prometheus"
     "promtool 2.53.3 usr/bin/promtool"
 )

@@ -23,14 +23,15 @@ INFLIGHT_KIB_TEXT = 64
 RECORD_KIB = 4  # one parsed request record held by the records manager
 DEFAULT_GPUS_PER_ENDPOINT = 8
 DEFAULT_DURATION_S = 600.0
-# The sidecar's resources: a model fitted to bench/bench_scale.py's measurements at 8, 16, 32 and 64 endpoints
-# x 8 GPUs at 3 Hz, with and without OTLP and with MIG (bench/NOTES.md, "Issue 34", has the figures and the
-# fit). Its memory does not grow with the run's length: the live report's series are spooled to disk, the OTLP
-# queue is a byte budget. Refit when bench/RESULTS.md's scale row moves.
-MODEL_SOURCE = "bench/bench_scale.py, 2026-12-04 and 2026-12-05 (bench/NOTES.md, issue 34)"
-MEMORY_BASE_MIB = 53.0  # the interpreter, its libraries, the HTTP servers, the threads
-MEMORY_MIB_PER_GPU = 0.13  # a GPU (or MIG instance) on a page: template, plans, live series, the page's bytes
-MEMORY_MIB_PER_GPU_OTLP = 0.048  # with OTLP on: the encoder's series and plans, chunk buffers
+# The sidecar's resources: a model fitted to bench measurements at 8 and 64 endpoints x 8 GPUs at 3 Hz, with and
+# without OTLP (CPU: bench/bench_scale.py, bench/NOTES.md "Issue 34"; memory: issue 48's bench/bench_memory.py,
+# bench_scale.py and bench_peers.py, bench/RESULTS.md). Its memory does not grow with the run's length: the live
+# report's series are spooled to disk, the OTLP queue is a byte budget, no page body outlives its scrape. Refit when
+# bench/RESULTS.md's scale row moves.
+MODEL_SOURCE = "bench/bench_scale.py, 2026-12-04 and 2026-12-05 (bench/NOTES.md, issue 34); memory 2026-12-07 (#48)"
+MEMORY_BASE_MIB = 44.0  # the interpreter, its modules and libraries (two OpenSSLs), the HTTP servers, the threads
+MEMORY_MIB_PER_GPU = 0.07  # a GPU (or MIG instance) on a page: parse template, record lines, spool rows
+MEMORY_MIB_PER_GPU_OTLP = 0.04  # with OTLP on: the encoder's series and frame, its share of the chunk buffers
 OTLP_QUEUE_MIB = 16.0  # the OTLP queue's byte budget (otlp/config.py), full only while the receiver is away
 MEMORY_HEADROOM = 1.2
 MEMORY_STEP_MIB = 8

@@ -147,6 +147,7 @@ class EndpointEncoder:
         relabel_config: RelabelConfig = NO_RELABEL,
         units: str = "none",
         start_time: StartTimeMode = "first_seen",
+        buffers: BufferPool | None = None,
     ) -> None:
         self.table = SeriesTable()
         self.relabel = relabel_config
@@ -161,7 +162,8 @@ class EndpointEncoder:
         self._kinds: dict[str, int] = {}  # as last seen: a vanished family keeps its type
         self._kind_of: dict[tuple[str, str | None], tuple[int, str]] = {}  # (name, TYPE) -> (kind, family)
         self._plan: PagePlan | None = None
-        self.buffers = BufferPool(POOL_SIZE)  # its plans' chunk buffers (plan.py), lent to the pages they fill
+        # Its plans' chunk buffers (plan.py), lent to the pages they fill: its own, or the forwarder's shared pool.
+        self.buffers = buffers if buffers is not None else BufferPool(POOL_SIZE)
         self.use_plans = True  # False: every page through the loop (tests compare the two)
 
     def encode(self, page: AnyPage, ctx: PointContext, ts_ns: int) -> EncodedPage:

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 from bridge.otlp.config import OtlpConfig
 from bridge.otlp.encode import ContextCache, EndpointEncoder
-from bridge.otlp.points import Chunk, EncodedPage
+from bridge.otlp.points import BufferPool, Chunk, EncodedPage
 from bridge.otlp.resource import endpoint_attributes
 from bridge.otlp.semconv import page_to_semconv
 from bridge.otlp.transport import Sender, SendResult, make_sender, secrets_of
@@ -129,6 +129,9 @@ class OtlpForwarder:
         self._sleep = sleep if sleep is not None else self._hurry.wait
         self._jitter = jitter
         self._encoders: dict[str, EndpointEncoder] = {}
+        # The encoders' chunk buffers, one pool: a page's buffer is needed while its batch is sent, so what is kept
+        # idle is bounded by a batch's bytes, whatever the number of endpoints (points.py, BufferPool).
+        self._buffers = BufferPool(keep=1 << 16, keep_bytes=config.max_batch_bytes)
         self._queue: deque[_Item] = deque()
         self._carry: list[EncodedPage] = []  # encoded, not yet sent: the first of the next batch
         self._lock = threading.Lock()
@@ -284,7 +287,7 @@ class OtlpForwarder:
 
     def buffers_lent(self) -> int:
         """Chunk buffers lent to encoded pages not given back yet (the batch in flight, carried pages)."""
-        return sum(encoder.buffers.lent for encoder in list(self._encoders.values()))
+        return self._buffers.lent
 
     def export_once(self) -> bool:
         """Encode and send one batch (with its retries). False when there was nothing to send."""
@@ -402,6 +405,7 @@ class OtlpForwarder:
                 relabel_config=self._relabel,
                 units=self.config.units,
                 start_time=self.config.start_time,
+                buffers=self._buffers,
             )
         return encoder
 

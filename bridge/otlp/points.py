@@ -63,15 +63,22 @@ class ContextCache:
 
 
 class BufferPool:
-    """The chunk buffers of one endpoint's plans that no page holds: at most `keep`, each with the version of the
-    frame it holds (a plan takes a new version for each frame it writes, so no two frames share one).
+    """The chunk buffers that no page holds: at most `keep` (and, with `keep_bytes`, at most that many bytes of
+    them), each with the version of the frame it holds (a plan takes a new version for each frame it writes, so no
+    two frames share one, even when plans of several endpoints share the pool).
+
+    An encoder of its own has a pool of its own; the forwarder's encoders share one bounded in bytes (issue 48):
+    a buffer is needed only while its page's batch is sent, so the idle ones are bounded by a batch's bytes, not
+    by `keep` a endpoint (3 × 120 KB × 64 endpoints was 23 MiB of idle buffers).
 
     Thread-safe: pages are filled on the export thread, and `close()` may release carried pages on another.
     """
 
-    def __init__(self, keep: int) -> None:
+    def __init__(self, keep: int, keep_bytes: int | None = None) -> None:
         self.keep = keep
+        self.keep_bytes = keep_bytes
         self._free: list[tuple[bytearray, int]] = []
+        self._free_bytes = 0
         self._lent = 0
         self._versions = 0
         self._lock = threading.Lock()
@@ -87,6 +94,8 @@ class BufferPool:
         with self._lock:
             self._lent += 1
             reused = self._free.pop() if self._free else None  # the last returned: the one warmest in cache
+            if reused is not None:
+                self._free_bytes -= len(reused[0])
         if reused is None:
             return Lease(bytearray(frame), version, self)
         buffer, held = reused
@@ -97,8 +106,10 @@ class BufferPool:
     def _give_back(self, buffer: bytearray, version: int) -> None:
         with self._lock:
             self._lent -= 1
-            if len(self._free) < self.keep:
+            if len(self._free) < self.keep and (self.keep_bytes is None
+                                                or self._free_bytes + len(buffer) <= self.keep_bytes):
                 self._free.append((buffer, version))
+                self._free_bytes += len(buffer)
 
     @property
     def free(self) -> int:

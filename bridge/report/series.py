@@ -221,6 +221,8 @@ class SeriesRows:
         them to disk); `series` then needs all of them back, in order."""
         self.taken += len(self.ts)
         self.ts = array("q")
+        if self.used:  # the map's pages go back to the system until rows fill them again (issue 48: RSS is what a
+            self.buf.madvise(mmap.MADV_DONTNEED)  # series holds now, not the most it ever held)
         self.used = 0
 
     def fill(self, get: Callable[[str], Any]) -> None:

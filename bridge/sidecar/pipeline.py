@@ -257,6 +257,15 @@ class _Notes:
         return True
 
 
+def content_key(parsed: AnyPage, body: bytes) -> object:
+    """What the health's refresh watch knows a page's content by: a templated page by its template and values (the same
+    text around the same values), so that no copy of the body outlives its scrape;
+    any other page by its body."""
+    if isinstance(parsed, TemplatedPage):
+        return parsed.template, parsed.raw
+    return body
+
+
 class Pipeline:
     """Parse, normalise and hand each page to the sinks; note what pages and failures say about endpoints.
 
@@ -297,7 +306,8 @@ class Pipeline:
             # A page that yields no GPU (another vendor's families; an exporter that declares its families and
             # serves no sample because it sees no GPU) is unreadable too, with the reason `parse` gives (issue 44).
             reason = None if page.record_count else no_gpu_reason(page.parsed, fetched.body, self.normalizer.table)
-            if self.health.of(url).answered(fetched.body, fetched.start_ns, readable=reason is None, reason=reason):
+            if self.health.of(url).answered(content_key(page.parsed, fetched.body), fetched.start_ns,
+                                            readable=reason is None, reason=reason):
                 self.events.write_event(EndpointState(page.endpoint, page.start_ns, "up", "scrape succeeded"))
             self.take(page)
             if reason is not None and not page.parsed.dropped:

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from bridge.events import GpuShared
 from bridge.pods import FIX, PodPattern, PodRef
 from bridge.record_log import LineWriter
-from bridge.report.pods import GpuKey, Timelines, pods_of_records
 from bridge.select import Identity, select_pods, shared_gpus
 from bridge.sidecar.pipeline import Page, PageSink, plan_of
+
+if TYPE_CHECKING:  # report/pods.py (and the report's energy, windows) only where --gpu-pods is given (issue 48)
+    from bridge.report.pods import GpuKey
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +64,8 @@ class PodTimelineSink:
     pods (the labels are the template's): they are read from its records once per plan."""
 
     def __init__(self) -> None:
+        from bridge.report.pods import Timelines
+
         self.timelines = Timelines()
         self._pods: dict[str, tuple[int | None, dict[GpuKey, frozenset[PodRef | None]]]] = {}  # display -> plan
 
@@ -68,6 +73,8 @@ class PodTimelineSink:
         plan = plan_of(page)
         known = self._pods.get(page.display)
         if plan is None or known is None or known[0] != plan:
+            from bridge.report.pods import pods_of_records
+
             known = self._pods[page.display] = (plan, pods_of_records(page.display, page.records))
         for key, pods in known[1].items():
             self.timelines.add(key, page.start_ns, pods)

@@ -261,6 +261,7 @@ class Session:
             for probe in self.probes:
                 if probe.page is not None:  # the first scrapes: which endpoints serve the same GPUs (select.py)
                     self.pipeline.preview(probe.url, probe.page)
+                    probe.page = None  # read: a page an endpoint held for the whole run was 80 KB each (issue 48)
             group = self._group = ScrapeGroup(self.fetcher, self.config.collection_interval,
                                               monotonic=self._monotonic, now_ns=self._now_ns)  # one thread for all
             for probe in self.probes:
@@ -282,6 +283,7 @@ class Session:
                 probe = self._probe_with(source, url)
                 if probe.page is not None:  # its first read: which GPUs it serves (select.py)
                     self.pipeline.preview(url, probe.page)
+                    probe.page = None
                 self.probes.append(probe)
             for url in self.loops:
                 if self.pipeline.is_duplicate(url):  # never scraped (shown in /status as `duplicate`)
@@ -345,9 +347,9 @@ class Session:
             for loop in self.loops.values():
                 loop.start()
             self.state = "collecting"
-            # The report's imports (numpy, the builder, the writers: ~0.2 CPU-s) are paid now, once, off the
-            # shutdown path: under a 25m limit the grace period is 0.75 CPU-s for everything at the end.
-            threading.Thread(target=_import_report_modules, name="report imports", daemon=True).start()
+            # The report's modules (numpy, the builder, the writers) are imported when the report is built, not
+            # now: held for the whole run they were 17 MiB of RSS, a quarter of a small sidecar's (issue 48);
+            # at the end they cost ~0.12 CPU-s of the 0.75 CPU-s a 25m limit's grace period gives.
 
     def record_idle(self, event: IdleWindow) -> None:
         """A quiet stretch `profile --idle-window` kept (the report's idle baseline), to the events file."""
@@ -653,14 +655,6 @@ def warn_otlp_losses(stats: dict[str, Any]) -> None:
     if dropped or rejected:
         logger.warning("OTLP: %d points dropped and %d rejected, %d sent (last error: %s)", dropped, rejected,
                        stats.get("sent_points", 0), stats.get("last_error") or "-")
-
-
-def _import_report_modules() -> None:
-    try:
-        import bridge.report.build
-        import bridge.report.write  # noqa: F401
-    except Exception:  # noqa: BLE001 - only a warm-up: the report imports them again (and reports a failure)
-        logger.debug("warming up the report modules failed", exc_info=True)
 
 
 def fetch_settings(config: Config) -> FetchSettings:

@@ -5,7 +5,7 @@ report` reads afterwards — so the two agree (tests/test_longrun.py compares th
 come back from the JSONL log, though: re-reading a long run's log costs several times the shutdown budget
 under a 25m limit (0.75 CPU-s: 30 s × 25m; bench/bench_report.py). `LiveSeries` takes each record as it is
 written, appends its values as one row to its series' spool file (raw float64/int64, nothing kept in
-memory beyond 16 KB per series, so RSS stays flat over hours), and at the end hands `build_report` the
+memory beyond 8-64 KB per series, so RSS stays flat over hours), and at the end hands `build_report` the
 series as memory-mapped arrays. When the spool cannot be written (disk full) and its in-memory fallback
 outgrows its bound, the report falls back to the record log.
 
@@ -42,11 +42,12 @@ logger = logging.getLogger(__name__)
 
 # A series' rows are spooled when they reach its threshold. Each spool write costs ~70 us of the scrape thread
 # however small (an open, an append and a close, two files), so after its first (staggered) spool a series holds
-# its share of _SPOOL_MEMORY before the next: 32 KiB a series at 64 series (2 writes a second at 8 x 8 GPUs and
-# 3 Hz, not 4), never less than _FLUSH_BYTES (~8 s of one GPU at 3 Hz: past 128 series the memory grows with
-# them) nor more than 8 times it.
-_SPOOL_MEMORY = 2 * 1024 * 1024
-_FLUSH_BYTES = 16 * 1024
+# its share of _SPOOL_MEMORY before the next: 16 KiB a series at 64 series (4 writes a second at 8 x 8 GPUs and
+# 3 Hz), never less than _FLUSH_BYTES (~4 s of one GPU at 3 Hz: past 128 series the memory grows with them) nor
+# more than 8 times it. (Halved in issue 48: at 64 x 8 GPUs the rows held were ~5 MiB of a 100 MiB budget, for
+# ~2 millicores of writes saved.)
+_SPOOL_MEMORY = 1024 * 1024
+_FLUSH_BYTES = 8 * 1024
 # Series fill at the same pace, so one threshold would spool all of them in the same scrape (512 MIG series:
 # ~1,000 file writes in one page's processing, tens of ms of the scrape thread). Each series' first threshold
 # is staggered by up to this many eighths of it, and every later one is the same: the series keep the phases
