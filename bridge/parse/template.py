@@ -225,12 +225,6 @@ class TemplatedPage:
     def _remember(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)  # a cache (see the class docstring), not a change
 
-    def again(self) -> TemplatedPage:
-        """A page of the same template and values (a scrape that returned the previous bytes)."""
-        if self._raw is None:
-            return TemplatedPage(self.template, self._values)
-        return TemplatedPage(self.template, raw=self._raw)
-
     @property
     def types(self) -> Mapping[str, str]:
         return self.template.types

@@ -170,18 +170,19 @@ def build_report(
         block.data["measurement"].update(window_and_hash(resolved, *_log_hash(records, record_log), record_log_run,
                                                          events_file))
     attribution = None
-    placed = gpu_roles(vendor_series(series), role_rules, pod_labels) if role_rules or pod_labels else {}
+    gpu_series = vendor_series(series)  # (the GPUs `energy.gpus` holds, in its order)
+    placed = gpu_roles(gpu_series, role_rules, pod_labels) if role_rules or pod_labels else {}
     if placed and energy.gpus:
-        block.data["roles"] = roles_block(vendor_series(series), energy.gpus, placed, energy.duration_s,
+        block.data["roles"] = roles_block(gpu_series, energy.gpus, placed, energy.duration_s,
                                           requests.requests if requests is not None else None)
-    idle = idle_block(vendor_series(series), energy.gpus, idle_windows, resolved) if energy.gpus else None
+    idle = idle_block(gpu_series, energy.gpus, idle_windows, resolved) if energy.gpus else None
     if idle is not None:
         block.data["idle"] = idle
     if requests is not None and resolved.start_ns is not None and resolved.end_ns is not None and energy.gpus:
-        attribution = attribute(requests.requests, zip(vendor_series(series), energy.gpus, strict=True),
+        attribution = attribute(requests.requests, zip(gpu_series, energy.gpus, strict=True),
                                 resolved.start_ns, resolved.end_ns, role_kinds(placed))
         block.data["requests"] = requests_block(attribution, requests)
-        steady = steady_block(vendor_series(series), resolved, requests.requests, energy.total_energy_j)
+        steady = steady_block(gpu_series, resolved, requests.requests, energy.total_energy_j)
         if steady is not None:
             block.data["steady_state"] = steady
     return Report(

@@ -321,11 +321,14 @@ def _side(values: Sequence[tuple[float, float]]) -> tuple[float, float]:
 
 
 def _welch_df(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
-    """Welch-Satterthwaite's degrees of freedom, the run-to-run parts estimated (n − 1 each), the measurement parts
-    counted as known."""
-    sides = [(parts(values), len(values) - 1) for values in (a, b)]
-    total = sum(run + measured for (_, run, measured), _ in sides)
-    denominator = sum(run ** 2 / df for (_, run, _), df in sides)
+    return welch_df([(*parts(values)[1:], len(values)) for values in (a, b)])
+
+
+def welch_df(sides: Sequence[tuple[float, float, int]]) -> float:
+    """Welch-Satterthwaite's degrees of freedom over sides of (run-to-run variance of the mean, the measurement's,
+    runs): the run-to-run parts estimated (n − 1 each), the measurement parts counted as known."""
+    total = sum(run + measured for run, measured, _ in sides)
+    denominator = sum(run ** 2 / (n - 1) for run, _, n in sides if run > 0)
     return total ** 2 / denominator if denominator > 0 else math.inf
 
 

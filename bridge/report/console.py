@@ -94,15 +94,11 @@ def render_console(report: Report, console: Console | None = None) -> None:
     else:
         _print_wide(report, units, console)
     _print_energy(report, console)
-    for line in serving_lines(report.telemetry_data):
-        console.print(escape_text(line), highlight=False)
-    print_verdict(report, console)
-
-
-def escape_text(text: str) -> str:
     from rich.markup import escape
 
-    return escape(text)
+    for line in serving_lines(report.telemetry_data):
+        console.print(escape(line), highlight=False)
+    print_verdict(report, console)
 
 
 _EFFICIENCY_SHOWN = (("j_per_input_token", "J/input token"), ("j_per_output_token", "J/output token"),

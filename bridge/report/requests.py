@@ -32,20 +32,19 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from bridge.report.energy import GpuEnergy
 from bridge.report.refresh import energy_keys
 from bridge.report.series import Series
+from bridge.roles import RoleKind
 
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-RoleKind = Literal["prefill", "decode", "aggregated"]
-ROLE_KINDS: tuple[RoleKind, ...] = ("prefill", "decode", "aggregated")
 REQUESTS_FILE = "gpu_telemetry_requests.jsonl"
 AIPERF_RECORDS_FILE = "profile_export.jsonl"
 # Fewer requests than this in the window: the distribution's tail (p99) rests on too little (verdict reason).

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.report.compare import METRICS, Z95, CompareError, Run, Side, metrics_of, parts, t975
+from bridge.report.compare import METRICS, Z95, CompareError, Run, Side, metrics_of, parts, t975, welch_df
 
 _ALIASES = {"concurrency": "concurrency", "request_rate": "rate", "rate": "rate"}
 THROUGHPUT, PER_TOKEN = "output_token_throughput", "energy_per_output_token"
@@ -40,11 +40,7 @@ def estimate(metric: str, values: Sequence[tuple[float, float]]) -> Estimate:
     mean, run_to_run, measurement = parts(values)
     n = len(values)
     se = math.sqrt(run_to_run + measurement)
-    if n < 2:
-        half = Z95 * se
-    else:
-        df = (run_to_run + measurement) ** 2 / (run_to_run ** 2 / (n - 1)) if run_to_run > 0 else math.inf
-        half = t975(df) * se
+    half = (Z95 if n < 2 else t975(welch_df([(run_to_run, measurement, n)]))) * se
     return Estimate(metric, mean, mean - half, mean + half, n, n < 2)
 
 
@@ -148,8 +144,7 @@ def repeats_for_width(values: Sequence[tuple[float, float]], width: float, most:
     variance = run_to_run * n  # the sample variance
     for total in range(max(n, 2), most + 1):
         spread = variance / total
-        df = (spread + measurement) ** 2 / (spread ** 2 / (total - 1)) if spread > 0 else math.inf
-        if 2 * t975(df) * math.sqrt(spread + measurement) < width * abs(mean):
+        if 2 * t975(welch_df([(spread, measurement, total)])) * math.sqrt(spread + measurement) < width * abs(mean):
             return total
     return None
 

@@ -200,17 +200,10 @@ def _transient(tau: NDArray[np.float64], cum: NDArray[np.float64], i: int) -> fl
     predict (a line from the two on its left, from the two on its right, or a quadratic through the four), the least
     of them: a ramp or a curve that the neighbours follow, or a step at one of its ends, leaves nothing; a transient
     inside it leaves its energy. 0 with fewer than two neighbours."""
-    n = tau.size - 1  # intervals
-
-    def rate(j: int) -> float | None:
-        if not 0 <= j < n or tau[j + 1] <= tau[j]:
-            return None
-        return float(cum[j + 1] - cum[j]) / float(tau[j + 1] - tau[j])
-
-    here = rate(i)
+    here = _interval_rate(tau, cum, i)
     if here is None:
         return 0.0
-    r = {d: rate(i + d) for d in (-2, -1, 1, 2)}
+    r = {d: _interval_rate(tau, cum, i + d) for d in (-2, -1, 1, 2)}
     guesses = []
     if r[-1] is not None and r[-2] is not None:
         guesses.append(2 * r[-1] - r[-2])
@@ -230,19 +223,17 @@ def _step(tau: NDArray[np.float64], cum: NDArray[np.float64], i: int) -> float:
     the step. Power the refreshes follow (a ramp, a curve) leaves nothing, a step ΔP leaves ΔP·h: it moves a reading
     at fraction x of the interval by up to ΔP·h·x(1−x) (exact for a step at the edge; the replayed H200 phases,
     whose load changes at the window's edges, missed by this much at 1-2 s refreshes). 0 without two rates a side."""
-    n = tau.size - 1
-
-    def rate(j: int) -> float | None:
-        if not 0 <= j < n or tau[j + 1] <= tau[j]:
-            return None
-        return float(cum[j + 1] - cum[j]) / float(tau[j + 1] - tau[j])
-
-    left, right = (rate(i - 1), rate(i - 2)), (rate(i + 1), rate(i + 2))
-    if None in left or None in right or tau[i + 1] <= tau[i]:
+    left1, left2, right1, right2 = (_interval_rate(tau, cum, i + d) for d in (-1, -2, 1, 2))
+    if left1 is None or left2 is None or right1 is None or right2 is None or tau[i + 1] <= tau[i]:
         return 0.0
-    foretold_left = 2 * left[0] - left[1]  # type: ignore[operator]
-    foretold_right = 2 * right[0] - right[1]  # type: ignore[operator]
-    return abs(foretold_left - foretold_right) * float(tau[i + 1] - tau[i])
+    return abs((2 * left1 - left2) - (2 * right1 - right2)) * float(tau[i + 1] - tau[i])
+
+
+def _interval_rate(tau: NDArray[np.float64], cum: NDArray[np.float64], j: int) -> float | None:
+    """Refresh interval j's mean rate (counter units per ns); None outside the refreshes or for an empty one."""
+    if not 0 <= j < tau.size - 1 or tau[j + 1] <= tau[j]:
+        return None
+    return float(cum[j + 1] - cum[j]) / float(tau[j + 1] - tau[j])
 
 
 def _interval(tau: NDArray[np.float64], edge: float) -> int | None:

@@ -169,11 +169,7 @@ def find_outputs(command: AiperfCommand, roots: Sequence[Path], since_ns: int, c
     fresh = [p for p in candidates if _written_since(p, since_ns)]
     if not fresh:
         return None
-    json_path = max(fresh, key=lambda p: p.stat().st_mtime_ns)
-    directory = json_path.parent
-    manifest = directory / MANIFEST_FILE
-    return AiperfOutputs(directory, json_path, directory / command.csv_name,
-                         manifest if _written_since(manifest, since_ns) else None)
+    return _outputs_of(command, max(fresh, key=lambda p: p.stat().st_mtime_ns), since_ns)
 
 
 def find_profile_runs(command: AiperfCommand, root: Path, since_ns: int, cwd: Path | None = None,
@@ -184,15 +180,17 @@ def find_profile_runs(command: AiperfCommand, root: Path, since_ns: int, cwd: Pa
     base = cwd or Path.cwd()
     directory = command.artifact_dir or root
     directory = directory if directory.is_absolute() else base / directory
-    found = []
-    for json_path in sorted((directory / "profile_runs").glob(f"run_[0-9]*/{command.json_name}")):
-        if json_path.is_symlink() or not _written_since(json_path, since_ns):
-            continue
-        folder = json_path.parent
-        manifest = folder / MANIFEST_FILE
-        found.append(AiperfOutputs(folder, json_path, folder / command.csv_name,
-                                   manifest if _written_since(manifest, since_ns) else None))
-    return found
+    return [_outputs_of(command, json_path, since_ns)
+            for json_path in sorted((directory / "profile_runs").glob(f"run_[0-9]*/{command.json_name}"))
+            if not json_path.is_symlink() and _written_since(json_path, since_ns)]
+
+
+def _outputs_of(command: AiperfCommand, json_path: Path, since_ns: int) -> AiperfOutputs:
+    """The files of the run whose JSON is `json_path`: its CSV beside it, its phase manifest if written since."""
+    directory = json_path.parent
+    manifest = directory / MANIFEST_FILE
+    return AiperfOutputs(directory, json_path, directory / command.csv_name,
+                         manifest if _written_since(manifest, since_ns) else None)
 
 
 def _written_since(path: Path, since_ns: int) -> bool:
