@@ -10,7 +10,6 @@ before its first run; development reads the figures here, on other seeds, so tha
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import sys
 from pathlib import Path
 
@@ -18,11 +17,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.report.sensor_runs import SHAPES, Judged, RunSpec, judge, loose  # noqa: E402
-
-REFRESHES = (0, 0.1, 0.5, 1, 2, 10, 30)
-WINDOWS = (5, 20, 60, 120, 300)
-SENSORS = (("instant", "continuous"), ("instant", "held"), ("average", "continuous"), ("average", "held"))
+from tests.report.sensor_runs import REFRESHES, SENSORS, SHAPES, grid_specs, judge_groups, loose  # noqa: E402
 
 
 def main() -> int:
@@ -39,15 +34,9 @@ def main() -> int:
         seeds = list(range(int(a), int(b) + 1))
     else:
         seeds = [int(s) for s in args.seeds.split(",")]
-    sensors = [tuple(s.split("/")) for s in args.sensors.split(",")]
-    specs = [RunSpec(shape, float(r) if "." in r else int(r), w, g, c, seed)
-             for shape in args.shapes.split(",") for r in args.refreshes.split(",")
-             for g, c in sensors for w in WINDOWS for seed in seeds]
-    with multiprocessing.get_context("fork").Pool(2) as pool:
-        judged = pool.map(judge, specs, chunksize=8)
-    groups: dict[tuple[str, float, str, str], list[Judged]] = {}
-    for j in judged:
-        groups.setdefault((j.spec.shape, j.spec.refresh_s, j.spec.gauge, j.spec.counter), []).append(j)
+    sensors = [(g, c) for g, c in (s.split("/") for s in args.sensors.split(","))]
+    refreshes = [float(r) if "." in r else int(r) for r in args.refreshes.split(",")]
+    groups = judge_groups(grid_specs(seeds, args.shapes.split(","), refreshes, sensors))
     failing = 0
     for key, group in groups.items():
         valid = [j for j in group if j.valid]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -282,3 +282,30 @@ def loose(group: Sequence[Judged]) -> float | None:
     stated = [(j.uncertainty if j.uncertainty >= 5e-4 * j.truth else min(j.uncertainty, e * j.truth)) / j.truth
               for j, e in zip(valid, errors, strict=True)]
     return float(np.median(stated) / np.median(errors))
+
+
+# Issue 42's grid: a group is one load shape × refresh period × sensor variant, judged over every window length × seed.
+REFRESHES = (0, 0.1, 0.5, 1, 2, 10, 30)
+WINDOWS = (5, 20, 60, 120, 300)
+SENSORS = (("instant", "continuous"), ("instant", "held"), ("average", "continuous"), ("average", "held"))
+GroupKey = tuple[str, float, str, str]  # (shape, refresh s, gauge, counter)
+
+
+def grid_specs(seeds: Iterable[int], shapes: Iterable[str] = SHAPES, refreshes: Iterable[float] = REFRESHES,
+               sensors: Iterable[tuple[str, str]] = SENSORS) -> list[RunSpec]:
+    """Every run of the grid, group by group (shape, refresh, sensors), each group's windows × seeds together."""
+    seeds, sensors = list(seeds), list(sensors)
+    return [RunSpec(shape, refresh_s, window_s, gauge, counter, seed) for shape in shapes for refresh_s in refreshes
+            for gauge, counter in sensors for window_s in WINDOWS for seed in seeds]
+
+
+def judge_groups(specs: Sequence[RunSpec]) -> dict[GroupKey, list[Judged]]:
+    """Judge the runs on two processes (this machine's cores) and gather them by group, in the specs' order."""
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        judged = pool.map(judge, specs, chunksize=8)
+    groups: dict[GroupKey, list[Judged]] = {}
+    for j in judged:
+        groups.setdefault((j.spec.shape, j.spec.refresh_s, j.spec.gauge, j.spec.counter), []).append(j)
+    return groups

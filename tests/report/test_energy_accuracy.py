@@ -22,7 +22,18 @@ from bridge.report.stats import counter_delta_interpolated
 from bridge.report.window import explicit_window
 from bridge.samples import GpuRecord
 from tests.report.helpers import MS, S, rec
-from tests.report.sensor_runs import SHAPES, STEADY_SHAPES, Judged, RunSpec, SettlingSteps, judge, loose
+from tests.report.sensor_runs import (
+    REFRESHES,
+    SENSORS,
+    SHAPES,
+    STEADY_SHAPES,
+    GroupKey,
+    Judged,
+    SettlingSteps,
+    grid_specs,
+    judge_groups,
+    loose,
+)
 
 START = 1_800_000_000 * S
 END = START + 20 * S
@@ -454,28 +465,10 @@ def test_the_missed_power_is_nothing_for_power_the_refreshes_follow_and_the_swin
 # the session's note, and they are never replaced. Development used seeds 0-7 (bench/accuracy_groups.py).
 
 ACCEPTANCE_SEEDS_42 = range(42_001, 42_009)
-REFRESHES_42 = (0, 0.1, 0.5, 1, 2, 10, 30)
-WINDOWS_42 = (5, 20, 60, 120, 300)
-SENSORS_42 = (("instant", "continuous"), ("instant", "held"), ("average", "continuous"), ("average", "held"))
-
-
-def _group_runs(seeds: Sequence[int]) -> dict[tuple[str, float, str, str], list[Judged]]:
-    import multiprocessing
-
-    specs = [RunSpec(shape, refresh_s, window_s, gauge, counter, seed) for shape in SHAPES for refresh_s in REFRESHES_42
-             for gauge, counter in SENSORS_42 for window_s in WINDOWS_42 for seed in seeds]
-    with multiprocessing.get_context("fork").Pool(2) as pool:
-        judged = pool.map(judge, specs, chunksize=16)
-    groups: dict[tuple[str, float, str, str], list[Judged]] = {}
-    for j in judged:
-        groups.setdefault((j.spec.shape, j.spec.refresh_s, j.spec.gauge, j.spec.counter), []).append(j)
-    return groups
-
-
 @functools.cache
-def _acceptance_42() -> dict[tuple[str, float, str, str], list[Judged]]:
-    groups = _group_runs(ACCEPTANCE_SEEDS_42)
-    assert len(groups) == len(SHAPES) * len(REFRESHES_42) * len(SENSORS_42) == 280
+def _acceptance_42() -> dict[GroupKey, list[Judged]]:
+    groups = judge_groups(grid_specs(ACCEPTANCE_SEEDS_42))
+    assert len(groups) == len(SHAPES) * len(REFRESHES) * len(SENSORS) == 280
     assert all(len(g) == 40 for g in groups.values())
     return groups
 
