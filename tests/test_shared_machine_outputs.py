@@ -410,13 +410,23 @@ def test_a_bad_number_in_the_events_file_exits_2_naming_the_file_and_line(tmp_pa
 def test_a_bad_number_in_the_phase_manifest_exits_2_naming_the_file_and_line(tmp_path: Path, literal: str,
                                                                             problem: str) -> None:
     log = _record_log(tmp_path)
-    manifest = tmp_path / "phase_manifest.json"
-    manifest.write_text('{"schema_version": 1,\n "phases": [\n  {"phase_kind": "profiling", "phase_index": 0,\n'
+    manifest = tmp_path / "phase_manifest.json"  # (a phase named as the number, on line 3, is not the number)
+    manifest.write_text('{"schema_version": 1,\n "phases": [\n  {"phase_kind": "profiling", "phase_index": 0, '
+                        f'"phase_name": "{literal}",\n'
                         f'   "start_ns": {T0},\n   "end_ns": {literal}}}]}}\n')
     result = cli(["report", "--jsonl", str(log), "--phase-manifest", str(manifest)])
     assert result.exit_code == 2, result.output
     (line,) = result.output.strip().splitlines()
     assert line.startswith(f"Error: {manifest} line 5: ") and problem in line, line
+
+
+def test_a_bad_number_is_returned_whole_with_what_is_wrong_with_it() -> None:
+    from bridge.report.events import number_problem
+
+    long = "1" * 60
+    assert number_problem('{"a": ' + long + "}") == (long, f"{long[:40]}… is beyond 64 bits")
+    assert number_problem('{"a": [1, -Infinity]}') == ("-Infinity", "-Infinity is not a number")
+    assert number_problem('{"name": "NaN", "a": 1e5}') is None
 
 
 def test_a_record_log_line_with_a_bad_number_is_skipped_and_counted(tmp_path: Path) -> None:

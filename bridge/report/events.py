@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bridge.errors import ReportInputError
 from bridge.events import (
@@ -27,7 +27,7 @@ from bridge.events import (
 )
 from bridge.samples import CounterMode, PhaseMark, ScrapeFailure
 
-__all__ = ["EndpointState", "RunEvents", "events_from_dicts", "load_events", "number_problem"]
+__all__ = ["BadNumber", "EndpointState", "RunEvents", "events_from_dicts", "load_events", "number_problem"]
 
 
 @dataclass(frozen=True)
@@ -108,8 +108,17 @@ def load_events(path: Path, *, strict: bool = False) -> RunEvents:
     return replace(events, skipped=events.skipped + len(bad)) if bad else events
 
 
-class _BadNumber(ValueError):
-    pass
+class BadNumber(NamedTuple):
+    """A number no event or phase can hold: `literal` as the JSON text writes it, `message` what is wrong with it."""
+
+    literal: str
+    message: str
+
+
+class _BadNumberError(ValueError):
+    def __init__(self, literal: str, message: str) -> None:
+        super().__init__(message)
+        self.found = BadNumber(literal, message)
 
 
 _INT64 = 2**63
@@ -121,30 +130,30 @@ _SUSPECT = re.compile(rb"NaN|Infinity|\d{19}|[eE][+-]?\d{2}")
 def _whole(literal: str) -> int:
     value = int(literal) if len(literal) <= 40 else _INT64
     if not -_INT64 <= value < _INT64:
-        raise _BadNumber(f"{literal[:40]}{'…' if len(literal) > 40 else ''} is beyond 64 bits")
+        raise _BadNumberError(literal, f"{literal[:40]}{'…' if len(literal) > 40 else ''} is beyond 64 bits")
     return value
 
 
 def _real(literal: str) -> float:
     value = float(literal)
     if not math.isfinite(value) or abs(value) >= _INT64:
-        raise _BadNumber(f"{literal[:40]} is beyond any time, count or value the file holds")
+        raise _BadNumberError(literal, f"{literal[:40]} is beyond any time, count or value the file holds")
     return value
 
 
 def _constant(name: str) -> float:
-    raise _BadNumber(f"{name} is not a number")
+    raise _BadNumberError(name, f"{name} is not a number")
 
 
-def number_problem(text: bytes | str) -> str | None:
-    """What is wrong with the first number of a JSON text no event or phase can hold (an integer beyond 64 bits,
-    NaN or Infinity, a magnitude of 2^63 or more), or None, also for text that is not JSON at all (another rule's)."""
+def number_problem(text: bytes | str) -> BadNumber | None:
+    """The first number of a JSON text no event or phase can hold (an integer beyond 64 bits, NaN or Infinity, a
+    magnitude of 2^63 or more), or None, also for text that is not JSON at all (another rule's)."""
     if not _SUSPECT.search(text if isinstance(text, bytes) else text.encode()):
         return None
     try:
         json.loads(text, parse_int=_whole, parse_float=_real, parse_constant=_constant)
-    except _BadNumber as exc:
-        return str(exc)
+    except _BadNumberError as exc:
+        return exc.found
     except ValueError:
         return None
     return None
@@ -163,5 +172,5 @@ def first_bad_number_line(path: Path) -> tuple[int, str] | None:
             number += 1
             problem = number_problem(line)
             if problem is not None:
-                return number, problem
+                return number, problem.message
     return None

@@ -8,6 +8,7 @@ the end of a counter; `aiperf` widens the whole window to `[start, end + grace]`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -137,11 +138,13 @@ def load_manifest(path: Path) -> list[Phase]:
         text = manifest.read_bytes()
     except OSError as exc:
         raise WindowError(f"{manifest}: cannot read the phase manifest ({exc.strerror or exc})") from None
-    problem = number_problem(text)  # beyond 64 bits, NaN, a huge exponent: named with its line, never a traceback
-    if problem is not None:
-        literal = problem.split(" ", 1)[0].rstrip("…").encode()
-        line = text[:max(0, text.find(literal))].count(b"\n") + 1
-        raise WindowError(f"{manifest} line {line}: {problem}; the phase manifest was edited or damaged: correct it")
+    bad = number_problem(text)  # beyond 64 bits, NaN, a huge exponent: named with its line, never a traceback
+    if bad is not None:
+        # The literal as a JSON value (after `:`, `[` or `,`), not the same letters inside a string such as a name.
+        at = re.search(rb"(?<=[:\[,\s])" + re.escape(bad.literal.encode()) + rb"(?=[\s,\]}])", text)
+        line = text[:at.start() if at else 0].count(b"\n") + 1
+        raise WindowError(f"{manifest} line {line}: {bad.message}; the phase manifest was edited or damaged: "
+                          "correct it")
     try:
         doc: Any = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
