@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal, NamedTuple
 
 from bridge.samples import NOT_FAILED_SCRAPES, MetricKind
 
@@ -97,7 +97,7 @@ def render_console(report: Report, console: Console | None = None) -> None:
     from rich.markup import escape
 
     for line in serving_lines(report.telemetry_data):
-        console.print(escape(line), highlight=False)
+        console.print(escape(line.text), highlight=False)
     print_verdict(report, console)
 
 
@@ -105,9 +105,18 @@ _EFFICIENCY_SHOWN = (("j_per_input_token", "J/input token"), ("j_per_output_toke
                      ("j_per_token", "J/token"))
 
 
-def serving_lines(block: Mapping[str, Any]) -> list[str]:
-    """One line per serving role (`roles`) and one for the requests' energy (`requests`), for the console and the
-    HTML: energy ± uncertainty, average power, efficiency; the per-request distribution and what no request took."""
+class ServingLine(NamedTuple):
+    """One line of the serving summary, tagged with what it shows so the HTML need not read its text."""
+
+    kind: Literal["role", "idle", "steady", "requests"]
+    text: str
+    role: str | None = None  # the role's name, for kind "role"
+
+
+def serving_lines(block: Mapping[str, Any]) -> list[ServingLine]:
+    """One line per serving role (`roles`), the idle baseline, the steady state and the requests' energy
+    (`requests`), for the console and the HTML: energy ± uncertainty, average power, efficiency; the per-request
+    distribution and what no request took."""
     lines = []
     for name, role in (block.get("roles") or {}).items():
         parts = [f"Role {name} ({role['kind']}, {plural(len(role['gpus']), 'GPU')}):"]
@@ -121,7 +130,7 @@ def serving_lines(block: Mapping[str, Any]) -> list[str]:
         parts.extend(f", {text}" for text in shown)
         if role.get("reasons"):
             parts.append(f" [{', '.join(role['reasons'])}]")
-        lines.append(" ".join(parts).replace(" ,", ","))
+        lines.append(ServingLine("role", " ".join(parts).replace(" ,", ","), name))
     idle = block.get("idle")
     if idle:
         text = "Idle baseline: " + ("none usable" if idle.get("idle_j") is None else
@@ -131,17 +140,18 @@ def serving_lines(block: Mapping[str, Any]) -> list[str]:
         text += f" (idle power per GPU {', '.join(powers)})" if powers else ""
         if idle.get("reasons"):
             text += f" [{', '.join(idle['reasons'])}]"
-        lines.append(text)
+        lines.append(ServingLine("idle", text))
     steady = block.get("steady_state")
     if steady:
         whole = steady.get("window_j_per_output_token")
         beside = f" (whole window {whole:.4g} J/output token)" if whole is not None else ""
         if steady.get("found"):
             per = steady.get("j_per_output_token")
-            lines.append(f"Steady state: {steady['duration_s']:.1f} s at {steady['concurrency']:.1f} requests in flight"
-                         + (f", {per:.4g} J/output token" if per is not None else "") + beside)
+            text = (f"Steady state: {steady['duration_s']:.1f} s at {steady['concurrency']:.1f} requests in flight"
+                    + (f", {per:.4g} J/output token" if per is not None else "") + beside)
         else:
-            lines.append(f"Steady state: none (longest {steady['longest_s']:.1f} s){beside}")
+            text = f"Steady state: none (longest {steady['longest_s']:.1f} s){beside}"
+        lines.append(ServingLine("steady", text))
     requests = block.get("requests")
     if requests:
         per = requests.get("energy_per_request_j") or {}
@@ -156,7 +166,7 @@ def serving_lines(block: Mapping[str, Any]) -> list[str]:
         text += f"; each request in {requests['file']}"
         if requests.get("reasons"):
             text += f" [{', '.join(requests['reasons'])}]"
-        lines.append(text)
+        lines.append(ServingLine("requests", text))
     return lines
 
 

@@ -415,13 +415,12 @@ def _serving(report: Report) -> str:
     if not lines:
         return ""
     rows = []
-    names = list(block.get("roles") or {})
-    for i, line in enumerate(lines):
-        role = names[i] if i < len(names) else None
-        attrs = f' data-role="{_e(role)}" data-energy-j="{block["roles"][role].get("energy_j")}"' if role else \
-            ' data-idle="1"' if line.startswith("Idle baseline") else \
-            ' data-steady="1"' if line.startswith("Steady state") else ' data-requests="1"'
-        rows.append(f"<tr{attrs}><td>{_code(line)}</td></tr>")
+    for line in lines:
+        if line.role is not None:
+            attrs = f' data-role="{_e(line.role)}" data-energy-j="{block["roles"][line.role].get("energy_j")}"'
+        else:
+            attrs = f' data-{line.kind}="1"'
+        rows.append(f"<tr{attrs}><td>{_code(line.text)}</td></tr>")
     return f'<h2>Energy per role, idle and request</h2>\n<table class="phases">{"".join(rows)}</table>'
 
 

@@ -53,3 +53,16 @@ def test_a_load_that_never_holds_still_has_no_steady_state(tmp_path):
     built = _run(tmp_path, [float(k) for k in range(30)], 40.0, 30.0)
     steady = built.telemetry_data["steady_state"]
     assert steady["found"] is False and steady["reasons"] == ["no_steady_state"]
+
+
+def test_the_steady_state_line_is_tagged_for_the_console_and_the_html(tmp_path):
+    from bridge.report.console import serving_lines
+    from bridge.report.html import render_html
+
+    built = _run(tmp_path, [0.5 * k for k in range(56)], 2.0, 30.0)
+    lines = serving_lines(built.telemetry_data)
+    steady = [line for line in lines if line.kind == "steady"]
+    assert len(steady) == 1 and steady[0].text.startswith("Steady state: ") and steady[0].role is None
+    assert [line.kind for line in lines] == ["steady", "requests"]
+    page = render_html(built)
+    assert page.count('data-steady="1"') == 1 and page.count('data-requests="1"') == 1 and "data-role=" not in page
