@@ -6,21 +6,16 @@ points filled. Inline SVG drawn here, nothing fetched; the data rides along as e
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 
 from bridge.report.compare import METRICS, Row, Side
-from bridge.report.html import script_json
+from bridge.report.html import esc, script_json
 from bridge.report.sweep import COLUMNS, Point
 
 VERDICT_COLOR = {"better": "#2ca02c", "worse": "#d62728", "inconclusive": "#7f7f7f", "higher": "#1f77b4",
                  "lower": "#1f77b4"}
 W, LEFT, RIGHT, ROW_H, TOP = 760, 250, 90, 22, 26
 CW, CH, CL, CR, CT, CB = 560, 240, 64, 16, 16, 34
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
 
 
 def _forest(index: int, other: Side, rows: Sequence[Row]) -> tuple[str, list[dict[str, object]]]:
@@ -42,17 +37,17 @@ def _forest(index: int, other: Side, rows: Sequence[Row]) -> tuple[str, list[dic
         color = VERDICT_COLOR.get(r.verdict, "#7f7f7f")
         mark = " *" if r.measurement_only else ""
         parts.append(
-            f'<g class="row" data-metric="{_e(r.metric)}" data-relative="{d:.6g}" data-verdict="{_e(r.verdict)}">'
-            f'<title>{_e(r.name)}: {d:+.2f} % [{lo:+.2f}, {hi:+.2f}] {_e(r.verdict)}{mark}</title>'
-            f'<text class="label" x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end">{_e(r.name)}{mark}</text>'
+            f'<g class="row" data-metric="{esc(r.metric)}" data-relative="{d:.6g}" data-verdict="{esc(r.verdict)}">'
+            f'<title>{esc(r.name)}: {d:+.2f} % [{lo:+.2f}, {hi:+.2f}] {esc(r.verdict)}{mark}</title>'
+            f'<text class="label" x="{LEFT - 8}" y="{y + 4:.1f}" text-anchor="end">{esc(r.name)}{mark}</text>'
             f'<line x1="{x(lo):.1f}" x2="{x(hi):.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="{color}" stroke-width="2"/>'
             f'<circle cx="{x(d):.1f}" cy="{y:.1f}" r="4" fill="{color}"/>'
-            f'<text class="verdict" x="{W - RIGHT + 6}" y="{y + 4:.1f}" fill="{color}">{_e(r.verdict)}</text></g>')
+            f'<text class="verdict" x="{W - RIGHT + 6}" y="{y + 4:.1f}" fill="{color}">{esc(r.verdict)}</text></g>')
         data.append({"metric": r.metric, "relative": [d, lo, hi], "verdict": r.verdict})
     for v in (-reach / 1.1, 0.0, reach / 1.1):
         parts.append(f'<text class="axis" x="{x(v):.1f}" y="{height - 6}" text-anchor="middle">{v:+.3g} %</text>')
     parts.append("</svg>")
-    caption = f"{_e(other.folder)} against the baseline ({len(other.runs)} run{'s' if len(other.runs) > 1 else ''})"
+    caption = f"{esc(other.folder)} against the baseline ({len(other.runs)} run{'s' if len(other.runs) > 1 else ''})"
     return f'<figure class="panel"><figcaption>{caption}</figcaption>{"".join(parts)}</figure>', data
 
 
@@ -78,22 +73,22 @@ def _curve(index: int, metric: str, unit: str, points: Sequence[Point], key: str
     band = " ".join(f"{x(v):.1f},{y(e.high):.1f}" for v, e, _ in known) + " " + \
         " ".join(f"{x(v):.1f},{y(e.low):.1f}" for v, e, _ in reversed(known))
     line = " ".join(f"{x(v):.1f},{y(e.mean):.1f}" for v, e, _ in known)
-    parts = [f'<svg class="sweep" data-sweep="{index}" data-metric="{_e(metric)}" viewBox="0 0 {CW} {CH}" '
-             f'role="img" aria-label="{_e(metric)} against {_e(key)}">',
+    parts = [f'<svg class="sweep" data-sweep="{index}" data-metric="{esc(metric)}" viewBox="0 0 {CW} {CH}" '
+             f'role="img" aria-label="{esc(metric)} against {esc(key)}">',
              f'<polygon class="band" points="{band}"/>', f'<polyline class="mean" points="{line}"/>']
     for v, e, front in known:
         parts.append(f'<circle cx="{x(v):.1f}" cy="{y(e.mean):.1f}" r="4" class="{"front" if front else "point"}">'
-                     f'<title>{_e(key)} {v:g}: {e.mean:.4g} [{e.low:.4g}, {e.high:.4g}] {_e(unit)}'
+                     f'<title>{esc(key)} {v:g}: {e.mean:.4g} [{e.low:.4g}, {e.high:.4g}] {esc(unit)}'
                      f'{" (Pareto front)" if front else ""}</title></circle>'
                      f'<text class="axis" x="{x(v):.1f}" y="{CH - 18}" text-anchor="middle">{v:g}</text>')
     for v in (y0 + pad, y1 - pad):
         parts.append(f'<text class="axis" x="{CL - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.4g}</text>')
-    parts.append(f'<text class="axis" x="{CL + plot_w / 2:.1f}" y="{CH - 4}" text-anchor="middle">{_e(key)}</text>'
+    parts.append(f'<text class="axis" x="{CL + plot_w / 2:.1f}" y="{CH - 4}" text-anchor="middle">{esc(key)}</text>'
                  "</svg>")
     data: dict[str, object] = {"metric": metric, "x": xs, "mean": [e.mean for _, e, _ in known], "low": lows,
                                "high": highs, "front": [f for _, _, f in known]}
     name = next((n for k, n, _, _ in METRICS if k == metric), metric)
-    return (f'<figure class="panel"><figcaption>{_e(name)} ({_e(unit)}) against {_e(key)}</figcaption>'
+    return (f'<figure class="panel"><figcaption>{esc(name)} ({esc(unit)}) against {esc(key)}</figcaption>'
             f'{"".join(parts)}</figure>'), data
 
 
@@ -113,12 +108,12 @@ def render_compare_html(baseline: Side, others: Sequence[Side], results: Sequenc
                 curves.append(svg)
                 curve_data.append(cdata)
     left_out = [str(p) for s in (baseline, *others) for p in s.left_out]
-    notes = "".join(f"<li>left out (measurement NOT valid): {_e(p)}</li>" for p in left_out)
-    sweep_html = (f"<h2>Sweep over {_e(key)}</h2><p>Mean and 95 % interval (band) per value; filled points: the "
+    notes = "".join(f"<li>left out (measurement NOT valid): {esc(p)}</li>" for p in left_out)
+    sweep_html = (f"<h2>Sweep over {esc(key)}</h2><p>Mean and 95 % interval (band) per value; filled points: the "
                   "Pareto front (no other value has more throughput and less energy per token).</p>"
                   f'<div class="grid2">{"".join(curves)}</div>') if curves else ""
     return _PAGE.format(
-        baseline=_e(baseline.folder), runs=len(baseline.runs), notes=f"<ul>{notes}</ul>" if notes else "",
+        baseline=esc(baseline.folder), runs=len(baseline.runs), notes=f"<ul>{notes}</ul>" if notes else "",
         forests="".join(forests) or "<p>One folder: nothing to compare with it.</p>", sweep=sweep_html,
         data=script_json({"forests": forest_data, "sweeps": curve_data}), style=_STYLE, script=_SCRIPT)
 

@@ -107,7 +107,7 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
             chart_data[f"c{n}"] = data
     legend = "".join(
         f'<li><svg width="26" height="10"><line x1="0" y1="5" x2="26" y2="5" stroke="{c}" stroke-width="2.5"'
-        f' stroke-dasharray="{d}"/></svg>{_e(label)}</li>' for label, (c, d) in styles.items())
+        f' stroke-dasharray="{d}"/></svg>{esc(label)}</li>' for label, (c, d) in styles.items())
     started = datetime.fromtimestamp(origin / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if series else "-"
     gpus = _gpus_text(report)
     cards = [("Records", f"{report.records:,}"), ("GPUs", gpus), ("Started", started),
@@ -137,11 +137,11 @@ def render_html(report: Report, records: Path | str | Iterable[GpuRecord] | None
     cards += [(f"Endpoint {s.display}", (f"up: {s.reason}" if s.reason else "up") if s.up_at_end  # (--gpu-pods)
                else f"down: {s.reason or 'unreachable'}")
               for s in report.endpoints]
-    card_html = "".join(f'<div class="card"><span>{_e(k)}</span><b>{_code(v)}</b></div>' for k, v in cards)
+    card_html = "".join(f'<div class="card"><span>{esc(k)}</span><b>{_code(v)}</b></div>' for k, v in cards)
     phases = _phase_energy(report, series, origin, last)
-    run_meta = f'<meta name="{RUN_META}" content="{_e(run_id)}">\n' if run_id else ""
+    run_meta = f'<meta name="{RUN_META}" content="{esc(run_id)}">\n' if run_id else ""
     return _PAGE.format(
-        run_meta=run_meta, title=_e(title), cards=card_html, legend=legend, charts="\n".join(charts),
+        run_meta=run_meta, title=esc(title), cards=card_html, legend=legend, charts="\n".join(charts),
         phases=_phase_table(phases), serving=_serving(report), console=_console(report),
         data=script_json(chart_data), script=_SCRIPT, style=_STYLE,
     )
@@ -346,14 +346,14 @@ def _chart(chart_id: str, spec: ChartSpec, lines: list[Line], bands: list[Band],
         return TOP + plot_h * (1 - (v - low) / (high - low))
 
     parts = [f'<svg class="chart" data-chart="{chart_id}" viewBox="0 0 {W} {H}" role="img" '
-             f'aria-label="{_e(spec.title)} per GPU">']
+             f'aria-label="{esc(spec.title)} per GPU">']
     for band in bands:
         x0, x1 = x(max(band.start_s, 0.0)), x(min(band.end_s, span_s))
         if x1 > x0:
             fill = PHASE_FILL.get(band.kind, "#9b9b9b")
             parts.append(f'<rect class="phase" x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" height="{plot_h}" '
-                         f'fill="{fill}" fill-opacity="0.13"><title>{_e(band.name)}</title></rect>'
-                         f'<text class="phase-label" x="{x0 + 4:.1f}" y="{TOP + 12}">{_e(band.name)}</text>')
+                         f'fill="{fill}" fill-opacity="0.13"><title>{esc(band.name)}</title></rect>'
+                         f'<text class="phase-label" x="{x0 + 4:.1f}" y="{TOP + 12}">{esc(band.name)}</text>')
     tick = low
     while tick <= high + step / 2:
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{W - RIGHT}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
@@ -367,9 +367,9 @@ def _chart(chart_id: str, spec: ChartSpec, lines: list[Line], bands: list[Band],
     for line in lines:
         path = " ".join(f"{'M' if i == 0 else 'L'}{x(t):.1f},{y(v):.1f}" for i, (t, v) in enumerate(line.points))
         parts.append(f'<path d="{path}" fill="none" stroke="{line.color}" stroke-width="1.6" '
-                     f'stroke-dasharray="{line.dash}"><title>{_e(line.label)}</title></path>')
-    parts.append(f'<text class="unit" x="{LEFT}" y="{TOP - 3}">{_e(spec.unit)}</text></svg>')
-    svg = (f'<figure class="panel"><figcaption>{_e(spec.title)} ({_e(spec.unit)})</figcaption>'
+                     f'stroke-dasharray="{line.dash}"><title>{esc(line.label)}</title></path>')
+    parts.append(f'<text class="unit" x="{LEFT}" y="{TOP - 3}">{esc(spec.unit)}</text></svg>')
+    svg = (f'<figure class="panel"><figcaption>{esc(spec.title)} ({esc(spec.unit)})</figcaption>'
            f'<div class="plot">{"".join(parts)}<div class="tip" hidden></div></div></figure>')
     data: dict[str, object] = {
         "unit": spec.unit, "span": span_s, "low": low, "high": high,
@@ -394,12 +394,12 @@ def _phase_table(phases: Sequence[PhaseEnergy]) -> str:
         stated = f' data-uncertainty-j="{p.uncertainty_j:.3f}"' if p.uncertainty_j is not None else ""
         if p.uncertainty_j is not None and p.energy_j is not None:
             energy += f" ± {_joules(p.uncertainty_j)}"
-        vendor = f' data-vendor="{_e(p.vendor)}"' if p.vendor else ""
+        vendor = f' data-vendor="{esc(p.vendor)}"' if p.vendor else ""
         named = f"{p.name} ({p.vendor})" if p.vendor else p.name
-        rows.append(f'<tr data-phase="{_e(p.name)}" data-energy-j="{joules}"{vendor}{stated}><td>{_e(named)}</td>'
-                    f"<td>{_e(p.kind)}</td><td class='num'>{offset(p.start_s)}</td>"
+        rows.append(f'<tr data-phase="{esc(p.name)}" data-energy-j="{joules}"{vendor}{stated}><td>{esc(named)}</td>'
+                    f"<td>{esc(p.kind)}</td><td class='num'>{offset(p.start_s)}</td>"
                     f"<td>{p.duration_s:,.1f} s</td><td class='num'>{energy}</td><td class='num'>{power}</td>"
-                    f"<td class='bars'>{bar}</td><td>{_e(p.source)}</td></tr>")
+                    f"<td class='bars'>{bar}</td><td>{esc(p.source)}</td></tr>")
     head = ("<tr><th>Phase</th><th>Kind</th><th>Start</th><th>Duration</th><th>Energy</th>"
             "<th>Mean power</th><th></th><th>Source</th></tr>")
     return f'<table class="phases">{head}{"".join(rows)}</table>'
@@ -417,7 +417,7 @@ def _serving(report: Report) -> str:
     rows = []
     for line in lines:
         if line.role is not None:
-            attrs = f' data-role="{_e(line.role)}" data-energy-j="{block["roles"][line.role].get("energy_j")}"'
+            attrs = f' data-role="{esc(line.role)}" data-energy-j="{block["roles"][line.role].get("energy_j")}"'
         else:
             attrs = f' data-{line.kind}="1"'
         rows.append(f"<tr{attrs}><td>{_code(line.text)}</td></tr>")
@@ -436,7 +436,8 @@ def _console(report: Report) -> str:
 
 
 # -- formatting -------------------------------------------------------------------------------------
-def _e(text: object) -> str:
+def esc(text: object) -> str:
+    """Text or an attribute's value, escaped for HTML (quotes too): the one escape of every page we write."""
     return html.escape(str(text), quote=True)
 
 
@@ -455,7 +456,7 @@ def offset(seconds: float) -> str:
 
 def _code(text: object) -> str:
     """Escaped text whose `quoted` parts (a command to run, a flag) show as code, not as raw backticks."""
-    return re.sub(r"`([^`<>]+)`", r"<code>\1</code>", _e(text))
+    return re.sub(r"`([^`<>]+)`", r"<code>\1</code>", esc(text))
 
 
 def _clock(seconds: float) -> str:
