@@ -12,9 +12,13 @@ log it names. The report is rebuilt from the record log and the events file as `
   rows in AIPerf's `Metric,Value` section) and of each per-phase file against the rebuild: a missing or extra
   key, GPU or row, a value of another JSON type (a number written as a string), another string (a unit) or a
   number off by more than 1e-9 relative is a difference, named by its path and both values (`report_differs`);
-  so is every other report below ARTIFACT_DIR that stores the same record log's SHA-256 (window included);
+  so is every other report below ARTIFACT_DIR that stores the same record log's SHA-256 (window included;
+  AIPerf's profile_runs/ apart, each over its own window);
   a CSV or phase file that is a link is named, never read (bridge/files.py `read_output`);
 - the verdict recomputed.
+
+A folder of runs (`profile --repeat`'s run_NNNN/, AIPerf's profile_runs/run_NNNN/) is checked run by run
+(`validate_folder`), valid when every run is.
 
 Exit 0 valid, 1 not valid, 2 unreadable input (README "Exit codes").
 """
@@ -46,6 +50,7 @@ SHOWN = 20  # differences listed; the rest counted
 # Checked apart (the hashes against the files, the window against the marks), so left out of the value diff.
 _HASHES = ("/telemetry_data/measurement/record_log/sha256", "/telemetry_data/measurement/events/sha256")
 _APART = ("/telemetry_data/measurement/window", *_HASHES)
+PROFILE_RUNS = "profile_runs"  # AIPerf's multi-run layout (`--num-profile-runs`): profile_runs/run_NNNN/
 
 
 @dataclass
@@ -86,19 +91,92 @@ def validate(artifact_dir: Path, start_ns: int | None, end_ns: int | None, grace
     from bridge.report.cli import check_window_flags
 
     check_window_flags(start_ns, end_ns)
-    result = validate_run(artifact_dir, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
-                          phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id,
-                          metrics_csv=metrics_csv, gpu_pods=gpu_pods, gpu_pod_selectors=gpu_pod_selectors,
-                          roles=roles)
+    result = validate_folder(artifact_dir, start_ns=start_ns, end_ns=end_ns, grace_ns=grace_ns,
+                             phase_manifest=phase_manifest, counter_mode=counter_mode, run_id=run_id,
+                             metrics_csv=metrics_csv, gpu_pods=gpu_pods, gpu_pod_selectors=gpu_pod_selectors,
+                             roles=roles)
     for line in result.lines:
         click.echo(line)
     raise SystemExit(0 if result.valid else 1)
 
 
-def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int | None = None,
-                 grace_ns: int | None = None, phase_manifest: Path | None = None, counter_mode: str | None = None,
-                 run_id: str | None = None, metrics_csv: tuple[str, ...] = (), gpu_pods: tuple[str, ...] = (),
+def validate_folder(artifact_dir: Path, **flags: Any) -> Validation:
+    """ARTIFACT_DIR's run and each run below it, every one as `validate_run` checks a run; valid when all are.
+
+    `profile --repeat N` writes each repeat as a run of its own in `run_NNNN/` (and nothing at the top): each is
+    validated alone. AIPerf's `--num-profile-runs N` under `profile` writes `profile_runs/run_NNNN/` beside the
+    bridge's report over the whole session: each run's report is rebuilt from the top's record log and events over
+    that run's window, taken from its files as `profile` took it (its phase manifest, else its JSON's start_time and
+    end_time)."""
+    from bridge.record_log import EVENTS_FILE
+
+    repeats = [] if (artifact_dir / EVENTS_FILE).is_file() else _run_folders(artifact_dir, EVENTS_FILE)
+    if repeats:
+        return _with_runs(None, [(p.name, validate_run(p, **flags)) for p in repeats])
+    top = validate_run(artifact_dir, **flags)
+    runs = _run_folders(artifact_dir / PROFILE_RUNS, "*.json")
+    if not runs:
+        return top
+    rest = {k: v for k, v in flags.items() if k not in ("start_ns", "end_ns", "phase_manifest")}
+    return _with_runs(top, [(f"{PROFILE_RUNS}/{p.name}", _validate_profile_run(artifact_dir, p, rest)) for p in runs])
+
+
+def _run_folders(folder: Path, holding: str) -> list[Path]:
+    """`folder/run_NNNN/` folders (not links) holding a file matching `holding`, in run order."""
+    found = [p for p in folder.glob("run_[0-9]*") if p.is_dir() and not p.is_symlink() and any(p.glob(holding))]
+    return sorted(found)
+
+
+def _validate_profile_run(artifact_dir: Path, folder: Path, flags: dict[str, Any]) -> Validation:
+    """One of AIPerf's profile_runs/run_NNNN/, over the window `profile` gave it (sidecar/profile.py
+    `_merge_profile_runs`)."""
+    from bridge.report.window import MANIFEST_FILE, phase_from_document
+
+    try:
+        (_, doc), *_ = _find_reports(folder, "")
+    except ReportInputError as exc:  # (AIPerf's JSON alone: `profile` found no window for it, or it was removed)
+        return Validation(False, ["no_report"], [str(exc)])
+    manifest = folder / MANIFEST_FILE
+    if manifest.is_file():
+        return validate_run(artifact_dir, reports_in=folder, phase_manifest=manifest, **flags)
+    phase = phase_from_document(doc)
+    if phase is None or phase.start_ns is None or phase.end_ns is None:
+        return Validation(False, ["no_window"], [f"no {MANIFEST_FILE} nor start_time and end_time in {folder}: "
+                                                 "no window to rebuild its report over"])
+    return validate_run(artifact_dir, reports_in=folder, start_ns=phase.start_ns, end_ns=phase.end_ns,
+                        window_from="its JSON's start_time and end_time", **flags)
+
+
+def _with_runs(top: Validation | None, runs: list[tuple[str, Validation]]) -> Validation:
+    """The top's lines (when it is a run), then a line per run below it, its details under it when it is NOT
+    valid, then one line for all."""
+    from bridge.report.console import plural
+
+    lines = list(top.lines) if top is not None else []
+    for name, result in runs:
+        lines.append(f"{name}: {result.lines[-1]}")
+        if not result.valid:
+            lines.extend(f"  {line}" for line in result.lines[:-1])
+    failed = [name for name, result in runs if not result.valid]
+    reasons = list(dict.fromkeys(r for _, result in runs for r in result.reasons))
+    if top is not None and not top.valid:
+        failed.insert(0, "the top report")
+        reasons = list(dict.fromkeys([*top.reasons, *reasons]))
+    if failed:
+        lines.append(f"measurement NOT valid: {', '.join(reasons)} — in {', '.join(failed)}")
+    else:
+        lines.append(f"measurement valid ({'the top report and ' if top else ''}{plural(len(runs), 'run')})")
+    return Validation(not failed, reasons, lines)
+
+
+def validate_run(artifact_dir: Path, *, reports_in: Path | None = None, start_ns: int | None = None,
+                 end_ns: int | None = None, window_from: str = "--start-ns/--end-ns", grace_ns: int | None = None,
+                 phase_manifest: Path | None = None, counter_mode: str | None = None, run_id: str | None = None,
+                 metrics_csv: tuple[str, ...] = (), gpu_pods: tuple[str, ...] = (),
                  gpu_pod_selectors: tuple[str, ...] = (), roles: tuple[str, ...] = ()) -> Validation:
+    """One run: its events file and record log at or below `artifact_dir`, its report (and the copies of it) at or
+    below `reports_in` (default `artifact_dir`, AIPerf's profile_runs/ left to `validate_folder`), rebuilt over the
+    window the flags give (`window_from` names --start-ns/--end-ns' source)."""
     from bridge.fields import default_table, table_with_custom
     from bridge.pods import parse_pod_patterns
     from bridge.record_log import EVENTS_FILE, EXPORT_FILE
@@ -112,7 +190,7 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
     log = next((p for p in (events.parent / EXPORT_FILE, events.parent / f"{EXPORT_FILE}.gz") if p.is_file()), None)
     if log is None:
         raise ReportInputError(f"validate: no {EXPORT_FILE} (or .gz) beside {events}: nothing to rebuild from")
-    (report_path, doc), *others = _find_reports(artifact_dir, log.name)
+    (report_path, doc), *others = _find_reports(reports_in or artifact_dir, log.name)
     pods = parse_pod_patterns(gpu_pods)
     role_rules = parse_roles(roles)
     try:
@@ -139,7 +217,7 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
     lines = [f"report: {report_path}"]
     reasons = _check_hashes(verdict, rebuilt, {"record_log": ("record log", log), "events": ("events", events)},
                             lines)
-    source = "--start-ns/--end-ns" if start_ns is not None else f"{phase_manifest}" if phase_manifest else \
+    source = window_from if start_ns is not None else f"{phase_manifest}" if phase_manifest else \
         "the events file's phase marks"
     window = rebuilt.telemetry_data.get("measurement", {}).get("window")
     lines.append(f"window: {_window_text(window)} (from {source})")
@@ -155,7 +233,7 @@ def validate_run(artifact_dir: Path, *, start_ns: int | None = None, end_ns: int
             lines.append(f"report: {path} (built from the same record log)")
             more, found = compare_report(path, other, rebuilt, skip=_HASHES)
             checked += more
-            differ += [f"/{path.relative_to(artifact_dir).as_posix()}{line}" for line in found]
+            differ += [f"/{path.relative_to(reports_in or artifact_dir).as_posix()}{line}" for line in found]
     if differ:
         reasons.append("report_differs")
         lines.append(f"values: {len(differ)} of {checked} differ from the rebuild (stored vs rebuilt):")
@@ -469,7 +547,7 @@ def _find_reports(root: Path, log_name: str) -> list[tuple[Path, dict[str, Any]]
 
     candidates: list[tuple[Path, dict[str, Any]]] = []
     for path in sorted(root.rglob("*.json"), key=lambda p: (len(p.parts), str(p))):
-        if "phases" in path.relative_to(root).parts:
+        if {"phases", PROFILE_RUNS} & set(path.relative_to(root).parts):  # (a run's phases; AIPerf's runs: apart)
             continue
         try:
             doc = orjson.loads(read_output(path))  # a link is none of ours (the writer never makes one): skipped

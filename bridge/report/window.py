@@ -9,8 +9,10 @@ the end of a counter; `aiperf` widens the whole window to `[start, end + grace]`
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -180,3 +182,24 @@ def _opt_int(value: object) -> int | None:
     if not -2**63 <= number < 2**63:  # (a string of digits; a JSON number is checked with its line above)
         raise ValueError(f"{str(value)[:40]} is beyond 64 bits")
     return number
+
+
+def phase_from_document(document: Mapping[str, Any]) -> Phase | None:
+    """The profiling window of a run with one phase: the JSON's start_time and end_time (the requests end,
+    or the moment of the cancel), naive local time with µs precision."""
+    start, end = _local_ns(document.get("start_time")), _local_ns(document.get("end_time"))
+    if start is None:
+        return None
+    return Phase("profiling", "profiling", 0, start, end, 0, bool(document.get("was_cancelled")))
+
+
+def _local_ns(value: Any) -> int | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:  # AIPerf writes datetime.fromtimestamp(): this machine's local time
+        return (int(time.mktime(moment.timetuple())) * 1_000_000 + moment.microsecond) * 1000
+    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000

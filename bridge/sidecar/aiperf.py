@@ -18,16 +18,14 @@ Plain functions over the argument list and the artifact directory (read in the 0
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bridge.report.window import MANIFEST_FILE, Phase, WindowError, load_manifest
+from bridge.report.window import MANIFEST_FILE, Phase, WindowError, load_manifest, phase_from_document
 
 logger = logging.getLogger(__name__)
 
@@ -225,27 +223,6 @@ def read_result(outputs: AiperfOutputs) -> AiperfResult:
             phases = [phase]
     cancelled = cancelled or any(p.was_cancelled for p in phases if p.kind == "profiling")
     return AiperfResult(phases, cancelled, document)
-
-
-def phase_from_document(document: Mapping[str, Any]) -> Phase | None:
-    """The profiling window of a run with one phase: the JSON's start_time and end_time (the requests end,
-    or the moment of the cancel), naive local time with µs precision."""
-    start, end = _local_ns(document.get("start_time")), _local_ns(document.get("end_time"))
-    if start is None:
-        return None
-    return Phase("profiling", "profiling", 0, start, end, 0, bool(document.get("was_cancelled")))
-
-
-def _local_ns(value: Any) -> int | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:  # AIPerf writes datetime.fromtimestamp(): this machine's local time
-        return (int(time.mktime(moment.timetuple())) * 1_000_000 + moment.microsecond) * 1000
-    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -194,8 +194,9 @@ def _merge_profile_runs(session: Session, aiperf: AiperfCommand, run: ProfileRun
     from the run's phase manifest, else its JSON's start and end), so `dcgm-bridge compare` reads the folder as
     repeats. The bridge's own report over the whole session stays in its folder."""
     from bridge.report.cli import rebuild
+    from bridge.report.window import phase_from_document
     from bridge.report.write import ReportWriteError, write_report
-    from bridge.sidecar.aiperf import find_profile_runs, phase_from_document
+    from bridge.sidecar.aiperf import find_profile_runs
 
     runs = find_profile_runs(aiperf, Path(session.config.artifact_dir), started_ns)
     merged = []
@@ -203,12 +204,13 @@ def _merge_profile_runs(session: Session, aiperf: AiperfCommand, run: ProfileRun
         result = read_result(outputs)
         phase = phase_from_document(result.document) if outputs.manifest is None and result.document else None
         try:
+            # (the session's log holds its one run: built as `report` and `validate` build it, with no --run-id)
             if outputs.manifest is not None:
                 built = rebuild(session.records.path, session.events.path, phase_manifest=outputs.manifest,
-                                table=session.table, run_id=session.run_id)
+                                table=session.table)
             elif phase is not None and phase.start_ns is not None and phase.end_ns is not None:
                 built = rebuild(session.records.path, session.events.path, start_ns=phase.start_ns,
-                                end_ns=phase.end_ns, table=session.table, run_id=session.run_id)
+                                end_ns=phase.end_ns, table=session.table)
             else:
                 run.notes.append(f"{outputs.json_path}: no window in AIPerf's files; that run has no telemetry")
                 continue

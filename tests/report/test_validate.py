@@ -557,3 +557,66 @@ def test_a_report_written_in_another_time_zone_is_valid_in_this_one(run: Path) -
         _not_valid(_validate(run), "report_differs", "/telemetry_data/summary/start_time")
     finally:
         zone(before)
+
+
+# --- a folder of runs: `profile --repeat`'s run_NNNN/, AIPerf's --num-profile-runs profile_runs/run_NNNN/ ----------
+
+
+def test_each_repeat_below_the_folder_is_validated_and_an_edited_one_is_named(honest: Path, tmp_path: Path) -> None:
+    """`profile --repeat 2` writes each repeat as a run of its own in run_NNNN/ and nothing at the top."""
+    out = tmp_path / "out"
+    for k in (1, 2):
+        shutil.copytree(honest, out / f"run_{k:04d}")
+    result = _validate(out)
+    assert result.exit_code == 0, result.output
+    assert "run_0001: measurement valid\n" in result.output and "run_0002: measurement valid\n" in result.output
+    assert result.output.rstrip().endswith("measurement valid (2 runs)")
+    _edit_report(out / "run_0002", lambda doc: doc["nvidia_total_gpu_energy"].update(unit="kJ"))
+    edited = _validate(out)
+    _not_valid(edited, "report_differs", "run_0001: measurement valid\n",
+               "run_0002: measurement NOT valid: report_differs", '/nvidia_total_gpu_energy/unit: "kJ"')
+    assert edited.output.rstrip().endswith("in run_0002")
+
+
+def _local_time(ns: int) -> str:
+    """As AIPerf writes start_time and end_time: this machine's local time, naive, to the µs."""
+    from datetime import datetime
+
+    return datetime.fromtimestamp(ns // S).replace(microsecond=ns // 1000 % 1_000_000).isoformat()
+
+
+def _profile_runs(directory: Path) -> Path:
+    """AIPerf's `--num-profile-runs 2` under `profile`: the bridge's report over the whole session at the top, and
+    each run's JSON merged with the report of its own window: run 1's from its phase manifest, run 2's from its
+    JSON's start_time and end_time (as sidecar/profile.py `_merge_profile_runs` builds them)."""
+    halves = ((PROFILING[0], PROFILING[0] + 3 * S), (PROFILING[0] + 3 * S, PROFILING[1]))
+    for k, (start, end) in enumerate(halves, 1):
+        folder = directory / "profile_runs" / f"run_{k:04d}"
+        folder.mkdir(parents=True)
+        json_path = folder / "profile_export_aiperf.json"
+        json_path.write_bytes(orjson.dumps({**AIPERF_JSON, "start_time": _local_time(start),
+                                            "end_time": _local_time(end)}))
+        if k == 1:
+            (folder / "phase_manifest.json").write_bytes(orjson.dumps({"schema_version": 1, "phases": [
+                {"phase_name": "profiling", "phase_kind": "profiling", "phase_index": 0, "profiling_index": 0,
+                 "start_ns": start, "end_ns": end}]}))
+            window = ["--phase-manifest", str(folder / "phase_manifest.json")]
+        else:
+            window = ["--start-ns", str(start), "--end-ns", str(end)]
+        assert _report(directory, *window, "-o", str(json_path)).exit_code == 0
+    return directory
+
+
+def test_each_of_aiperfs_profile_runs_is_validated_over_its_own_window(run: Path) -> None:
+    folder = _profile_runs(run)
+    result = _validate(folder)
+    assert result.exit_code == 0, result.output
+    assert "profile_runs/run_0001: measurement valid\n" in result.output
+    assert "profile_runs/run_0002: measurement valid\n" in result.output
+    assert result.output.rstrip().endswith("measurement valid (the top report and 2 runs)")
+    _edit_report(folder / "profile_runs" / "run_0002", lambda doc: doc["nvidia_total_gpu_energy"].update(avg=1.0))
+    edited = _validate(folder)
+    _not_valid(edited, "report_differs", "profile_runs/run_0001: measurement valid\n",
+               "profile_runs/run_0002: measurement NOT valid: report_differs",
+               "(from its JSON's start_time and end_time)", "/nvidia_total_gpu_energy/avg: 1.0")
+    assert edited.output.rstrip().endswith("in profile_runs/run_0002")

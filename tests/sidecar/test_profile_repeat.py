@@ -50,6 +50,13 @@ def test_three_repeats_each_in_its_own_folder_with_its_own_records(tmp_path, mon
     assert compared.exit_code == 0, compared.output
     rows = orjson.loads(compared.output)["until_width"]["folders"][0]["metrics"]
     assert {r["metric"]: r["runs"] for r in rows}["total_gpu_energy"] == 3
+    # validate checks each repeat's report against a rebuild from its own files (its verdict may still be NOT
+    # valid for this busy machine's scrapes, never for a difference from what the sidecar wrote).
+    checked = CliRunner().invoke(main, ["validate", str(out)])
+    assert checked.exit_code in (0, 1) and "Traceback" not in checked.output, checked.output
+    assert [line.split(":")[0] for line in checked.output.splitlines() if line.startswith("run_")] == \
+        ["run_0001", "run_0002", "run_0003"]
+    assert not {"report_differs", "hash_mismatch", "window_differs"} & set(checked.output.replace(",", " ").split())
 
 
 def test_a_failing_repeat_stops_the_series_and_a_held_folder_is_refused(tmp_path, monkeypatch) -> None:

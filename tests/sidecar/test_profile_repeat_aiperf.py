@@ -91,3 +91,8 @@ def test_aiperfs_own_profile_runs_each_get_their_window(aiperf, tokenizer, serve
     assert compared.exit_code == 0, compared.output
     rows = orjson.loads(compared.output)["until_width"]["folders"][0]["metrics"]
     assert {r["metric"]: r["runs"] for r in rows}["energy_per_output_token"] == 2
+    checked = CliRunner().invoke(main, ["validate", str(out)])  # each run against a rebuild over its own window
+    assert checked.exit_code in (0, 1) and "Traceback" not in checked.output, checked.output
+    assert "profile_runs/run_0001: measurement" in checked.output and "profile_runs/run_0002: measurement" in \
+        checked.output
+    assert not {"report_differs", "hash_mismatch", "window_differs"} & set(checked.output.replace(",", " ").split())
