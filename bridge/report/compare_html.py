@@ -52,8 +52,9 @@ def _forest(index: int, other: Side, rows: Sequence[Row]) -> tuple[str, list[dic
 
 
 def _curve(index: int, metric: str, unit: str, points: Sequence[Point], key: str) -> tuple[str, dict[str, object]]:
-    """One metric against the swept value: the means joined, the intervals a band, the Pareto front filled."""
-    known = [(p.value, p.estimates[metric], p.on_front) for p in points if metric in p.estimates]
+    """One metric against the swept value: the means joined, the intervals a band, the Pareto front filled, the
+    points tied with it ringed."""
+    known = [(p.value, p.estimates[metric], p) for p in points if metric in p.estimates]
     xs = [v for v, _, _ in known]
     lows = [e.low for _, e, _ in known]
     highs = [e.high for _, e, _ in known]
@@ -76,17 +77,20 @@ def _curve(index: int, metric: str, unit: str, points: Sequence[Point], key: str
     parts = [f'<svg class="sweep" data-sweep="{index}" data-metric="{esc(metric)}" viewBox="0 0 {CW} {CH}" '
              f'role="img" aria-label="{esc(metric)} against {esc(key)}">',
              f'<polygon class="band" points="{band}"/>', f'<polyline class="mean" points="{line}"/>']
-    for v, e, front in known:
-        parts.append(f'<circle cx="{x(v):.1f}" cy="{y(e.mean):.1f}" r="4" class="{"front" if front else "point"}">'
-                     f'<title>{esc(key)} {v:g}: {e.mean:.4g} [{e.low:.4g}, {e.high:.4g}] {esc(unit)}'
-                     f'{" (Pareto front)" if front else ""}</title></circle>'
+    for v, e, p in known:
+        kind, said = ("front", " (Pareto front)") if p.on_front else ("tied", " (tied with the Pareto front)") \
+            if p.tied else ("point", "")
+        parts.append(f'<circle cx="{x(v):.1f}" cy="{y(e.mean):.1f}" r="4" class="{kind}">'
+                     f'<title>{esc(key)} {v:g}: {e.mean:.4g} [{e.low:.4g}, {e.high:.4g}] {esc(unit)}{said}</title>'
+                     '</circle>'
                      f'<text class="axis" x="{x(v):.1f}" y="{CH - 18}" text-anchor="middle">{v:g}</text>')
     for v in (y0 + pad, y1 - pad):
         parts.append(f'<text class="axis" x="{CL - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.4g}</text>')
     parts.append(f'<text class="axis" x="{CL + plot_w / 2:.1f}" y="{CH - 4}" text-anchor="middle">{esc(key)}</text>'
                  "</svg>")
     data: dict[str, object] = {"metric": metric, "x": xs, "mean": [e.mean for _, e, _ in known], "low": lows,
-                               "high": highs, "front": [f for _, _, f in known]}
+                               "high": highs, "front": [p.on_front for _, _, p in known],
+                               "tied": [p.tied for _, _, p in known]}
     name = next((n for k, n, _, _ in METRICS if k == metric), metric)
     return (f'<figure class="panel"><figcaption>{esc(name)} ({esc(unit)}) against {esc(key)}</figcaption>'
             f'{"".join(parts)}</figure>'), data
@@ -110,7 +114,8 @@ def render_compare_html(baseline: Side, others: Sequence[Side], results: Sequenc
     left_out = [str(p) for s in (baseline, *others) for p in s.left_out]
     notes = "".join(f"<li>left out (measurement NOT valid): {esc(p)}</li>" for p in left_out)
     sweep_html = (f"<h2>Sweep over {esc(key)}</h2><p>Mean and 95 % interval (band) per value; filled points: the "
-                  "Pareto front (no other value has more throughput and less energy per token).</p>"
+                  "Pareto front (no other value has more throughput and less energy per token); ringed: tied with "
+                  "it (beaten by the means, never beyond both intervals).</p>"
                   f'<div class="grid2">{"".join(curves)}</div>') if curves else ""
     return _PAGE.format(
         baseline=esc(baseline.folder), runs=len(baseline.runs), notes=f"<ul>{notes}</ul>" if notes else "",
@@ -127,7 +132,7 @@ h1{font-size:22px;margin:0 0 12px}h2{font-size:17px;margin:28px 0 10px}p,li{font
 svg{width:100%;height:auto;display:block}.axis{font-size:10px;fill:#666}.label,.verdict{font-size:12px}
 .zero{stroke:#333;stroke-dasharray:3 3}.band{fill:#1f77b4;fill-opacity:.18;stroke:none}
 .mean{fill:none;stroke:#1f77b4;stroke-width:1.8}.point{fill:#fff;stroke:#1f77b4;stroke-width:1.8}
-.front{fill:#ff7f0e;stroke:#ff7f0e}
+.front{fill:#ff7f0e;stroke:#ff7f0e}.tied{fill:#fff;stroke:#ff7f0e;stroke-width:2.4}
 """
 
 _SCRIPT = r"""

@@ -97,11 +97,13 @@ class Point:
     value: float
     estimates: dict[str, Estimate]
     on_front: bool
+    tied: bool = False  # off the front by the means, but no point beats it beyond both intervals (`tied_with_front`)
 
 
 def sweep(sides: Sequence[Side], key: str) -> list[Point]:
     """The configurations ordered by KEY's value, each on the Pareto front of higher throughput and lower energy
-    per token (by their means) or not. A folder whose runs lack KEY or disagree on it: CompareError."""
+    per token (by their means), tied with it (`tied_with_front`) or neither. A folder whose runs lack KEY or
+    disagree on it: CompareError."""
     valued: list[tuple[float, Side]] = []
     for side in sides:
         found = {sweep_value(run, key) for run in side.runs}
@@ -118,9 +120,11 @@ def sweep(sides: Sequence[Side], key: str) -> list[Point]:
         raise CompareError(f"--sweep {key}: two folders have the same value; give one folder per value")
     valued.sort(key=lambda p: p[0])
     estimates = [side_estimates(side) for _, side in valued]
-    front = pareto_front([(e.get(THROUGHPUT), e.get(PER_TOKEN)) for e in estimates])
-    return [Point(side, value, est, i in front) for i, ((value, side), est) in enumerate(zip(valued, estimates,
-                                                                                             strict=True))]
+    pairs = [(e.get(THROUGHPUT), e.get(PER_TOKEN)) for e in estimates]
+    front = pareto_front(pairs)
+    tied = tied_with_front(pairs, front)
+    return [Point(side, value, est, i in front, i in tied)
+            for i, ((value, side), est) in enumerate(zip(valued, estimates, strict=True))]
 
 
 def pareto_front(points: Sequence[tuple[Estimate | None, Estimate | None]]) -> set[int]:
@@ -129,6 +133,15 @@ def pareto_front(points: Sequence[tuple[Estimate | None, Estimate | None]]) -> s
     known = [(i, t.mean, e.mean) for i, (t, e) in enumerate(points) if t is not None and e is not None]
     return {i for i, t, e in known
             if not any(t2 >= t and e2 <= e and (t2 > t or e2 < e) for j, t2, e2 in known if j != i)}
+
+
+def tied_with_front(points: Sequence[tuple[Estimate | None, Estimate | None]], front: set[int]) -> set[int]:
+    """The indices of the points off the front by their means that no point beats beyond the intervals: every point
+    with more throughput and less energy per token has an interval that overlaps the point's in at least one of the
+    two, so the runs cannot tell that it is worse. A point beaten beyond both intervals is not tied."""
+    known = [(i, t, e) for i, (t, e) in enumerate(points) if t is not None and e is not None]
+    return {i for i, t, e in known if i not in front
+            and not any(t2.low > t.high and e2.high < e.low for j, t2, e2 in known if j != i)}
 
 
 def repeats_for_width(values: Sequence[tuple[float, float]], width: float, most: int = 1000) -> int | None:
@@ -186,7 +199,7 @@ def width_lines(side: Side, width: float) -> list[str]:
 def as_json(points: Sequence[Point], key: str) -> dict[str, Any]:
     return {"sweep": key, "points": [
         {"folder": str(p.side.folder), "value": p.value, "runs": [str(r.path) for r in p.side.runs],
-         "left_out_not_valid": [str(x) for x in p.side.left_out], "pareto_front": p.on_front,
+         "left_out_not_valid": [str(x) for x in p.side.left_out], "pareto_front": p.on_front, "pareto_tied": p.tied,
          "metrics": {k: {"mean": e.mean, "interval": [e.low, e.high], "runs": e.runs,
                          "run_to_run_unknown": e.run_to_run_unknown} for k, e in p.estimates.items()}}
         for p in points]}
@@ -198,7 +211,7 @@ COLUMNS = ((THROUGHPUT, "tokens/s"), (PER_TOKEN, "mJ/token"), ("average_gpu_powe
 
 def render(points: Sequence[Point], key: str) -> list[str]:
     """One line per configuration, 80 columns: KEY's value, runs, then each column's mean ± half-width; `*` marks
-    the Pareto front, `~` an interval that is the measurement's alone (one run)."""
+    the Pareto front, `=` a point tied with it, `~` an interval that is the measurement's alone (one run)."""
     head = f"{'value':>10} {'n':>3}" + "".join(f" {unit:>15}" for _, unit in COLUMNS) + " F"
     lines = [f"sweep over {key}: each folder's mean ± its 95 % half-width", head]
     for p in points:
@@ -210,9 +223,12 @@ def render(points: Sequence[Point], key: str) -> list[str]:
                 continue
             mark = "~" if e.run_to_run_unknown else " "
             cells.append(f" {_short(e.mean):>7}±{_short((e.high - e.low) / 2):<6}{mark}")
-        lines.append(f"{p.value:>10g} {len(p.side.runs):>3}" + "".join(cells) + (" *" if p.on_front else ""))
+        lines.append(f"{p.value:>10g} {len(p.side.runs):>3}" + "".join(cells)
+                     + (" *" if p.on_front else " =" if p.tied else ""))
     lines.append("± the 95 % interval's half-width; ~ one run: the measurement's alone")
     lines.append("* on the Pareto front: no other point has more throughput and less mJ/token")
+    if any(p.tied for p in points):
+        lines.append("= tied with the front: beaten by the means, never beyond both intervals")
     for p in points:
         for path in p.side.left_out:
             lines.append(f"left out (measurement NOT valid): {path}")

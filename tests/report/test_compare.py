@@ -236,6 +236,34 @@ def test_a_sweep_is_ordered_by_its_key_with_each_points_interval_and_the_pareto_
     assert [line.endswith("*") for line in rows[2:6]] == [False, True, True, False]
 
 
+def test_a_point_beaten_by_the_means_but_not_beyond_the_intervals_is_tied_with_the_front(tmp_path: Path) -> None:
+    # Three repeats at 0.99, 1 and 1.01 of each value: every interval about ± 2.5 % of its mean (t(2) × 1 % / √3).
+    # 16 is beaten by 8 by the means (340 < 350 tokens/s, 3.55 > 3.5 mJ) by less than that: tied. 1 and 32 are
+    # beaten by 4 by far more in both (100 and 250 against 300 tokens/s, 5 and 4 against 3 mJ): not tied.
+    points = {1: (100.0, 5.0), 4: (300.0, 3.0), 8: (350.0, 3.5), 16: (340.0, 3.55), 32: (250.0, 4.0)}
+    for c, (throughput, per_token) in points.items():
+        _sweep_point(tmp_path / f"c{c}", c, throughput, per_token, repeats=3)
+    folders = [str(tmp_path / f"c{c}") for c in points]
+    result = CliRunner().invoke(main, ["compare", "--sweep", "concurrency", "--json", *folders])
+    assert result.exit_code == 0, result.output
+    doc = orjson.loads(result.output)
+    assert [p["value"] for p in doc["points"]] == [1, 4, 8, 16, 32]
+    assert [p["pareto_front"] for p in doc["points"]] == [False, True, True, False, False]
+    assert [p["pareto_tied"] for p in doc["points"]] == [False, False, False, True, False]
+    eight, sixteen = (doc["points"][i]["metrics"]["output_token_throughput"]["interval"] for i in (2, 3))
+    assert eight[0] < sixteen[1]  # (the intervals do overlap, as constructed)
+    console = CliRunner().invoke(main, ["compare", "--sweep", "concurrency", *folders], env={"COLUMNS": "80"})
+    rows = console.output.splitlines()
+    assert [line.endswith(" *") for line in rows[2:7]] == [False, True, True, False, False], console.output
+    assert [line.endswith(" =") for line in rows[2:7]] == [False, False, False, True, False], console.output
+    assert "= tied with the front: beaten by the means, never beyond both intervals" in console.output
+    page = tmp_path / "compare.html"
+    drawn = CliRunner().invoke(main, ["compare", "--sweep", "concurrency", "--html", str(page), *folders])
+    assert drawn.exit_code == 0, drawn.output
+    text = page.read_text(encoding="utf-8")
+    assert text.count('class="tied"') == 4 and text.count("(tied with the Pareto front)") == 4  # one per curve
+
+
 def test_a_sweep_key_no_folder_holds_or_that_differs_within_a_folder_is_one_line(tmp_path: Path) -> None:
     _sweep_point(tmp_path / "c1", 1, 100.0, 5.0)
     _sweep_point(tmp_path / "c2", 2, 180.0, 4.0)
