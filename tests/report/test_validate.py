@@ -160,7 +160,11 @@ def test_a_report_the_sidecar_wrote_is_valid(tmp_path: Path, monkeypatch: pytest
     assert result.exit_code == 0, result.output
     monkeypatch.delenv("AIPERF_GPU_FINAL_SCRAPE_GRACE_NS")  # validate takes it from the events file
     validated = _validate(tmp_path / "out")
-    assert validated.exit_code == 0, validated.output
+    # The sidecar's own verdict stands: a loaded machine can rightly leave this short window's coverage low
+    # (low_coverage); validate must reach the same verdict from the files, with nothing differing.
+    stored = _json(tmp_path / "out" / "profile_export_aiperf.json")["telemetry_data"]["measurement"]
+    assert validated.exit_code == (0 if stored["valid"] else 1), (stored["reasons"], validated.output)
+    assert "all equal to the rebuild's" in validated.output, validated.output
     assert "grace_ns 200000000 (from the events file's phase marks)" in validated.output
     assert validated.output.count("SHA-256 matches the report's") == 2
 
