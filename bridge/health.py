@@ -36,7 +36,7 @@ LAST_REFRESH_HELP = "When a scrape first saw the DCGM endpoint's current values 
 EndpointState = Literal["pending", "up", "down", "unreadable", "duplicate", "stopped"]
 
 _KEEP_BODY = 1 << 20
-_LATENESS_KEPT = 4096  # recent tick lateness samples per endpoint; the older half goes when full
+_LATENESS_KEPT = 1024  # recent tick lateness samples per endpoint (~6 min at 3 Hz), a ring allocated whole
 
 
 class RefreshWatch:
@@ -97,7 +97,8 @@ class RefreshWatch:
 
 @dataclass
 class EndpointStats:
-    """One endpoint's health. Written on the scrape thread; read from any thread (each field is replaced whole)."""
+    """One endpoint's health. Written on the scrape thread; read from any thread (each field is replaced whole,
+    the lateness ring a slot at a time)."""
 
     url: str  # redacted
     scrapes: int = 0  # scrapes that brought a page (readable or not)
@@ -108,9 +109,10 @@ class EndpointStats:
     last_error_ns: int | None = None
     state: EndpointState = "pending"
     last_duration_s: float | None = None
-    # Recent tick lateness (bounded), as float64s: 8 bytes a tick, not a float object and a list slot (32: 8 MiB
-    # over the first 23 minutes at 64 endpoints, bench/NOTES.md).
-    lateness_s: array[float] = field(default_factory=lambda: array("d"))
+    # Recent tick lateness: a ring of float64s allocated whole at the start, so the sidecar's memory is flat from
+    # its first minute (8 KiB an endpoint; a growing record rose ~0.1 MiB a minute at 64 endpoints, issue 48).
+    lateness_s: array[float] = field(default_factory=lambda: array("d", bytes(8 * _LATENESS_KEPT)))
+    late_ticks: int = 0  # lateness samples ever taken; the ring holds the last _LATENESS_KEPT
     refresh: RefreshWatch = field(default_factory=RefreshWatch)
 
     # -- fed by the scrape loop ------------------------------------------------------------------
@@ -122,9 +124,8 @@ class EndpointStats:
         """How long after its tick a scheduled scrape started."""
         if seconds < 0:
             return
-        if len(self.lateness_s) >= _LATENESS_KEPT:
-            del self.lateness_s[:_LATENESS_KEPT // 2]
-        self.lateness_s.append(seconds)
+        self.lateness_s[self.late_ticks % _LATENESS_KEPT] = seconds
+        self.late_ticks += 1
 
     def took(self, seconds: float) -> None:
         self.last_duration_s = seconds
@@ -166,7 +167,7 @@ class EndpointStats:
         return went_down
 
     def as_json(self) -> dict[str, object]:
-        late = sorted(self.lateness_s)
+        late = sorted(self.lateness_s[:min(self.late_ticks, _LATENESS_KEPT)])
         return {
             "url": self.url, "state": self.state, "scrapes": self.scrapes, "failures": dict(self.failures),
             "missed_ticks": self.missed_ticks, "last_success_ns": self.last_success_ns,
