@@ -41,6 +41,11 @@ CACHE = Path(os.environ.get("DCGM_BRIDGE_CACHE", Path.home() / ".cache" / "dcgm-
 CONFIGS = Path(__file__).resolve().parent / "peers"
 GUARD_RATIO = 0.3
 NAMES = ("sidecar", "prometheus agent", "vmagent", "bare loop")
+# What each scraper's own /metrics counts: scrapes attempted, scrapes failed (the Prometheus agent's summary counts
+# one per scrape after a target's first; it exposes no failure count).
+SCRAPE_COUNTERS = (("dcgm_bridge_scrapes_total", "dcgm_bridge_scrape_errors_total"),
+                   ("prometheus_target_interval_length_seconds_count", None),
+                   ("vm_promscrape_scrapes_total", "vm_promscrape_scrapes_failed_total"))
 
 # A remote-write receiver in its own process: reads each POST and answers 204 (its CPU is no scraper's).
 # On SIGTERM it prints the requests and bytes it received (that the peer did forward what it scraped).
@@ -83,6 +88,20 @@ def busy_cpus() -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / procs.TICK
 
 
+def scrape_counts(metrics_urls: list[str]) -> list[tuple[float, float]]:
+    """(scrapes, failed scrapes) so far, from the sidecar's, the Prometheus agent's and vmagent's own /metrics."""
+    counts = []
+    for url, names in zip(metrics_urls, SCRAPE_COUNTERS, strict=True):
+        totals = dict.fromkeys(n for n in names if n is not None)
+        sums = dict.fromkeys(totals, 0.0)
+        for line in procs.get(url)[1].decode(errors="replace").splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in sums:
+                sums[name] += float(line.rsplit(" ", 1)[1])
+        counts.append((sums[names[0]], sums[names[1]] if names[1] else 0.0))
+    return counts
+
+
 def received(sink: subprocess.Popen[bytes]) -> tuple[int, int]:
     """(requests, bytes) a remote-write sink received, read as it stops."""
     procs.stop(sink)
@@ -106,8 +125,9 @@ def binary(name: str) -> str:
 
 
 def start_scrapers(urls: list[str], otlp_url: str, rw_urls: tuple[str, str], out: Path,
-                   log: object) -> list[subprocess.Popen[bytes]]:
-    """The four scrapers, each on every URL: the sidecar, the Prometheus agent, vmagent, the bare loop."""
+                   log: object) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
+    """The four scrapers, each on every URL: the sidecar, the Prometheus agent, vmagent, the bare loop; and the
+    first three's /metrics."""
     targets = out / "targets.json"
     targets.write_text(json.dumps([{"targets": [u.split("/")[2] for u in urls]}]))
     port = procs.free_port()
@@ -133,7 +153,8 @@ def start_scrapers(urls: list[str], otlp_url: str, rw_urls: tuple[str, str], out
     procs.wait_for(f"http://127.0.0.1:{vm_port}/health", 60, vmagent)
     bare = subprocess.Popen([sys.executable, str(procs.ROOT / "bench" / "_bare_scrape.py"), "0.333", *urls],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return [sidecar, prometheus, vmagent, bare]
+    metrics = [f"http://127.0.0.1:{p}/metrics" for p in (port, prom_port, vm_port)]
+    return [sidecar, prometheus, vmagent, bare], metrics
 
 
 def run_load(endpoints: int, gpus: int, minutes: float, live: bool = False) -> dict[str, object]:
@@ -149,14 +170,16 @@ def run_load(endpoints: int, gpus: int, minutes: float, live: bool = False) -> d
     cpu: dict[float, list[float]] = {}
     machine: dict[float, float] = {}
     rss: dict[float, list[float]] = {}
+    scrapes: dict[float, list[tuple[float, float]]] = {}
     try:
         with (out / "scrapers.log").open("wb") as log:
-            scrapers = start_scrapers(urls, otlp_url, (rw_urls[0], rw_urls[1]), out, log)
+            scrapers, metrics = start_scrapers(urls, otlp_url, (rw_urls[0], rw_urls[1]), out, log)
             began = time.monotonic()
             for at in sorted({warm_s, *marks}):
                 time.sleep(max(0.0, began + at - time.monotonic()))
                 cpu[at] = [procs.cpu_seconds(p.pid) for p in (*scrapers, sims, otlp_sink, *rw_sinks)]
                 machine[at] = busy_cpus()
+                scrapes[at] = scrape_counts(metrics)
                 rss[at] = [procs.rss_mib(p.pid) for p in scrapers]
                 for p in scrapers:
                     if p.poll() is not None:
@@ -174,7 +197,9 @@ def run_load(endpoints: int, gpus: int, minutes: float, live: bool = False) -> d
     return {"endpoints": endpoints, "gpus": gpus, "minutes": minutes, "millicores": millicores[:len(NAMES)],
             "harness": millicores[len(NAMES):], "machine": (machine[seconds] - machine[warm_s]) / window * 1000,
             "rss": {at / 60.0: r for at, r in rss.items() if at in marks}, "load": (load0, os.getloadavg()),
-            "warm_s": warm_s, "forwarded": forwarded}
+            "warm_s": warm_s, "forwarded": forwarded,
+            "scrapes": [((b - a) / window, (bf - af) / window)
+                        for (a, af), (b, bf) in zip(scrapes[warm_s], scrapes[seconds], strict=True)]}
 
 
 def print_table(results: list[dict[str, object]]) -> bool:
@@ -201,6 +226,10 @@ def print_table(results: list[dict[str, object]]) -> bool:
         print(f"  sidecar CPU / Prometheus agent {m[0] / m[1]:.2f}x, / vmagent {m[0] / m[2]:.2f}x, / bare loop "
               f"{m[0] / m[3]:.2f}x; RSS at the end / Prometheus agent {rss[last][0] / rss[last][1]:.2f}x, / vmagent "
               f"{rss[last][0] / rss[last][2]:.2f}x, / bare loop {rss[last][0] / rss[last][3]:.2f}x")
+        rates: list[tuple[float, float]] = r["scrapes"]  # type: ignore[assignment]
+        asked = 3 * r["endpoints"]  # type: ignore[operator]
+        print(f"  scrapes a second in the window, of the {asked} asked (3 Hz × {r['endpoints']}): " + ", ".join(
+            f"{name} {got:.1f} ({failed:.1f} failed)" for name, (got, failed) in zip(NAMES, rates, strict=False)))
         (pr, pb), (vr, vb) = r["forwarded"]  # type: ignore[misc]
         print(f"  remote write received: Prometheus agent {pr:,} requests, {pb / 2**20:,.1f} MiB; vmagent {vr:,} "
               f"requests, {vb / 2**20:,.1f} MiB (compressed)")
