@@ -204,14 +204,16 @@ def run_load(endpoints: int, gpus: int, minutes: float, live: bool = False) -> d
 
 def print_table(results: list[dict[str, object]]) -> bool:
     ok = True
-    print("| load | " + " | ".join(NAMES) + " |")
-    print("| --- |" + " --- |" * len(NAMES))
+    print("| load | " + " | ".join(NAMES) + " | load average |")
+    print("| --- |" + " --- |" * (len(NAMES) + 1))
     for r in results:
         m: list[float] = r["millicores"]  # type: ignore[assignment]
         rss: dict[float, list[float]] = r["rss"]  # type: ignore[assignment]
         cells = []
         for i in range(len(NAMES)):
             cells.append(f"{m[i]:.1f} m, " + " / ".join(f"{rss[t][i]:.0f}" for t in sorted(rss)) + " MiB")
+        (l0, l1) = r["load"]  # type: ignore[misc]
+        cells.append(f"{l0[0]:.2f} → {l1[0]:.2f}")
         print(f"| {r['endpoints']} endpoints × {r['gpus']} GPUs | " + " | ".join(cells) + " |")
     for r in results:
         m = r["millicores"]  # type: ignore[assignment]
