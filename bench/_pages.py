@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bridge.fetch import FetchedPage  # noqa: E402
 from bridge.simulator import NodeModel, SimulatorConfig, render_page  # noqa: E402
+from bridge.simulator.schema import DIALECTS  # noqa: E402
 
 NS = 1_000_000_000
 STEP_MS = 100  # the server's page changes every 100 ms (DCGM's own update cadence), under any scraper's interval
@@ -39,8 +40,10 @@ COUNTER_TYPE = re.compile(rb"^# TYPE (\S+) counter$", re.MULTILINE)
 def render_ring(seed: int, gpus: int, start_ns: int, step_ns: int, size: int, mig: int = 0) -> PageRing:
     """`size` pages of the simulator's node `seed`, `step_ns` apart from `start_ns` (and one more, which measures
     what a ring adds to each counter)."""
-    model = NodeModel(SimulatorConfig(gpus=gpus, seed=seed, mig=mig), now_ns=lambda: start_ns)
-    return PageRing([render_page(model, start_ns + k * step_ns) for k in range(size + 1)])
+    config = SimulatorConfig(gpus=gpus, seed=seed, mig=mig)
+    model = NodeModel(config, now_ns=lambda: start_ns)
+    return PageRing([render_page(model, start_ns + k * step_ns) for k in range(size + 1)],
+                    DIALECTS[config.dialect].content_type)
 
 
 class PageRing:
@@ -49,7 +52,8 @@ class PageRing:
     Each page is held as its text between counter values (`parts`) and those values (`values`): a page after the
     first cycle is the parts joined around the values plus the cycles' growth."""
 
-    def __init__(self, bodies: list[bytes]) -> None:
+    def __init__(self, bodies: list[bytes], content_type: str) -> None:
+        self.content_type = content_type  # the simulator's (Go's sniffed `text/plain; charset=utf-8`)
         counters = set(COUNTER_TYPE.findall(bodies[0]))
         split = [_split(body, counters) for body in bodies]
         self.parts = [parts for parts, _, _ in split[:-1]]
@@ -123,7 +127,6 @@ class PrerenderedFetcher:
 
 # -- the page server -----------------------------------------------------------------------------------------
 HEAD = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nX-Content-Type-Options: nosniff\r\nContent-Length: %d\r\n\r\n"
-TEXT = b"text/plain; version=0.0.4; charset=utf-8"
 
 
 class _Endpoint:
@@ -137,7 +140,7 @@ class _Endpoint:
         tick = (time.monotonic_ns() - self.origin_ns) // self.step_ns
         if self.last[0] != tick:
             body = self.ring.body(tick)
-            self.last = (tick, HEAD % (200, b"OK", TEXT, len(body)) + body)
+            self.last = (tick, HEAD % (200, b"OK", self.ring.content_type.encode(), len(body)) + body)
         return self.last[1]
 
 
