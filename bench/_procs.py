@@ -99,6 +99,18 @@ def start_simulators(endpoints: int, gpus: int, *extra: str) -> tuple[subprocess
     return proc, urls
 
 
+def start_page_server(endpoints: int, gpus: int) -> tuple[subprocess.Popen[bytes], list[str]]:
+    """The simulator's pages, pre-rendered (bench/_pages.py): `endpoints` nodes of `gpus` GPUs on consecutive
+    ports, served by one process at a fraction of the live simulator's CPU (a page is rendered once per ring)."""
+    base = free_ports(endpoints)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "_pages.py"), str(base), str(endpoints), str(gpus)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    urls = [f"http://127.0.0.1:{base + i}/metrics" for i in range(endpoints)]
+    for url in urls:
+        wait_for(url, 60, proc)
+    return proc, urls
+
+
 def start_otlp_sink() -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", OTLP_SINK, str(port)], stdout=subprocess.DEVNULL,

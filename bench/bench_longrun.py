@@ -27,60 +27,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _pages import PrerenderedFetcher, render_ring  # noqa: E402
 from _procs import rss_mib, start_otlp_sink, stop, verdict  # noqa: E402
 
 from bridge.config import Config  # noqa: E402
 from bridge.endpoints import TelemetryItems  # noqa: E402
-from bridge.fetch import FetchedPage  # noqa: E402
 from bridge.fields import default_table  # noqa: E402
 from bridge.otlp import OtlpForwarder, resolve_config  # noqa: E402
 from bridge.sidecar.session import Session  # noqa: E402
-from bridge.simulator import ManualClock, NodeModel, SimulatorConfig, render_page  # noqa: E402
+from bridge.simulator import ManualClock  # noqa: E402
 
 NS = 1_000_000_000
 INTERVAL_NS = NS // 3
 SHUTDOWN_CPU_S = 0.75
-ENERGY = b"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{"
 CYCLE = 30  # pages rendered per endpoint
-
-
-def _value(line: bytes) -> int:
-    return int(line.rpartition(b" ")[2])
-
-
-class Prerendered:
-    """A fetcher that hands each endpoint its next prerendered page, stamped with the manual clock. The pages
-    cycle; the energy counters do not: each cycle adds one cycle's energy (`cycle_mj`) to every counter."""
-
-    def __init__(self, pages: dict[str, list[bytes]], clock: ManualClock) -> None:
-        self.pages = {url: bodies[:-1] for url, bodies in pages.items()}
-        self.clock = clock
-        self.count = dict.fromkeys(pages, 0)
-        # Per endpoint, each page's lines, where its energy counters are, and what one cycle adds to each
-        # (the page after the cycle against its first page: the bodies hold one page more than they serve).
-        self.lines = {url: [body.split(b"\n") for body in bodies] for url, bodies in pages.items()}
-        self.energy_at = {url: [k for k, line in enumerate(lines[0]) if line.startswith(ENERGY)]
-                          for url, lines in self.lines.items()}
-        self.cycle_mj = {url: [_value(self.lines[url][-1][k]) - _value(self.lines[url][0][k]) for k in at]
-                         for url, at in self.energy_at.items()}
-
-    def fetch(self, url: str) -> FetchedPage:
-        n = self.count[url]
-        self.count[url] = n + 1
-        bodies = self.pages[url]
-        cycle, page = divmod(n, len(bodies))
-        body = bodies[page]
-        if cycle:
-            lines = list(self.lines[url][page])
-            for k, added in zip(self.energy_at[url], self.cycle_mj[url], strict=True):
-                labels, _, value = lines[k].rpartition(b" ")
-                lines[k] = b"%s %d" % (labels, int(value) + cycle * added)
-            body = b"\n".join(lines)
-        now = self.clock()
-        return FetchedPage(body, now, now + 2_000_000, "text/plain; version=0.0.4")
-
-    def close(self) -> None:
-        pass
 
 
 QUEUE_PACE_POINTS = 50_000  # half the forwarder's default queue bound
@@ -92,17 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     opts = args.parse_args(argv)
     clock = ManualClock(1_750_000_000 * NS)
     urls = [f"http://10.0.0.{i + 1}:9400/metrics" for i in range(8)]
-    pages = {}
-    for i, url in enumerate(urls):
-        model = NodeModel(SimulatorConfig(gpus=8, seed=i), now_ns=clock)
-        pages[url] = [render_page(model, clock() + k * INTERVAL_NS) for k in range(CYCLE + 1)]
+    rings = {url: render_ring(i, 8, clock(), INTERVAL_NS, CYCLE) for i, url in enumerate(urls)}
     sink, otlp_url = start_otlp_sink()
     out = Path(tempfile.mkdtemp(prefix="bench-longrun-"))
     try:
         forwarder = OtlpForwarder(resolve_config({}, endpoint=otlp_url), base_resource={"service.name": "bench"})
         config = Config(telemetry=TelemetryItems(urls=urls), default_endpoints=[], artifact_dir=str(out),
                         run_id="longrun", record_log_gzip=True, shutdown_delay=30.0)
-        session = Session(config, default_table(), fetcher=Prerendered(pages, clock), forwarder=forwarder,
+        session = Session(config, default_table(), fetcher=PrerenderedFetcher(rings, clock), forwarder=forwarder,
                           now_ns=clock, monotonic=lambda: clock() / NS)
         session.configure()
         loops = list(session.loops.values())

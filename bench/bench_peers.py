@@ -1,7 +1,9 @@
 """The sidecar beside the scrapers a cluster already runs (issue 48): Prometheus 2.53 in agent mode and vmagent 1.112.
 
-At each load (`--loads`, endpoints × `--gpus` GPUs, one simulator process serving the pages), four scrapers take
-the same pages at 3 Hz in the same window, each forwarding what it scraped:
+At each load (`--loads`, endpoints × `--gpus` GPUs), four scrapers take the same pages at 3 Hz in the same window,
+each forwarding what it scraped. The pages are the simulator's, pre-rendered in rings whose counters keep growing
+(bench/_pages.py: one process, keep-alive, a new page every 100 ms; `--live-simulator` renders each request
+instead, which at 64 endpoints costs more CPU than the four scrapers and starves them on a 2-CPU machine):
 
 - `dcgm-bridge sidecar`, OTLP/HTTP to a loopback receiver (bench/_procs.py's sink, answering 200);
 - `prometheus --enable-feature=agent` and `vmagent`, remote write to a loopback sink answering 204, configured by
@@ -10,11 +12,13 @@ the same pages at 3 Hz in the same window, each forwarding what it scraped:
 - the bare libcurl loop (bench/_bare_scrape.py): GET and split lines, nothing forwarded (the floor).
 
 Each one's CPU (millicores, from its CPU clock, after the first minute or a quarter of the window) and RSS at 1, 5
-and 10 minutes (those within `--minutes`), and the sidecar's ratios to each peer. Guard (issue 48): the sidecar's
+and 10 minutes (those within `--minutes`), and the sidecar's ratios to each peer. To judge the window: the load
+average before and after, the CPU of the bench's own servers (pages, sinks) and the whole machine's busy CPU over
+the window (another program's share starves the peers first). Guard (issue 48): the sidecar's
 CPU at most 0.3x the cheaper peer's, at every load. The peers are found where `make servers` links them
 (~/.cache/dcgm-bridge/bin, scripts/install-metrics-stores.sh).
 
-    .venv/bin/python bench/bench_peers.py [--minutes 10] [--loads 8,64] [--gpus 8]
+    .venv/bin/python bench/bench_peers.py [--minutes 10] [--loads 8,64] [--gpus 8] [--live-simulator]
 """
 
 from __future__ import annotations
@@ -37,6 +41,11 @@ CACHE = Path(os.environ.get("DCGM_BRIDGE_CACHE", Path.home() / ".cache" / "dcgm-
 CONFIGS = Path(__file__).resolve().parent / "peers"
 GUARD_RATIO = 0.3
 NAMES = ("sidecar", "prometheus agent", "vmagent", "bare loop")
+# What each scraper's own /metrics counts: scrapes attempted, scrapes failed (the Prometheus agent's summary counts
+# one per scrape after a target's first; it exposes no failure count).
+SCRAPE_COUNTERS = (("dcgm_bridge_scrapes_total", "dcgm_bridge_scrape_errors_total"),
+                   ("prometheus_target_interval_length_seconds_count", None),
+                   ("vm_promscrape_scrapes_total", "vm_promscrape_scrapes_failed_total"))
 
 # A remote-write receiver in its own process: reads each POST and answers 204 (its CPU is no scraper's).
 # On SIGTERM it prints the requests and bytes it received (that the peer did forward what it scraped).
@@ -73,6 +82,26 @@ def start_rw_sink() -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"http://127.0.0.1:{port}/api/v1/write"
 
 
+def busy_cpus() -> float:
+    """The machine's busy CPU-seconds so far, all processes (/proc/stat: everything but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / procs.TICK
+
+
+def scrape_counts(metrics_urls: list[str]) -> list[tuple[float, float]]:
+    """(scrapes, failed scrapes) so far, from the sidecar's, the Prometheus agent's and vmagent's own /metrics."""
+    counts = []
+    for url, names in zip(metrics_urls, SCRAPE_COUNTERS, strict=True):
+        totals = dict.fromkeys(n for n in names if n is not None)
+        sums = dict.fromkeys(totals, 0.0)
+        for line in procs.get(url)[1].decode(errors="replace").splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in sums:
+                sums[name] += float(line.rsplit(" ", 1)[1])
+        counts.append((sums[names[0]], sums[names[1]] if names[1] else 0.0))
+    return counts
+
+
 def received(sink: subprocess.Popen[bytes]) -> tuple[int, int]:
     """(requests, bytes) a remote-write sink received, read as it stops."""
     procs.stop(sink)
@@ -96,8 +125,9 @@ def binary(name: str) -> str:
 
 
 def start_scrapers(urls: list[str], otlp_url: str, rw_urls: tuple[str, str], out: Path,
-                   log: object) -> list[subprocess.Popen[bytes]]:
-    """The four scrapers, each on every URL: the sidecar, the Prometheus agent, vmagent, the bare loop."""
+                   log: object) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
+    """The four scrapers, each on every URL: the sidecar, the Prometheus agent, vmagent, the bare loop; and the
+    first three's /metrics."""
     targets = out / "targets.json"
     targets.write_text(json.dumps([{"targets": [u.split("/")[2] for u in urls]}]))
     port = procs.free_port()
@@ -123,12 +153,13 @@ def start_scrapers(urls: list[str], otlp_url: str, rw_urls: tuple[str, str], out
     procs.wait_for(f"http://127.0.0.1:{vm_port}/health", 60, vmagent)
     bare = subprocess.Popen([sys.executable, str(procs.ROOT / "bench" / "_bare_scrape.py"), "0.333", *urls],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return [sidecar, prometheus, vmagent, bare]
+    metrics = [f"http://127.0.0.1:{p}/metrics" for p in (port, prom_port, vm_port)]
+    return [sidecar, prometheus, vmagent, bare], metrics
 
 
-def run_load(endpoints: int, gpus: int, minutes: float) -> dict[str, object]:
+def run_load(endpoints: int, gpus: int, minutes: float, live: bool = False) -> dict[str, object]:
     load0 = os.getloadavg()
-    sims, urls = procs.start_simulators(endpoints, gpus)
+    sims, urls = (procs.start_simulators if live else procs.start_page_server)(endpoints, gpus)
     otlp_sink, otlp_url = procs.start_otlp_sink()
     rw_sinks, rw_urls = zip(start_rw_sink(), start_rw_sink(), strict=True)  # the Prometheus agent's, vmagent's
     out = Path(tempfile.mkdtemp(prefix="bench-peers-"))
@@ -137,14 +168,18 @@ def run_load(endpoints: int, gpus: int, minutes: float) -> dict[str, object]:
     warm_s = min(60.0, seconds / 4)
     marks = sorted({*(m * 60.0 for m in (1, 5, 10) if m * 60.0 <= seconds), seconds})
     cpu: dict[float, list[float]] = {}
+    machine: dict[float, float] = {}
     rss: dict[float, list[float]] = {}
+    scrapes: dict[float, list[tuple[float, float]]] = {}
     try:
         with (out / "scrapers.log").open("wb") as log:
-            scrapers = start_scrapers(urls, otlp_url, (rw_urls[0], rw_urls[1]), out, log)
+            scrapers, metrics = start_scrapers(urls, otlp_url, (rw_urls[0], rw_urls[1]), out, log)
             began = time.monotonic()
             for at in sorted({warm_s, *marks}):
                 time.sleep(max(0.0, began + at - time.monotonic()))
-                cpu[at] = [procs.cpu_seconds(p.pid) for p in scrapers]
+                cpu[at] = [procs.cpu_seconds(p.pid) for p in (*scrapers, sims, otlp_sink, *rw_sinks)]
+                machine[at] = busy_cpus()
+                scrapes[at] = scrape_counts(metrics)
                 rss[at] = [procs.rss_mib(p.pid) for p in scrapers]
                 for p in scrapers:
                     if p.poll() is not None:
@@ -159,21 +194,26 @@ def run_load(endpoints: int, gpus: int, minutes: float) -> dict[str, object]:
         shutil.rmtree(out, ignore_errors=True)
     window = seconds - warm_s
     millicores = [(b - a) / window * 1000 for a, b in zip(cpu[warm_s], cpu[seconds], strict=True)]
-    return {"endpoints": endpoints, "gpus": gpus, "minutes": minutes, "millicores": millicores,
+    return {"endpoints": endpoints, "gpus": gpus, "minutes": minutes, "millicores": millicores[:len(NAMES)],
+            "harness": millicores[len(NAMES):], "machine": (machine[seconds] - machine[warm_s]) / window * 1000,
             "rss": {at / 60.0: r for at, r in rss.items() if at in marks}, "load": (load0, os.getloadavg()),
-            "warm_s": warm_s, "forwarded": forwarded}
+            "warm_s": warm_s, "forwarded": forwarded,
+            "scrapes": [((b - a) / window, (bf - af) / window)
+                        for (a, af), (b, bf) in zip(scrapes[warm_s], scrapes[seconds], strict=True)]}
 
 
 def print_table(results: list[dict[str, object]]) -> bool:
     ok = True
-    print("| load | " + " | ".join(NAMES) + " |")
-    print("| --- |" + " --- |" * len(NAMES))
+    print("| load | " + " | ".join(NAMES) + " | load average |")
+    print("| --- |" + " --- |" * (len(NAMES) + 1))
     for r in results:
         m: list[float] = r["millicores"]  # type: ignore[assignment]
         rss: dict[float, list[float]] = r["rss"]  # type: ignore[assignment]
         cells = []
         for i in range(len(NAMES)):
             cells.append(f"{m[i]:.1f} m, " + " / ".join(f"{rss[t][i]:.0f}" for t in sorted(rss)) + " MiB")
+        (l0, l1) = r["load"]  # type: ignore[misc]
+        cells.append(f"{l0[0]:.2f} → {l1[0]:.2f}")
         print(f"| {r['endpoints']} endpoints × {r['gpus']} GPUs | " + " | ".join(cells) + " |")
     for r in results:
         m = r["millicores"]  # type: ignore[assignment]
@@ -188,9 +228,17 @@ def print_table(results: list[dict[str, object]]) -> bool:
         print(f"  sidecar CPU / Prometheus agent {m[0] / m[1]:.2f}x, / vmagent {m[0] / m[2]:.2f}x, / bare loop "
               f"{m[0] / m[3]:.2f}x; RSS at the end / Prometheus agent {rss[last][0] / rss[last][1]:.2f}x, / vmagent "
               f"{rss[last][0] / rss[last][2]:.2f}x, / bare loop {rss[last][0] / rss[last][3]:.2f}x")
+        rates: list[tuple[float, float]] = r["scrapes"]  # type: ignore[assignment]
+        asked = 3 * r["endpoints"]  # type: ignore[operator]
+        print(f"  scrapes a second in the window, of the {asked} asked (3 Hz × {r['endpoints']}): " + ", ".join(
+            f"{name} {got:.1f} ({failed:.1f} failed)" for name, (got, failed) in zip(NAMES, rates, strict=False)))
         (pr, pb), (vr, vb) = r["forwarded"]  # type: ignore[misc]
         print(f"  remote write received: Prometheus agent {pr:,} requests, {pb / 2**20:,.1f} MiB; vmagent {vr:,} "
               f"requests, {vb / 2**20:,.1f} MiB (compressed)")
+        h = r["harness"]  # type: ignore[index]
+        print(f"  harness CPU (no scraper's): page server {h[0]:.1f} m, OTLP sink {h[1]:.1f} m, remote-write sinks "
+              f"{h[2]:.1f} m and {h[3]:.1f} m; the machine busy {r['machine']:.0f} m of {os.cpu_count()} CPUs, "
+              f"{r['machine'] - sum(m) - sum(h):.0f} m of it neither the scrapers' nor the harness's")
         print(f"  guard: sidecar CPU <= {GUARD_RATIO:g}x the cheaper peer ({cheaper:.1f} m): "
               f"{m[0]:.1f} m = {m[0] / cheaper:.2f}x: {procs.verdict(good)}")
     return ok
@@ -201,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--minutes", type=float, default=10.0, help="each load's window (default 10)")
     args.add_argument("--loads", default="8,64", help="endpoints per load, comma-separated (default 8,64)")
     args.add_argument("--gpus", type=int, default=8)
+    args.add_argument("--live-simulator", action="store_true",
+                      help="serve the pages with `dcgm-bridge simulate` (a page rendered per request: at 64 endpoints "
+                           "it takes more CPU than the scrapers) instead of bench/_pages.py's pre-rendered rings")
     opts = args.parse_args(argv)
     try:
         loads = [int(x) for x in opts.loads.split(",")]
@@ -210,9 +261,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for name in ("prometheus", "vmagent"):
         binary(name)
-    print(f"peers: {', '.join(map(str, loads))} endpoints × {opts.gpus} GPUs at 3 Hz, {opts.minutes:g} min each; "
-          f"{os.cpu_count()} CPUs")
-    results = [run_load(n, opts.gpus, opts.minutes) for n in loads]
+    pages = "the live simulator" if opts.live_simulator else "pre-rendered rings (bench/_pages.py)"
+    print(f"peers: {', '.join(map(str, loads))} endpoints × {opts.gpus} GPUs at 3 Hz, {opts.minutes:g} min each, "
+          f"pages from {pages}; {os.cpu_count()} CPUs")
+    results = [run_load(n, opts.gpus, opts.minutes, opts.live_simulator) for n in loads]
     print_table(results)
     return 0
 

@@ -149,36 +149,20 @@ def print_estimate(model: object, millicores: float, rss: float) -> None:
 
 # -- accelerated: the pipeline in this process on a manual clock ---------------------------------------------
 def accelerated(opts: argparse.Namespace) -> dict[str, object]:
+    from _pages import PrerenderedFetcher, render_ring
+
     from bridge.config import Config
     from bridge.endpoints import TelemetryItems
-    from bridge.fetch import FetchedPage
     from bridge.fields import default_table
     from bridge.otlp import OtlpForwarder, resolve_config
     from bridge.sidecar.session import Session
-    from bridge.simulator import ManualClock, NodeModel, SimulatorConfig, render_page
-
-    class Prerendered:
-        def __init__(self, pages: dict[str, list[bytes]], clock: ManualClock) -> None:
-            self.pages, self.clock, self.count = pages, clock, dict.fromkeys(pages, 0)
-
-        def fetch(self, url: str) -> FetchedPage:
-            n = self.count[url]
-            self.count[url] = n + 1
-            now = self.clock()
-            return FetchedPage(self.pages[url][n % len(self.pages[url])], now, now + 2_000_000,
-                               "text/plain; version=0.0.4")
-
-        def close(self) -> None:
-            pass
+    from bridge.simulator import ManualClock
 
     clock = ManualClock(1_750_000_000 * NS)
     urls = [f"http://10.0.{i // 250}.{i % 250 + 1}:9400/metrics" for i in range(opts.endpoints)]
-    pages = {}
-    for i, url in enumerate(urls):
-        model = NodeModel(SimulatorConfig(gpus=opts.gpus, seed=i, mig=opts.mig), now_ns=clock)
-        pages[url] = [render_page(model, clock() + k * INTERVAL_NS) for k in range(3)]
+    rings = {url: render_ring(i, opts.gpus, clock(), INTERVAL_NS, 3, opts.mig) for i, url in enumerate(urls)}
     # The prerendered pages are the bench's, not the sidecar's: their bytes are taken off the RSS figures.
-    bench_mib = sum(len(body) for bodies in pages.values() for body in bodies) / 2**20
+    bench_mib = sum(ring.nbytes for ring in rings.values()) / 2**20
     if opts.trace:
         tracemalloc.start(1)
     sink, otlp_url = procs.start_otlp_sink()
@@ -190,7 +174,7 @@ def accelerated(opts: argparse.Namespace) -> dict[str, object]:
                                                             base_resource={"service.name": "bench"})
         config = Config(telemetry=TelemetryItems(urls=urls), default_endpoints=[], artifact_dir=str(out),
                         run_id="scale", shutdown_delay=30.0)
-        session = Session(config, default_table(), fetcher=Prerendered(pages, clock), forwarder=forwarder,
+        session = Session(config, default_table(), fetcher=PrerenderedFetcher(rings, clock), forwarder=forwarder,
                           now_ns=clock, monotonic=lambda: clock() / NS)
         session.configure()
         loops = list(session.loops.values())
