@@ -34,6 +34,10 @@ _Z95 = 1.959964
 _NEIGHBOURS = 4
 # The hold grid's phase is searched in this many steps of its period, then refined between the best three.
 _PHASES = 100
+# The hold grid is fitted on at most this many readings, spread evenly over the window (with their neighbours): the
+# fit's cost is these readings times the ~200 phases and periods tried, whatever the run's length (an hour at 3 Hz
+# is 10,800 readings a GPU: 64 GPUs' fits took 26 CPU-s at the end of a run, bench/bench_longrun.py).
+_FIT_READINGS = 600
 # Drifts of the hold grid's period searched where a fixed one does not fit: a clock off by up to ±0.5 %.
 _DRIFTS = (-5e-3, -3e-3, -2e-3, -1e-3, -5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3)
 
@@ -173,7 +177,7 @@ def _local_operator(t: NDArray[np.float64], cum: NDArray[np.float64]) -> _Operat
     x = np.stack([t[centre + d] - t[centre] for d in offsets], axis=1)  # (m, 2w): times relative to the reading
     design = np.stack([np.ones_like(x), x, x * x], axis=-1)  # (m, 2w, 3)
     with np.errstate(all="ignore"):
-        inverse = np.linalg.pinv(design.transpose(0, 2, 1) @ design)
+        inverse = _inverse_3x3(design.transpose(0, 2, 1) @ design)
         weights = (inverse @ design.transpose(0, 2, 1))[:, 0, :]  # the quadratic's value at the reading
         span = x[:, -1] - x[:, 0]
         rate = (cum[centre + offsets[-1]] - cum[centre + offsets[0]]) / np.where(span > 0, span, np.nan)
@@ -182,6 +186,22 @@ def _local_operator(t: NDArray[np.float64], cum: NDArray[np.float64]) -> _Operat
     if np.count_nonzero(keep) < 8:
         return None
     return _Operator(centre[keep], offsets, weights[keep], spread[keep], rate[keep])
+
+
+def _inverse_3x3(m: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Each symmetric 3×3 matrix's inverse, by its cofactors (an SVD a matrix cost ~50 µs: 0.5 s at the end of an hour
+    at 3 Hz per GPU); the pseudo-inverse where one is near singular (fewer than three distinct neighbour times)."""
+    import numpy as np
+
+    a, b, c, d, e, f = m[:, 0, 0], m[:, 0, 1], m[:, 0, 2], m[:, 1, 1], m[:, 1, 2], m[:, 2, 2]
+    co = np.stack([d * f - e * e, c * e - b * f, b * e - c * d, a * f - c * c, b * c - a * e, a * d - b * b], axis=1)
+    det = a * co[:, 0] + b * co[:, 1] + c * co[:, 2]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inverse = co[:, [[0, 1, 2], [1, 3, 4], [2, 4, 5]]] / det[:, np.newaxis, np.newaxis]
+    near = ~(np.abs(det) > 1e-9 * np.abs(a * d * f))
+    if near.any():
+        inverse[near] = np.linalg.pinv(m[near])
+    return inverse
 
 
 def _apply(operator: _Operator, cum: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -217,6 +237,7 @@ def _fit_hold_grid(t: NDArray[np.float64], operator: _Operator, deviations: NDAr
     base = _median_abs(deviations)
     if not hold_s or base < hold_s / 50:  # (ages this small change nothing worth a grid)
         return None
+    full_t, (t, operator, deviations) = t, _spread_out(t, operator, deviations, _FIT_READINGS)
     best: tuple[float, float, float] | None = None  # (residual, phase, period)
     for drift in (0.0, *_DRIFTS):
         period = hold_s * (1 + drift)
@@ -241,7 +262,24 @@ def _fit_hold_grid(t: NDArray[np.float64], operator: _Operator, deviations: NDAr
     residual, phase, period = best
     if residual > base / 2:
         return None
-    return np.mod(t - phase, period)
+    return np.mod(full_t - phase, period)
+
+
+def _spread_out(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
+                most: int) -> tuple[NDArray[np.float64], _Operator, NDArray[np.float64]]:
+    """At most `most` of the operator's readings, evenly spread, each with its neighbours laid out beside it (times
+    repeated where neighbourhoods overlap): the same problem on fewer readings, for the grid's fit."""
+    import numpy as np
+
+    n, w = operator.centre.size, _NEIGHBOURS
+    if n <= most:
+        return t, operator, deviations
+    keep = np.linspace(0, n - 1, most).round().astype(np.int64)
+    block = np.arange(-w, w + 1)
+    laid = t[(operator.centre[keep][:, np.newaxis] + block).ravel()]
+    centre = np.arange(most, dtype=np.int64) * block.size + w
+    return laid, _Operator(centre, operator.offsets, operator.weights[keep], operator.spread[keep],
+                           operator.rate[keep]), deviations[keep]
 
 
 def _best_phase(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
