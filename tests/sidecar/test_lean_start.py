@@ -29,6 +29,9 @@ from tests.sidecar.helpers import stop
 DENIED = {
     "_hashlib": "maps Python's OpenSSL beside the one libcurl's wheel bundles (~3.6 MiB RSS); bridge/digest.py",
     "hashlib": "loads _hashlib", "hmac": "loads _hashlib", "secrets": "loads hmac",
+    "_ssl": "Python's OpenSSL again, with libssl (~4.7 MiB with ssl): only an https OTLP URL needs it",
+    "ssl": "loads _ssl", "http.client": "imports ssl (http.server imports it: control_server.py reads requests itself)",
+    "email": "~0.8 MiB; only a Retry-After that carries a date needs email.utils",
     "numpy": "the report's, imported when the report is built (~17 MiB with the builder and writers)",
     "bridge.report.build": "the report builder: at the run's end",
     "bridge.report.write": "the report writers: at the run's end",
