@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -45,7 +44,7 @@ def write_atomically(path: Path, data: bytes) -> None:
     folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         mode = _existing_mode(folder, path)
-        temp = f".{path.name[:200]}.{secrets.token_hex(6)}.tmp"
+        temp = f".{path.name[:200]}.{os.urandom(6).hex()}.tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
                      dir_fd=folder)
         try:
@@ -121,7 +120,7 @@ def write_problem(path: Path) -> str | None:
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            probe = f".dcgm-bridge-write-test-{secrets.token_hex(6)}"
+            probe = f".dcgm-bridge-write-test-{os.urandom(6).hex()}"
             os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                              dir_fd=fd))
             os.unlink(probe, dir_fd=fd)

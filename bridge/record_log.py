@@ -34,6 +34,16 @@ logger = logging.getLogger(__name__)
 
 EXPORT_FILE = "gpu_telemetry_export.jsonl"
 EVENTS_FILE = "gpu_telemetry_events.jsonl"
+JSON_FILE = "profile_export_aiperf.json"  # the report's, named here with the run's other files: the sidecar's
+CSV_FILE = "profile_export_aiperf.csv"  # start checks them without importing the report's writers
+
+
+def output_names(prefix: str | None = None) -> tuple[str, str]:
+    """The report's (json, csv) file names; `--profile-export-prefix foo` gives foo.json and foo.csv."""
+    if not prefix:
+        return JSON_FILE, CSV_FILE
+    return f"{prefix}.json", f"{prefix}.csv"
+
 
 # AIPerf's keys in AIPerf's order (`TelemetryRecord`, ai-dynamo/aiperf `src/aiperf/common/models/telemetry_models.py`),
 # then ours.

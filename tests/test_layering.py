@@ -14,7 +14,7 @@ BRIDGE = Path(__file__).resolve().parent.parent / "bridge"
 # DESIGN.md "Module map": lowest first. A module may import the layers below its own, and the modules
 # of its own package; never a module of its own layer outside its package, never one above.
 LAYERS: list[set[str]] = [
-    {"bridge", "bridge.samples", "bridge._kernel", "bridge.kernel", "bridge.views"},
+    {"bridge", "bridge.samples", "bridge._kernel", "bridge.kernel", "bridge.views", "bridge.digest"},
     {"bridge.errors", "bridge.redact", "bridge.files"},
     {"bridge.endpoints", "bridge.fields", "bridge.simulator", "bridge.pods", "bridge.headers"},
     {"bridge.config", "bridge.roles", "bridge.fetch", "bridge.parse", "bridge.relabel", "bridge.events",

@@ -29,7 +29,7 @@ DEFAULT_DURATION_S = 600.0
 # report's series are spooled to disk, the OTLP queue is a byte budget, no page body outlives its scrape. Refit when
 # bench/RESULTS.md's scale row moves.
 MODEL_SOURCE = "bench/bench_scale.py, 2026-12-04 and 2026-12-05 (bench/NOTES.md, issue 34); memory 2026-12-07 (#48)"
-MEMORY_BASE_MIB = 44.0  # the interpreter, its modules and libraries (two OpenSSLs), the HTTP servers, the threads
+MEMORY_BASE_MIB = 38.0  # the interpreter, its modules and libraries (one OpenSSL, libcurl's), the threads
 MEMORY_MIB_PER_GPU = 0.07  # a GPU (or MIG instance) on a page: parse template, record lines, spool rows
 MEMORY_MIB_PER_GPU_OTLP = 0.04  # with OTLP on: the encoder's series and frame, its share of the chunk buffers
 OTLP_QUEUE_MIB = 16.0  # the OTLP queue's byte budget (otlp/config.py), full only while the receiver is away

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import select
 import socket
-import ssl
 import struct
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlsplit
 
 from bridge.otlp.points import Chunk
 from bridge.views import advance
+
+if TYPE_CHECKING:  # ssl maps Python's OpenSSL (~4.7 MiB of RSS): imported only for an https URL
+    import ssl
 
 MAX_HEAD = 64 * 1024  # status line and header fields
 MAX_BODY = 4 * 1024 * 1024  # an OTLP answer is a few bytes; an error page is cut here
@@ -57,6 +59,9 @@ class Http1Connection:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
         self.host = parts.hostname
+        # An ASCII name as bytes: getaddrinfo then skips the IDNA codec (with unicodedata, kept for the run);
+        # typeshed's create_connection says str, getaddrinfo takes both
+        self._lookup: str | bytes = self.host.encode("ascii") if self.host.isascii() else self.host
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         name = f"[{self.host}]" if ":" in self.host else self.host
@@ -64,6 +69,8 @@ class Http1Connection:
         self.authority = name if default else f"{name}:{self.port}"
         self.tls = ssl_context if parts.scheme == "https" else None
         if parts.scheme == "https" and self.tls is None:
+            import ssl
+
             self.tls = ssl.create_default_context()
         self.timeout_s = timeout_s
         self._sock: socket.socket | None = None
@@ -118,7 +125,7 @@ class Http1Connection:
 
     def _connect(self, deadline: float) -> None:
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=_left(deadline))
+            sock = socket.create_connection((self._lookup, self.port), timeout=_left(deadline))  # type: ignore[arg-type]
         except TimeoutError:
             raise TimedOut(f"no connection to {self.authority} within {self.timeout_s:g} s") from None
         except OSError as exc:
@@ -130,7 +137,7 @@ class Http1Connection:
             except TimeoutError:
                 sock.close()
                 raise TimedOut(f"no TLS handshake with {self.authority} within {self.timeout_s:g} s") from None
-            except (OSError, ssl.SSLError) as exc:
+            except OSError as exc:  # ssl.SSLError is one
                 sock.close()
                 raise ConnectFailed(f"TLS with {self.authority}: {_describe(exc)}") from None
         self._sock, self._buffer = sock, b""
@@ -141,7 +148,7 @@ class Http1Connection:
         sock = self._sock
         assert sock is not None
         try:
-            if isinstance(sock, ssl.SSLSocket):  # no sendmsg under TLS: each part in turn
+            if self.tls is not None:  # no sendmsg under TLS: each part in turn
                 for data in (head, *parts):
                     sock.settimeout(_left(deadline))
                     sock.sendall(data)
@@ -268,8 +275,10 @@ class Http1Connection:
         poller.register(sock, select.POLLIN)
         if not poller.poll(0):
             return True
-        if not isinstance(sock, ssl.SSLSocket):
+        if self.tls is None:
             return False
+        import ssl
+
         # Under TLS 1.3 the server's session tickets arrive after the handshake and make an open connection
         # readable: read without waiting, and only a close or application data means it cannot be reused.
         sock.settimeout(0)

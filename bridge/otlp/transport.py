@@ -11,11 +11,9 @@ not used: they take SDK `MetricsData`, whose encoding is the per-point object pa
 from __future__ import annotations
 
 import logging
-import ssl
 import time
 import zlib
 from collections.abc import Sequence
-from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple, Protocol
 
 import orjson
@@ -87,6 +85,8 @@ class HttpSender:
         self.headers = list(headers.items())
         tls = None
         if self.url.startswith("https:"):
+            import ssl  # Python's OpenSSL, loaded only for https
+
             tls = ssl.create_default_context(cafile=config.certificate)
             if config.client_certificate:
                 tls.load_cert_chain(config.client_certificate, config.client_key)
@@ -270,6 +270,8 @@ def _retry_after(value: str | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass
+    from email.utils import parsedate_to_datetime  # an HTTP-date: rare, and the email package is ~0.8 MiB
+
     try:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):

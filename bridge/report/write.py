@@ -22,13 +22,12 @@ import orjson
 
 from bridge.errors import ReportError
 from bridge.files import LinkRefused, read_output, write_atomically
+from bridge.record_log import output_names as output_names
 from bridge.report.energy import ENERGY_FAMILY, ENERGY_TAGS, vendor_energy_metrics
 
 if TYPE_CHECKING:
     from bridge.report.build import Report
 
-JSON_FILE = "profile_export_aiperf.json"
-CSV_FILE = "profile_export_aiperf.csv"
 CSV_HEADER = ["Endpoint", "GPU_Index", "GPU_Name", "GPU_UUID", "Platform"]
 CSV_STATS = ["avg", "min", "max", "sum", "p1", "p5", "p10", "p25", "p50", "p75", "p90", "p95", "p99", "std"]
 _OPTIONAL_COLUMNS = (("hostname", "Hostname"), ("namespace", "Namespace"), ("pod_name", "Pod Name"))
@@ -36,13 +35,6 @@ _OPTIONAL_COLUMNS = (("hostname", "Hostname"), ("namespace", "Namespace"), ("pod
 
 class ReportWriteError(ReportError, OSError):
     """A report file could not be written, or an existing one is not a JSON object we may merge into."""
-
-
-def output_names(prefix: str | None = None) -> tuple[str, str]:
-    """(json, csv) file names; `--profile-export-prefix foo` gives foo.json and foo.csv."""
-    if not prefix:
-        return JSON_FILE, CSV_FILE
-    return f"{prefix}.json", f"{prefix}.csv"
 
 
 def write_report(report: Report, artifact_dir: Path, prefix: str | None = None,

@@ -13,7 +13,6 @@ that cannot take its telemetry.
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
 import os
 import re
@@ -28,6 +27,7 @@ from typing import Literal
 
 import orjson
 
+from bridge.digest import same_secret
 from bridge.errors import ConfigError
 from bridge.record_log import EVENTS_FILE, EXPORT_FILE, MAX_LINE_BYTES
 from bridge.sidecar.folder_lock import FolderLock
@@ -139,7 +139,7 @@ def done_marker_is_ours(path: Path, run_id: str, token: str | None = None) -> bo
         with os.fdopen(fd, "rb") as f:
             words = f.read(512).split()
     named = words[0].decode(errors="replace") if words else None
-    if named == run_id and (token is None or (len(words) >= 3 and hmac.compare_digest(words[2], token.encode()))):
+    if named == run_id and (token is None or (len(words) >= 3 and same_secret(words[2], token.encode()))):
         return True
     if named == run_id:
         logger.warning("%s names run %s but not its control token: removed and ignored", path, run_id)

@@ -533,7 +533,7 @@ def check_not_the_runs(path: Path, flag: str, session: Any) -> None:
     spool, the report the run writes) is refused at start (exit 2): `--html out/gpu_telemetry_export.jsonl`, a
     tab-completion slip, would replace the run's record with a page."""
     from bridge.files import own_file_problem
-    from bridge.report.write import output_names
+    from bridge.record_log import output_names
     from bridge.sidecar.artifacts import SPOOL_PREFIX
 
     folder = Path(session.artifact_dir)

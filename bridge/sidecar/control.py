@@ -15,19 +15,18 @@ client sends crashes it.
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from bridge.digest import same_secret
 from bridge.errors import ConfigError, SequenceError
 from bridge.sidecar.control_server import BACKLOG as BACKLOG
-from bridge.sidecar.control_server import MAX_CONNECTIONS, REQUEST_DEADLINE_S, BoundedServer
+from bridge.sidecar.control_server import MAX_CONNECTIONS, REQUEST_DEADLINE_S, BoundedServer, RequestHandler
 from bridge.sidecar.control_token import TOKEN_ENV
 from bridge.sidecar.session import LifecycleError, Session
 
@@ -88,13 +87,11 @@ class ControlServer:
     def token_matches(self, authorization: str | None) -> bool:
         scheme, _, given = (authorization or "").strip().partition(" ")
         assert self.token is not None
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+        return scheme.lower() == "bearer" and same_secret(given.strip().encode(), self.token.encode())
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(RequestHandler):
     control: ControlServer
-    server_version = "dcgm-bridge"
-    protocol_version = "HTTP/1.1"
 
     def handle_one_request(self) -> None:
         self.control.httpd.reading(self.connection, True)  # this request's deadline starts now
@@ -118,9 +115,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
         return True
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        logger.debug("control %s %s", self.client_address[0], format % args)
-
     def _send(self, status: int, payload: Any, content_type: str = "application/json") -> None:
         if isinstance(payload, bytes):
             body = payload
@@ -136,8 +130,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, {"error": message})
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """http.server's own refusals (a bad request line, a header too long) as the API's one JSON line, not
-        its HTML page; the connection closes, as what follows on it cannot be trusted to be a request."""
+        """The request reader's own refusals (a bad request line, a header too long) as the API's one JSON line;
+        the connection closes, as what follows on it cannot be trusted to be a request."""
         self.close_connection = True
         self._error(code, message or self.responses.get(code, ("refused",))[0])
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import stat
 from pathlib import Path
 from typing import Any
 
+from bridge.digest import token_urlsafe
 from bridge.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -17,7 +17,7 @@ TOKEN_ENV = "DCGM_BRIDGE_CONTROL_TOKEN"  # how `profile` hands the benchmark its
 
 
 def new_token() -> str:
-    return secrets.token_urlsafe(32)
+    return token_urlsafe(32)
 
 
 def token_from_file(path: Path) -> str:

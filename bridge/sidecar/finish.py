@@ -136,8 +136,8 @@ def marks_of_phases(phases: Sequence[Phase] | None) -> list[PhaseMark]:
 def write_session_report(session: FinishedRun, outputs: SessionOutputs, phases: list[Phase] | None = None) -> None:
     """The report, over `phases` (`adopted_phases`, taken before the events file closed) when the run posted no
     marks."""
+    from bridge.record_log import output_names
     from bridge.report import build_report_from_events, write_report
-    from bridge.report.write import output_names
 
     kwargs: dict[str, Any] = {}
     target = session.report_target

@@ -28,7 +28,7 @@ from bridge.health import LAST_REFRESH, LAST_REFRESH_HELP, REFRESH_PERIOD, REFRE
 from bridge.kernel import COMPILED
 from bridge.normalize import Normalizer, duplicate_rule
 from bridge.pods import parse_pod_patterns
-from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter
+from bridge.record_log import EVENTS_FILE, EXPORT_FILE, LineWriter, output_names
 from bridge.redact import redact_url
 from bridge.relabel import RelabelConfig
 from bridge.samples import GpuRecord, PhaseMark, SessionState
@@ -189,8 +189,6 @@ class Session:
         with self._lock:
             if self.disposition is not None:
                 return
-            from bridge.report.write import output_names
-
             names = output_names(self.config.profile_export_prefix)
             promised = [self.records.path, self.events.path, *report_paths(self.artifact_dir, names)]
             self.disposition = prepare_artifact_dir(self.artifact_dir, self.run_id, self.records.path, names,

@@ -138,7 +138,7 @@ def test_commands_that_need_a_cluster_explain_a_missing_kubeconfig(command: list
 
 
 def test_dry_run_with_128_endpoints_and_otlp_sizes_the_sidecar_from_the_model_and_says_why() -> None:
-    # (64 endpoints until issue 48: since then the model's 64 x 8 GPUs with OTLP, 116 MiB with a full queue, x1.2,
+    # (64 endpoints until issue 48: since then the model's 64 x 8 GPUs with OTLP, 110 MiB with a full queue, x1.2,
     # is under AIPerf's 192Mi floor; bench/RESULTS.md measured ~100 MiB there)
     urls = [f"node{i}:9400" for i in range(128)]
     otlp = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}

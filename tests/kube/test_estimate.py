@@ -53,7 +53,7 @@ def test_the_total_is_the_sum_and_the_table_names_every_component() -> None:
 
 def test_a_memory_limit_set_below_the_model_warns_with_the_variable_to_raise() -> None:
     estimate = estimate_controller(**COMMON, telemetry_enabled=True, telemetry_urls=64, otlp=True,
-                                   telemetry_memory="96Mi")  # (128Mi until issue 48: the model's 116 MiB now)
+                                   telemetry_memory="96Mi")  # (128Mi until issue 48: the model's 110 MiB now)
     (warning,) = estimate.warnings()
     assert "AIPERF_K8S_GPU_TELEMETRY_MANAGER_MEMORY" in warning
     assert estimate.telemetry_memory is not None and estimate.telemetry_memory.quantity == "96Mi"
