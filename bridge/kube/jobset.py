@@ -66,6 +66,10 @@ SIDECAR_SHUTDOWN_CPU_SECONDS = 1.5
 # get a longer grace. (If the spool could not be kept, the report re-reads the log at ~2e-5 per record and
 # may need the grace of a longer run, or `dcgm-bridge report` afterwards.)
 REPORT_CPU_SECONDS_PER_RECORD = 1e-6
+# And per GPU, whatever the run's length: the readings' ages (report/ages.py) fit the counter's hold grid on at most
+# 300 readings, ~0.03 CPU-s, or ~0.37 where the grid's clock drifts and its period is searched (tests/report/
+# test_ages.py's series on this project's 2-CPU machine); the drifting case is budgeted.
+REPORT_CPU_SECONDS_PER_GPU = 0.4
 PROBE_PERIOD_SECONDS = 5
 MARGIN = 2
 
@@ -146,6 +150,7 @@ class Telemetry:
     memory: str = DEFAULT_MEMORY
     env: tuple[tuple[str, str], ...] = ()  # AIPERF_GPU_* and OTEL_* passed through, secrets excluded
     expected_records: int = 0  # GPU records the run should produce (sizes the shutdown grace period)
+    expected_gpus: int = 0  # GPUs on the pages (sizes it too)
     otlp_headers_secret: SecretRef | None = None
     exporter_token_secret: SecretRef | None = None
     gpu_pods: tuple[str, ...] = ()  # NAMESPACE/GLOB, passed to the sidecar (issue 31)
@@ -205,7 +210,8 @@ def termination_grace_seconds(telemetry: Telemetry) -> int:
     """Time the kubelet gives the sidecar after SIGTERM for the final scrape, report and merge."""
     if not telemetry.enabled:
         return 30
-    cpu_seconds = SIDECAR_SHUTDOWN_CPU_SECONDS + telemetry.expected_records * REPORT_CPU_SECONDS_PER_RECORD
+    cpu_seconds = (SIDECAR_SHUTDOWN_CPU_SECONDS + telemetry.expected_records * REPORT_CPU_SECONDS_PER_RECORD
+                   + telemetry.expected_gpus * REPORT_CPU_SECONDS_PER_GPU)
     return max(30, math.ceil(cpu_seconds / float(cpu_cores(telemetry.cpu)) * MARGIN))
 
 

@@ -150,7 +150,8 @@ def resolve(opts: ProfileOptions, env: Mapping[str, str], *, job_id: str | None 
     # `kube results`; with a PVC there is nothing to wait for.
     hold = opts.results_hold if opts.results_hold is not None else (0 if opts.artifacts_pvc else 300)
     # Only URLs the user named count, like the memory estimate: the defaults in a pod are dead.
-    telemetry = replace(telemetry, expected_records=estimate.telemetry_records)
+    telemetry = replace(telemetry, expected_records=estimate.telemetry_records,
+                        expected_gpus=estimate.model.gpus if estimate.model else 0)
     spec = ProfileSpec(job_id=job, namespace=opts.namespace, benchmark=benchmark, telemetry=telemetry,
                        placement=placement, image=opts.image, artifacts_pvc=opts.artifacts_pvc,
                        ttl_seconds=opts.ttl, results_hold_seconds=hold)

@@ -19,6 +19,7 @@ from their predictions carry their ages.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -37,7 +38,9 @@ _PHASES = 100
 # The hold grid is fitted on at most this many readings, spread evenly over the window (with their neighbours): the
 # fit's cost is these readings times the ~200 phases and periods tried, whatever the run's length (an hour at 3 Hz
 # is 10,800 readings a GPU: 64 GPUs' fits took 26 CPU-s at the end of a run, bench/bench_longrun.py).
-_FIT_READINGS = 600
+_FIT_READINGS = 300
+# A drifting grid's period is searched (~40 fits) on fewer: its precision comes from their span, not their count.
+_DRIFT_READINGS = 100
 # Drifts of the hold grid's period searched where a fixed one does not fit: a clock off by up to ±0.5 %.
 _DRIFTS = (-5e-3, -3e-3, -2e-3, -1e-3, -5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3)
 
@@ -237,32 +240,37 @@ def _fit_hold_grid(t: NDArray[np.float64], operator: _Operator, deviations: NDAr
     base = _median_abs(deviations)
     if not hold_s or base < hold_s / 50:  # (ages this small change nothing worth a grid)
         return None
-    full_t, (t, operator, deviations) = t, _spread_out(t, operator, deviations, _FIT_READINGS)
-    best: tuple[float, float, float] | None = None  # (residual, phase, period)
-    for drift in (0.0, *_DRIFTS):
-        period = hold_s * (1 + drift)
-        fit = _best_phase(t, operator, deviations, period)
-        if best is None or fit[0] < best[0]:
-            best = (fit[0], fit[1], period)
-        if drift == 0.0 and best[0] <= base / 2:
-            break  # a fixed grid fits: no drift to look for
-    assert best is not None
-    if best[2] != hold_s:  # a drifting grid: its period between the neighbouring drifts searched
-        step = hold_s * 1e-3
-        lo, hi = best[2] - step, best[2] + step
-        for _ in range(16):
+    sampled = _spread_out(t, operator, deviations, _FIT_READINGS)
+    period = hold_s
+    residual, phase = _best_phase(*sampled, period)
+    if residual > base / 2:  # no fixed grid fits: a slowly drifting one, its period found on fewer readings
+        period = _drifting_period(_spread_out(t, operator, deviations, _DRIFT_READINGS), sampled, hold_s)
+        residual, phase = _best_phase(*sampled, period)
+    if residual > base / 2:
+        return None
+    return np.mod(t - phase, period)
+
+
+def _drifting_period(few: tuple[NDArray[np.float64], _Operator, NDArray[np.float64]],
+                     sampled: tuple[NDArray[np.float64], _Operator, NDArray[np.float64]], hold_s: float) -> float:
+    """The period of a hold grid whose clock drifts against the scrapes': the best of `_DRIFTS`, refined between its
+    neighbours (the residual is V-shaped about the true period) on `few` readings, then closed in on `sampled`."""
+    def on(readings: tuple[NDArray[np.float64], _Operator, NDArray[np.float64]]) -> Callable[[float], float]:
+        return lambda period: _best_phase(*readings, period)[0]
+
+    best = min((hold_s * (1 + drift) for drift in _DRIFTS), key=on(few))
+    lo, hi = best - hold_s * 1e-3, best + hold_s * 1e-3
+    for readings, rounds in ((few, 10), (sampled, 8)):
+        residual = on(readings)
+        if readings is sampled:  # (the few readings' minimum is a noisy one: the bracket widened about it)
+            lo, hi = lo - (hi - lo), hi + (hi - lo)
+        for _ in range(rounds):
             a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-            if _best_phase(t, operator, deviations, a)[0] <= _best_phase(t, operator, deviations, b)[0]:
+            if residual(a) <= residual(b):
                 hi = b
             else:
                 lo = a
-        fit = _best_phase(t, operator, deviations, (lo + hi) / 2)
-        if fit[0] < best[0]:
-            best = (fit[0], fit[1], (lo + hi) / 2)
-    residual, phase, period = best
-    if residual > base / 2:
-        return None
-    return np.mod(full_t - phase, period)
+    return min(best, (lo + hi) / 2, key=on(sampled))
 
 
 def _spread_out(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],

@@ -12,6 +12,7 @@ from bridge.kube.jobset import (
     CONTROL_PLANE,
     CONTROL_TOKEN_FILE,
     DONE_FILE,
+    REPORT_CPU_SECONDS_PER_GPU,
     SIDECAR,
     Benchmark,
     Placement,
@@ -171,6 +172,15 @@ def test_the_grace_period_grows_with_the_records_the_final_report_must_read() ->
     short, hour = Telemetry(expected_records=14_416), Telemetry(expected_records=86_496)  # 8 GPUs, 10 min / 1 h
     assert termination_grace_seconds(Telemetry()) < termination_grace_seconds(short) < termination_grace_seconds(hour)
     assert termination_grace_seconds(hour) >= 2 * (1.5 + 86_496 * 9e-7) / 0.025  # twice the measured cost at 25m
+
+
+def test_the_grace_period_grows_with_the_gpus_whose_ages_the_final_report_fits() -> None:
+    """Each GPU's readings' ages cost the report a bounded fit (bench/bench_longrun.py times its slowest: a drifting
+    grid); the grace holds twice that at 25m for every GPU."""
+    eight, sixty_four = Telemetry(expected_gpus=8), Telemetry(expected_gpus=64)
+    assert termination_grace_seconds(Telemetry()) < termination_grace_seconds(eight) < termination_grace_seconds(
+        sixty_four)
+    assert termination_grace_seconds(sixty_four) >= 2 * (1.5 + 64 * REPORT_CPU_SECONDS_PER_GPU) / 0.025
 
 
 def test_secrets_travel_only_as_secret_key_references() -> None:
