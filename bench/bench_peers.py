@@ -41,9 +41,11 @@ CACHE = Path(os.environ.get("DCGM_BRIDGE_CACHE", Path.home() / ".cache" / "dcgm-
 CONFIGS = Path(__file__).resolve().parent / "peers"
 GUARD_RATIO = 0.3
 NAMES = ("sidecar", "prometheus agent", "vmagent", "bare loop")
-# What each scraper's own /metrics counts: scrapes attempted, scrapes failed (the Prometheus agent's summary counts
-# one per scrape after a target's first; it exposes no failure count).
-SCRAPE_COUNTERS = (("dcgm_bridge_scrapes_total", "dcgm_bridge_scrape_errors_total"),
+# What each peer's own /metrics counts: scrapes attempted, scrapes failed (the Prometheus agent's summary counts
+# one per scrape after a target's first; it exposes no failure count). The sidecar's are read from /status: its
+# /metrics is the pull endpoint, a 6 MB page at 64 x 8 GPUs whose one rendering leaves ~5-10 MiB in its RSS (a
+# cost of serving Prometheus, not of forwarding OTLP, which is what this bench compares).
+SCRAPE_COUNTERS = ((None, None),
                    ("prometheus_target_interval_length_seconds_count", None),
                    ("vm_promscrape_scrapes_total", "vm_promscrape_scrapes_failed_total"))
 
@@ -89,9 +91,15 @@ def busy_cpus() -> float:
 
 
 def scrape_counts(metrics_urls: list[str]) -> list[tuple[float, float]]:
-    """(scrapes, failed scrapes) so far, from the sidecar's, the Prometheus agent's and vmagent's own /metrics."""
+    """(scrapes, failed scrapes) so far, from the sidecar's /status and the Prometheus agent's and vmagent's own
+    /metrics."""
     counts = []
     for url, names in zip(metrics_urls, SCRAPE_COUNTERS, strict=True):
+        if names[0] is None:  # the sidecar: each endpoint's scrapes and failures
+            endpoints = json.loads(procs.get(url)[1])["endpoints"]
+            failed = sum(sum(e["failures"].values()) for e in endpoints)
+            counts.append((sum(e["scrapes"] for e in endpoints) + failed, failed))
+            continue
         totals = dict.fromkeys(n for n in names if n is not None)
         sums = dict.fromkeys(totals, 0.0)
         for line in procs.get(url)[1].decode(errors="replace").splitlines():
@@ -127,7 +135,7 @@ def binary(name: str) -> str:
 def start_scrapers(urls: list[str], otlp_url: str, rw_urls: tuple[str, str], out: Path,
                    log: object) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
     """The four scrapers, each on every URL: the sidecar, the Prometheus agent, vmagent, the bare loop; and the
-    first three's /metrics."""
+    URLs the first three count their scrapes at."""
     targets = out / "targets.json"
     targets.write_text(json.dumps([{"targets": [u.split("/")[2] for u in urls]}]))
     port = procs.free_port()
@@ -153,7 +161,7 @@ def start_scrapers(urls: list[str], otlp_url: str, rw_urls: tuple[str, str], out
     procs.wait_for(f"http://127.0.0.1:{vm_port}/health", 60, vmagent)
     bare = subprocess.Popen([sys.executable, str(procs.ROOT / "bench" / "_bare_scrape.py"), "0.333", *urls],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics = [f"http://127.0.0.1:{p}/metrics" for p in (port, prom_port, vm_port)]
+    metrics = [f"http://127.0.0.1:{port}/status", *(f"http://127.0.0.1:{p}/metrics" for p in (prom_port, vm_port))]
     return [sidecar, prometheus, vmagent, bare], metrics
 
 
