@@ -45,8 +45,7 @@ NAMES = ("sidecar", "prometheus agent", "vmagent", "bare loop")
 # one per scrape after a target's first; it exposes no failure count). The sidecar's are read from /status: its
 # /metrics is the pull endpoint, a 6 MB page at 64 x 8 GPUs whose one rendering leaves ~5-10 MiB in its RSS (a
 # cost of serving Prometheus, not of forwarding OTLP, which is what this bench compares).
-SCRAPE_COUNTERS = ((None, None),
-                   ("prometheus_target_interval_length_seconds_count", None),
+SCRAPE_COUNTERS = (("prometheus_target_interval_length_seconds_count", None),
                    ("vm_promscrape_scrapes_total", "vm_promscrape_scrapes_failed_total"))
 
 # A remote-write receiver in its own process: reads each POST and answers 204 (its CPU is no scraper's).
@@ -91,15 +90,12 @@ def busy_cpus() -> float:
 
 
 def scrape_counts(metrics_urls: list[str]) -> list[tuple[float, float]]:
-    """(scrapes, failed scrapes) so far, from the sidecar's /status and the Prometheus agent's and vmagent's own
+    """(scrapes, failed scrapes) so far: `metrics_urls` the sidecar's /status, then the Prometheus agent's and vmagent's
     /metrics."""
-    counts = []
-    for url, names in zip(metrics_urls, SCRAPE_COUNTERS, strict=True):
-        if names[0] is None:  # the sidecar: each endpoint's scrapes and failures
-            endpoints = json.loads(procs.get(url)[1])["endpoints"]
-            failed = sum(sum(e["failures"].values()) for e in endpoints)
-            counts.append((sum(e["scrapes"] for e in endpoints) + failed, failed))
-            continue
+    endpoints = json.loads(procs.get(metrics_urls[0])[1])["endpoints"]  # the sidecar's, each with its counts
+    failed = sum(sum(e["failures"].values()) for e in endpoints)
+    counts = [(sum(e["scrapes"] for e in endpoints) + failed, failed)]
+    for url, names in zip(metrics_urls[1:], SCRAPE_COUNTERS, strict=True):
         totals = dict.fromkeys(n for n in names if n is not None)
         sums = dict.fromkeys(totals, 0.0)
         for line in procs.get(url)[1].decode(errors="replace").splitlines():

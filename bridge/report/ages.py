@@ -70,6 +70,15 @@ class _Operator(NamedTuple):
     rate: NDArray[np.float64]  # the counter's rate there (per s)
 
 
+class _Readings(NamedTuple):
+    """The grid's fit on some readings: their times (each with its neighbours, where laid out), the neighbours'
+    quadratic, and the readings' deviations from it."""
+
+    t: NDArray[np.float64]
+    operator: _Operator
+    deviations: NDArray[np.float64]
+
+
 def fresh_ages(ts: NDArray[np.int64], counter: NDArray[np.float64], hold_s: float, refresh_most_s: float,
                local: bool) -> FreshAges:
     """A fresh series' readings' ages. `refresh_most_s`: the slowest exporter refresh the data allows (0 for a local
@@ -251,43 +260,44 @@ def _fit_hold_grid(t: NDArray[np.float64], operator: _Operator, deviations: NDAr
     return np.mod(t - phase, period)
 
 
-def _drifting_period(few: tuple[NDArray[np.float64], _Operator, NDArray[np.float64]],
-                     sampled: tuple[NDArray[np.float64], _Operator, NDArray[np.float64]], hold_s: float) -> float:
+def _drifting_period(few: _Readings, sampled: _Readings, hold_s: float) -> float:
     """The period of a hold grid whose clock drifts against the scrapes': the best of `_DRIFTS`, refined between its
-    neighbours (the residual is V-shaped about the true period) on `few` readings, then closed in on `sampled`."""
-    def on(readings: tuple[NDArray[np.float64], _Operator, NDArray[np.float64]]) -> Callable[[float], float]:
+    neighbours (the residual is V-shaped about the true period) on `few` readings, then closed in on `sampled` about
+    that (a noisy minimum: the bracket widened by its own width either side)."""
+    def on(readings: _Readings) -> Callable[[float], float]:
         return lambda period: _best_phase(*readings, period)[0]
 
     best = min((hold_s * (1 + drift) for drift in _DRIFTS), key=on(few))
-    lo, hi = best - hold_s * 1e-3, best + hold_s * 1e-3
-    for readings, rounds in ((few, 10), (sampled, 8)):
-        residual = on(readings)
-        if readings is sampled:  # (the few readings' minimum is a noisy one: the bracket widened about it)
-            lo, hi = lo - (hi - lo), hi + (hi - lo)
-        for _ in range(rounds):
-            a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-            if residual(a) <= residual(b):
-                hi = b
-            else:
-                lo = a
+    lo, hi = _narrowed(on(few), best - hold_s * 1e-3, best + hold_s * 1e-3, 10)
+    lo, hi = _narrowed(on(sampled), lo - (hi - lo), hi + (hi - lo), 8)
     return min(best, (lo + hi) / 2, key=on(sampled))
 
 
-def _spread_out(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
-                most: int) -> tuple[NDArray[np.float64], _Operator, NDArray[np.float64]]:
+def _narrowed(residual: Callable[[float], float], lo: float, hi: float, rounds: int) -> tuple[float, float]:
+    """[lo, hi] narrowed by a ternary search about `residual`'s minimum, a third each round."""
+    for _ in range(rounds):
+        a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        if residual(a) <= residual(b):
+            hi = b
+        else:
+            lo = a
+    return lo, hi
+
+
+def _spread_out(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64], most: int) -> _Readings:
     """At most `most` of the operator's readings, evenly spread, each with its neighbours laid out beside it (times
     repeated where neighbourhoods overlap): the same problem on fewer readings, for the grid's fit."""
     import numpy as np
 
     n, w = operator.centre.size, _NEIGHBOURS
     if n <= most:
-        return t, operator, deviations
+        return _Readings(t, operator, deviations)
     keep = np.linspace(0, n - 1, most).round().astype(np.int64)
     block = np.arange(-w, w + 1)
     laid = t[(operator.centre[keep][:, np.newaxis] + block).ravel()]
     centre = np.arange(most, dtype=np.int64) * block.size + w
-    return laid, _Operator(centre, operator.offsets, operator.weights[keep], operator.spread[keep],
-                           operator.rate[keep]), deviations[keep]
+    return _Readings(laid, _Operator(centre, operator.offsets, operator.weights[keep], operator.spread[keep],
+                                     operator.rate[keep]), deviations[keep])
 
 
 def _best_phase(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
