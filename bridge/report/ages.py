@@ -39,10 +39,12 @@ _PHASES = 100
 # fit's cost is these readings times the ~200 phases and periods tried, whatever the run's length (an hour at 3 Hz
 # is 10,800 readings a GPU: 64 GPUs' fits took 26 CPU-s at the end of a run, bench/bench_longrun.py).
 _FIT_READINGS = 300
-# A drifting grid's period is searched (~40 fits) on fewer: its precision comes from their span, not their count.
+# A drifting grid's period is searched (~90 fits for an hour) on fewer: its precision comes from their span.
 _DRIFT_READINGS = 100
-# Drifts of the hold grid's period searched where a fixed one does not fit: a clock off by up to ±0.5 %.
+# Drifts of the hold grid's period searched where a fixed one does not fit: a clock off by up to ±0.5 %, first on
+# the readings of a stretch this long (where the V about the true period spans ~0.5 % of it: a hold of walk).
 _DRIFTS = (-5e-3, -3e-3, -2e-3, -1e-3, -5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3)
+_FIRST_SPAN_S = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,15 +97,16 @@ def fresh_ages(ts: NDArray[np.int64], counter: NDArray[np.float64], hold_s: floa
     if operator is None:
         return FreshAges(ts, _unknown_age(most))
     deviations = _apply(operator, cum)
-    ages = _fit_hold_grid(t, operator, deviations, hold_s)
-    if ages is None:
+    fit = _fit_hold_grid(t, operator, deviations, hold_s)
+    if fit is None:
         return FreshAges(ts, _statistical(deviations, hold_s, most))
+    ages, walk = fit
     instants = ts.copy()
     instants[valid] = ts[valid] - np.round(ages * 1e9).astype(np.int64)
     left = _local_operator(t - ages, cum)
     rest = deviations if left is None else _apply(left, cum)
     spread = min(4 * _median_abs(rest), most)
-    q95 = _q95_apart(rest, most)
+    q95 = min(math.hypot(_q95_apart(rest, most), walk), most)  # (the walk: how well the readings pin the period)
     if local:  # the reads show the counter's own updates: nothing hides beneath the grid
         return FreshAges(instants, Staleness(q95, 0.0, spread / 2, most))
     # From an exporter the grid found may be DCGM's, locked to the counter's own, whose hold then hides beneath it.
@@ -239,11 +242,14 @@ def _below(operator: _Operator, q: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def _fit_hold_grid(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
-                   hold_s: float) -> NDArray[np.float64] | None:
-    """The readings' ages where the counter holds each value for `hold_s` on a regular grid: a = (t − φ) mod period,
+                   hold_s: float) -> tuple[NDArray[np.float64], float] | None:
+    """The readings' ages where the counter holds each value for `hold_s` on a regular grid, a = (t − φ) mod period,
     whose deviations (`_apply` of the ages, with the counter's sign) explain at least three quarters of the readings'
-    (their median absolute residual at most half of theirs). A fixed period first, then a slowly drifting one. None
-    where no grid does (a continuous counter, an exporter's own refresh slower than the hold, too few readings)."""
+    (their median absolute residual at most half of theirs); and how far the grid's two halves disagree (`_walk`).
+    A fixed period first; a drifting one where the fixed one fits neither the whole nor each half alike (a period off
+    by 0.1 % walks 24 ms over a 24 s run, yet its median residual may stay small: bench/accuracy_groups.py, steady
+    power on a drifting grid). None where no grid does (a continuous counter, an exporter's own refresh slower than
+    the hold, too few readings)."""
     import numpy as np
 
     base = _median_abs(deviations)
@@ -251,36 +257,100 @@ def _fit_hold_grid(t: NDArray[np.float64], operator: _Operator, deviations: NDAr
         return None
     sampled = _spread_out(t, operator, deviations, _FIT_READINGS)
     period = hold_s
-    residual, phase = _best_phase(*sampled, period)
-    if residual > base / 2:  # no fixed grid fits: a slowly drifting one, its period found on fewer readings
-        period = _drifting_period(_spread_out(t, operator, deviations, _DRIFT_READINGS), sampled, hold_s)
-        residual, phase = _best_phase(*sampled, period)
+    loss, phase = _best_phase(*sampled, period)
+    residual, walk = _residual(sampled, period, phase), _walk(sampled, period)
+    # A half's phase is pinned to about a period over its readings (the nearest ages either side of a grid instant).
+    resolution = 2 * period / (sampled.operator.centre.size // 2)
+    if residual > base / 2 or walk > 2 * (residual + resolution):  # a drifting grid
+        drifting, drifting_walk = _drifting_period(t, operator, deviations, hold_s)
+        drifting_loss, drifting_phase = _best_phase(*sampled, drifting)
+        if drifting_loss < loss:
+            period, phase, walk = drifting, drifting_phase, drifting_walk
+            residual = _residual(sampled, period, phase)
     if residual > base / 2:
         return None
-    return np.mod(t - phase, period)
+    return np.mod(t - phase, period), walk
 
 
-def _drifting_period(few: _Readings, sampled: _Readings, hold_s: float) -> float:
-    """The period of a hold grid whose clock drifts against the scrapes': the best of `_DRIFTS`, refined between its
-    neighbours (the residual is V-shaped about the true period) on `few` readings, then closed in on `sampled` about
-    that (a noisy minimum: the bracket widened by its own width either side)."""
-    def on(readings: _Readings) -> Callable[[float], float]:
-        return lambda period: _best_phase(*readings, period)[0]
-
-    best = min((hold_s * (1 + drift) for drift in _DRIFTS), key=on(few))
-    lo, hi = _narrowed(on(few), best - hold_s * 1e-3, best + hold_s * 1e-3, 10)
-    lo, hi = _narrowed(on(sampled), lo - (hi - lo), hi + (hi - lo), 8)
-    return min(best, (lo + hi) / 2, key=on(sampled))
+def _walk(readings: _Readings, period: float) -> float:
+    """How far the ages of the readings' two ends can be off each other where the period is: the best phases of the
+    first and the second half of the readings differ by the period's error times half their span, which the window's
+    edges (a whole span apart) show twice over."""
+    half = readings.operator.centre.size // 2
+    first = _best_phase(*_part(readings, slice(0, half)), period)[1]
+    second = _best_phase(*_part(readings, slice(half, None)), period)[1]
+    apart = (second - first) % period
+    return 2 * min(apart, period - apart)
 
 
-def _narrowed(residual: Callable[[float], float], lo: float, hi: float, rounds: int) -> tuple[float, float]:
-    """[lo, hi] narrowed by a ternary search about `residual`'s minimum, a third each round."""
+def _drifting_period(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
+                     hold_s: float) -> tuple[float, float]:
+    """The period of a hold grid whose clock drifts against the scrapes'. Over a span T a period off by δ·period walks
+    δ·T, so the loss is V-shaped about the true period only within about a quarter hold of walk: the period is
+    searched first on the readings of a short stretch at the middle (`_FIRST_SPAN_S`: every drift of `_DRIFTS` and
+    none), then on stretches twice as long, each about the last one's best within its reach. Returns the period and
+    the walk its uncertainty allows over the readings' span (seconds)."""
+    import numpy as np
+
+    times = t[operator.centre]
+    middle, whole = (times[0] + times[-1]) / 2, times[-1] - times[0]
+    span = min(_FIRST_SPAN_S, whole)
+
+    def on(span: float) -> tuple[_Readings, Callable[[float], float]]:
+        inside = np.flatnonzero(np.abs(times - middle) <= span / 2)
+        readings = _spread_out(t, _rows(operator, inside), deviations[inside], _DRIFT_READINGS)
+        return readings, lambda period: _best_phase(*readings, period)[0]
+
+    readings, loss = on(span)
+    best = min((hold_s * (1 + drift) for drift in (0.0, *_DRIFTS)), key=loss)
+    reach = hold_s * hold_s / span / 2  # (the V's half-width is a quarter hold of walk over the span: twice that)
+    lo, hi = _narrowed(loss, best - reach, best + reach, 8)
+    best = min(best, (lo + hi) / 2, key=loss)
+    while span < whole:  # each longer stretch: the last best is within the last V's reach
+        span = min(2 * span, whole)
+        readings, loss = on(span)
+        candidates = np.linspace(best - reach, best + reach, 5)  # (half a reach apart: the next V's width)
+        best = float(min(candidates, key=loss))
+        lo, hi = _narrowed(loss, best - reach / 2, best + reach / 2, 5)
+        best = min(best, (lo + hi) / 2, key=loss)
+        reach = hold_s * hold_s / span / 2
+    # The loss falls in steps, a reading's quarter hold each, as readings cross grid instants: the periods within
+    # one step of the least are all the readings allow, their middle the best guess, their spread the walk left over
+    # the span.
+    periods = np.linspace(best - reach / 2, best + reach / 2, 21)
+    losses = np.array([loss(period) for period in periods])
+    allowed = periods[losses <= losses.min() + hold_s / 4 / readings.deviations.size]
+    step = periods[1] - periods[0]
+    return float(np.mean(allowed)), float(allowed[-1] - allowed[0] + step) / hold_s * whole
+
+
+def _rows(operator: _Operator, keep: NDArray[np.int64]) -> _Operator:
+    return _Operator(operator.centre[keep], operator.offsets, operator.weights[keep], operator.spread[keep],
+                     operator.rate[keep])
+
+
+def _part(readings: _Readings, rows: slice) -> _Readings:
+    """Some of the readings' rows, their laid-out times kept whole (the operator indexes into them)."""
+    import numpy as np
+
+    keep = np.arange(readings.operator.centre.size)[rows]
+    return _Readings(readings.t, _rows(readings.operator, keep), readings.deviations[keep])
+
+
+def _narrowed(loss: Callable[[float], float], lo: float, hi: float, rounds: int) -> tuple[float, float]:
+    """[lo, hi] narrowed about `loss`'s minimum by a golden-section search: by 0.618 a round, one evaluation each."""
+    ratio = (math.sqrt(5) - 1) / 2
+    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    loss_a, loss_b = loss(a), loss(b)
     for _ in range(rounds):
-        a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
-        if residual(a) <= residual(b):
-            hi = b
+        if loss_a <= loss_b:
+            hi, b, loss_b = b, a, loss_a
+            a = hi - ratio * (hi - lo)
+            loss_a = loss(a)
         else:
-            lo = a
+            lo, a, loss_a = a, b, loss_b
+            b = lo + ratio * (hi - lo)
+            loss_b = loss(b)
     return lo, hi
 
 
@@ -290,31 +360,42 @@ def _spread_out(t: NDArray[np.float64], operator: _Operator, deviations: NDArray
     import numpy as np
 
     n, w = operator.centre.size, _NEIGHBOURS
-    if n <= most:
+    if n <= most and t.size <= n + 2 * w:  # (every reading's: nothing to spare)
         return _Readings(t, operator, deviations)
-    keep = np.linspace(0, n - 1, most).round().astype(np.int64)
+    keep = np.linspace(0, n - 1, min(n, most)).round().astype(np.int64)
     block = np.arange(-w, w + 1)
     laid = t[(operator.centre[keep][:, np.newaxis] + block).ravel()]
-    centre = np.arange(most, dtype=np.int64) * block.size + w
-    return _Readings(laid, _Operator(centre, operator.offsets, operator.weights[keep], operator.spread[keep],
-                                     operator.rate[keep]), deviations[keep])
+    centre = np.arange(keep.size, dtype=np.int64) * block.size + w
+    return _Readings(laid, _rows(operator, keep)._replace(centre=centre), deviations[keep])
 
 
 def _best_phase(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
                 period: float) -> tuple[float, float]:
-    """(the median absolute residual, the phase) of the hold grid of `period` that best explains the deviations."""
+    """(the loss, the phase) of the hold grid of `period` that best explains the deviations: the mean absolute
+    residual, each reading's at most a quarter hold (one given the update either side of an instant, by its jitter
+    or a step of the power, counts no more). A mean, not a median: a median moves only where a reading crosses a grid
+    instant, and stayed flat over periods 0.1 % apart on 20 s of readings (bench/accuracy_groups.py, steady power)."""
     import numpy as np
 
     def scan(phases: NDArray[np.float64]) -> tuple[float, float]:
         ages = np.mod(t[np.newaxis, :] - phases[:, np.newaxis], period)  # one row per phase
-        residuals = np.median(np.abs(deviations - _age_deviations(operator, ages)), axis=1)
-        k = int(np.argmin(residuals))
-        return float(residuals[k]), float(phases[k])
+        residuals = np.abs(deviations - _age_deviations(operator, ages))
+        losses = np.minimum(residuals, period / 4).mean(axis=1)
+        k = int(np.argmin(losses))
+        return float(losses[k]), float(phases[k])
 
     step = period / _PHASES
-    residual, phase = scan(np.arange(_PHASES, dtype=np.float64) * step)
-    # Refine about the best step twice (the residual is V-shaped about the true phase): to 1e-5 of the period.
+    loss, phase = scan(np.arange(_PHASES, dtype=np.float64) * step)
+    # Refine about the best step twice (the loss is V-shaped about the true phase): to 1e-5 of the period.
     for _ in range(2):
-        residual, phase = scan(phase + np.linspace(-step, step, 41, dtype=np.float64))
+        loss, phase = scan(phase + np.linspace(-step, step, 41, dtype=np.float64))
         step /= 20
-    return residual, phase % period
+    return loss, phase % period
+
+
+def _residual(readings: _Readings, period: float, phase: float) -> float:
+    """The median absolute residual of the readings' deviations from a hold grid's."""
+    import numpy as np
+
+    ages = np.mod(readings.t - phase, period)
+    return _median_abs(readings.deviations - _age_deviations(readings.operator, ages))

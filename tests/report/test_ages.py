@@ -25,21 +25,27 @@ def _held_counter(n: int, drift: float, seed: int) -> tuple[np.ndarray, np.ndarr
     return (1_796_000_000_000_000_000 + np.round(t * 1e9)).astype(np.int64), energy, age
 
 
-@pytest.mark.parametrize(("n", "drift"), [(360, 0.0), (10_800, 0.0), (10_800, -1e-3)],
-                         ids=["2 minutes", "an hour", "an hour, the grid's clock 0.1 % fast"])
+@pytest.mark.parametrize(("n", "drift"), [(360, 0.0), (10_800, 0.0), (10_800, -1e-3), (10_800, -1.07e-3),
+                                          (10_800, 6.3e-4), (10_800, 1.9e-3), (360, 1.3e-3)],
+                         ids=["2 minutes", "an hour", "an hour, the grid's clock 0.1 % fast", "an hour, 0.107 % fast",
+                              "an hour, 0.063 % slow", "an hour, 0.19 % slow", "2 minutes, 0.13 % slow"])
 def test_the_hold_grid_is_found_and_each_reading_timed_at_the_update_it_shows(n: int, drift: float) -> None:
     """An hour's fit is made on a share of the readings (its cost bounded): every reading still timed to within 1 %
-    of the hold of the update it shows, but for a reading within 0.1 ms of a grid instant, which may be given the
-    update either side (a hold off)."""
+    of the hold of the update it shows (or the stated quantile, where two minutes cannot pin a drifting period), but
+    for a reading closer to a grid instant than twice the stated 95 % quantile of the ages' differences (at most
+    10 ms), which may be given the update either side (a hold off). Drifts of any size within the search, not only
+    the ones it tries first (a fit that tried a fixed list timed half an hour's readings a hold off at 0.107 % while
+    it found 0.1 % exactly)."""
     ts, energy, age = _held_counter(n, drift, seed=n)
     period = HOLD_S * (1 + drift)
     found = fresh_ages(ts, energy, HOLD_S, 0.0, local=True)
     error = (ts - found.instants_ns) / 1e9 - age
     flipped = np.abs(error) > period / 2
-    on_an_instant = np.minimum(age, period - age) < 1e-4
+    on_an_instant = np.minimum(age, period - age) < 2 * found.stale.q95_s
+    assert found.stale.q95_s < HOLD_S / 10, found.stale
     assert not (flipped & ~on_an_instant).any(), age[flipped]
     error[flipped] -= np.sign(error[flipped]) * period
-    assert np.abs(error).max() < HOLD_S / 100, np.sort(np.abs(error))[-5:]
+    assert np.abs(error).max() < max(HOLD_S / 100, found.stale.q95_s), (np.sort(np.abs(error))[-5:], found.stale)
 
 
 def test_the_normal_equations_inverse_is_the_pseudo_inverse_singular_ones_included() -> None:
