@@ -3,8 +3,10 @@
 AIPerf runs from its own venv in the cache (scripts/install-aiperf.sh, run by `make servers`; installed
 here when missing), against a small OpenAI-compatible server on loopback and simulated exporters, with
 a tokenizer trained here by the `tokenizers` package (AIPerf's dependency) on text the test ships: no
-hub download (and no HF_HUB_OFFLINE, which in AIPerf 0.13 breaks local tokenizer paths: its tokenizer
-loader goes through huggingface_hub even for a folder). Each run is a few hundred requests.
+hub download. The tokenizer sits in a test-local Hugging Face cache, as a downloaded one would, and AIPerf
+runs with HF_HUB_OFFLINE (a warm cache): a folder path would not do offline (AIPerf 0.13's loader goes
+through huggingface_hub even for a folder), and online AIPerf spends 2 s a run prefetching it in a
+subprocess. Each run is a few hundred requests.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 import termios
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -67,12 +70,25 @@ def aiperf() -> Path:
     return binary
 
 
+TOKENIZER = "local/bridge-tokenizer"
+
+
 @pytest.fixture(scope="module")
-def tokenizer(aiperf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tokenizer")
-    subprocess.run([str(aiperf.parent / "python"), "-c", TRAIN, str(out), str(DATA / "aiperf" / "corpus.txt")],
-                   check=True, timeout=120)
-    return out
+def tokenizer(aiperf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The tokenizer's name, TOKENIZER, in a Hugging Face cache of the module's own (HF_HOME, HF_HUB_OFFLINE
+    while the module runs, which _env passes on): the cache's layout, models--<org>--<name>/snapshots/<rev>/ with
+    refs/main naming <rev>, is how huggingface_hub finds a downloaded model offline."""
+    home = tmp_path_factory.mktemp("hf")
+    revision = "0" * 40
+    model = home / "hub" / f"models--{TOKENIZER.replace('/', '--')}"
+    subprocess.run([str(aiperf.parent / "python"), "-c", TRAIN, str(model / "snapshots" / revision),
+                    str(DATA / "aiperf" / "corpus.txt")], check=True, timeout=120)
+    (model / "refs").mkdir()
+    (model / "refs" / "main").write_text(revision)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HOME", str(home))
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        yield TOKENIZER
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +106,14 @@ def exporters() -> list[SimulatedExporter]:
 
 
 def _env() -> dict[str, str]:
-    env = {**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "AIPERF_GPU_COLLECTION_INTERVAL": "0.1",
-           "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false", "COLUMNS": "160"}
-    env.pop("HF_HUB_OFFLINE", None)
-    return env
+    # AIPerf's server-metrics flush (2 s of waiting after the last request, for the LLM server's /metrics) is
+    # skipped: the mock has no metrics page (AIPerf disables it), and nothing here reads server metrics.
+    return {**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": "[]", "AIPERF_GPU_COLLECTION_INTERVAL": "0.1",
+            "AIPERF_SERVER_METRICS_COLLECTION_FLUSH_PERIOD": "0", "HF_HUB_DISABLE_TELEMETRY": "1",
+            "TOKENIZERS_PARALLELISM": "false", "COLUMNS": "160"}
 
 
-def _aiperf_args(aiperf: Path, server: OpenAIMock, tokenizer: Path, requests: int, *extra: str) -> list[str]:
+def _aiperf_args(aiperf: Path, server: OpenAIMock, tokenizer: str, requests: int, *extra: str) -> list[str]:
     return [str(aiperf), "profile", "-m", "mock-model", "--url", server.url, "--endpoint-type", "chat",
             "--tokenizer", str(tokenizer), "--request-count", str(requests), "--concurrency", "4",
             "--synthetic-input-tokens-mean", "20", "--output-tokens-mean", "10", *extra]
