@@ -252,8 +252,72 @@ def _records_written(base: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
+@dataclass
+class Scraping:
+    """A Prometheus scraping its own pull endpoint, which serves a placeholder page until the run starts."""
+
+    pull: PullEndpoint
+    prometheus: Server
+    base: str
+
+    def close(self) -> None:
+        self.prometheus.stop()
+        self.pull.close()
+
+
+class Prometheuses:
+    """Each dialect's Prometheus, started ahead of its run: it scrapes a new target only after its discovery sync
+    (~5 s), so the next dialect's is started as soon as a run is recorded, and syncs while that run's tests query
+    the stores. Only the dialects whose tests were selected."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory, dialects: set[str]) -> None:
+        self.tmp_path_factory = tmp_path_factory
+        self.dialects = dialects
+        self.started: dict[str, Scraping] = {}
+
+    def start(self, dialect: str) -> None:
+        if dialect in self.started or dialect not in self.dialects:
+            return
+        pull = PullEndpoint()
+        pull.body = render_exposition([], BridgeHealth(records_written=-1))
+        try:
+            prometheus, base = start_prometheus(self.tmp_path_factory.mktemp(f"grafana-prometheus-{dialect}"),
+                                                pull.port)
+        except BaseException:
+            pull.close()
+            raise
+        self.started[dialect] = Scraping(pull, prometheus, base)
+
+    def take(self, dialect: str) -> Scraping:
+        """`dialect`'s, started now if it was not yet: the caller closes it."""
+        self.dialects.add(dialect)
+        self.start(dialect)
+        self.dialects.discard(dialect)
+        return self.started.pop(dialect)
+
+    def start_the_rest(self) -> None:
+        for dialect in sorted(self.dialects):
+            self.start(dialect)
+
+    def close(self) -> None:
+        for scraping in self.started.values():
+            scraping.close()
+
+
+@pytest.fixture(scope="module")
+def prometheuses(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheuses]:
+    selected = {item.callspec.params["stored_run"] for item in request.session.items
+                if "stored_run" in getattr(getattr(item, "callspec", None), "params", {})}
+    started = Prometheuses(tmp_path_factory, selected)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
 @pytest.fixture(scope="module", params=list(DIALECTS))
-def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoredRun]:
+def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+               prometheuses: Prometheuses) -> Iterator[StoredRun]:
     dialect: str = request.param
     tmp = tmp_path_factory.mktemp(f"grafana-run-{dialect}")
     vm_binary = require_binary("victoria-metrics")
@@ -263,15 +327,13 @@ def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         (tmp / sub).mkdir()
     vm = VictoriaMetrics(vm_binary, tmp / "vm" / "data")
     vm_prom = VictoriaMetrics(vm_binary, tmp / "vmp" / "data", prometheus_naming=True)
-    pull = PullEndpoint()
     servers: list[Server] = []
     forwarders: list[OtlpForwarder] = []
+    # Prometheus first (or already started, Prometheuses): the VictoriaMetrics start-ups overlap its discovery
+    # sync; the run starts once it has scraped the placeholder page.
+    scraping = prometheuses.take(dialect)
+    pull, prom_base = scraping.pull, scraping.base
     try:
-        # Prometheus first: it scrapes a new target only after its discovery sync (~5 s), which the
-        # VictoriaMetrics start-ups overlap; the run starts once it has scraped the placeholder page.
-        pull.body = render_exposition([], BridgeHealth(records_written=-1))
-        prometheus, prom_base = start_prometheus(tmp, pull.port)
-        servers.append(prometheus)
         for server in (vm, vm_prom):
             server.start()
             servers.append(server)
@@ -336,10 +398,11 @@ def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
             assert stats.sent_points > 0 and stats.rejected_points == 0 and stats.dropped_points == 0, stats
         for server in (vm, vm_prom):
             server.flush()
+        prometheuses.start_the_rest()
         yield StoredRun(run, stores, nodes, dialect)
     finally:
         for fwd in forwarders:
             fwd.close()
         for server in reversed(servers):
             server.stop()
-        pull.close()
+        scraping.close()
