@@ -172,7 +172,9 @@ class PullEndpoint:
         self.body = b""
         self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, name="pull-endpoint", daemon=True)
+        # poll_interval: shutdown() waits for serve_forever's next look (every 0.5 s by default)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       name="pull-endpoint", daemon=True)
         self.thread.start()
 
     def close(self) -> None:
