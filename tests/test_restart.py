@@ -86,7 +86,10 @@ def test_records_reach_the_log_within_the_flush_interval_while_every_endpoint_is
             assert time.monotonic() < deadline
             time.sleep(0.05)
         written = _status(base)["records_written"]
-        time.sleep(4.5)  # the flush interval, and some
+        log = out / "gpu_telemetry_export.jsonl"
+        deadline = time.monotonic() + 4.5  # the flush interval, and some
+        while not (log.exists() and log.read_bytes().count(b"\n") >= written) and time.monotonic() < deadline:
+            time.sleep(0.05)
         process.send_signal(signal.SIGKILL)
         process.wait()
     finally:

@@ -270,7 +270,7 @@ class _Listener:
         self.port = int(self.server.server_address[1])
         import threading
 
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     def close(self) -> None:

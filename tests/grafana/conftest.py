@@ -15,8 +15,9 @@ one of two dialects: `legacy` (node A dcgm-exporter <= 4.5 `Hostname`, node B 4.
 (DCGM 4.7 names and units: node A dcgm-exporter 4.9, node B 4.10); baseline, warmup, a gap, profiling with
 an XID on node A's GPU 1, completion. The simulators' clock follows the wall clock (Prometheus stamps its
 own scrape times) and each step waits until every store has the step's page and the rules have been
-evaluated over it (a recorded sample newer than the page): bounded polling, no sleeps. Store helpers
-(Server, VictoriaMetrics, wait_until) are the OTLP tier's, imported.
+evaluated over it (a recorded sample newer than the page, by an evaluation that ran after the page was
+searchable), and starts over a second after Prometheus scraped the step before: bounded polling, no sleeps.
+Store helpers (Server, VictoriaMetrics, wait_until) are the OTLP tier's, imported.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ EVAL_INTERVAL_MS = 100  # the rules' evaluation interval in Prometheus
 # vmalert's: it stamps and queries whole seconds, so two evaluations within one second write the same timestamp
 VMALERT_INTERVAL = "1s"
 AFTER_RUN_S = 0.2
+STEP_SPACING_S = 1.0  # the least time between two steps' pages in any store
 RULES = ROOT / "grafana" / "rules" / "dcgm-bridge.rules.yml"
 # dialect -> (node A's, node B's simulator dialect); node A has MIG
 DIALECTS = {"legacy": ("legacy", "current"), "dcgm47": ("dcgm49", "dcgm410")}
@@ -80,10 +82,12 @@ class Store:
         """The time of a rule evaluation that saw the step's page (at `step_s`, in the store by `since_s`).
 
         Prometheus evaluates at the time it stamps: any evaluation at or after `since_s` saw it. vmalert
-        stamps (and queries at) whole seconds, up to a second from when it runs, so its evaluation is
-        known by what it recorded: the newest sample it saw, the step's own (`step_s`), and by its stamp, a
-        whole second after `since_s` (so it ran after the step's flush: one that ran while only part of the step's
-        points were searchable recorded some GPUs at the step before, and failed a total on a busy machine)."""
+        stamps (and queries at) its schedule truncated to whole seconds, up to a second before it runs and never
+        after (app/vmalert/rule/group.go: `Start` runs each evaluation at or after its scheduled `evalTS`,
+        `adjustReqTimestamp` truncates it), so its evaluation is known by what it recorded: the newest sample it
+        saw, the step's own (`step_s`), and by its stamp, at or after `since_s` (so every rule of it ran after the
+        step's flush: one that ran while only part of the step's points were searchable recorded some GPUs at the
+        step before, and failed a total on a busy machine)."""
         self.flush()
         now = time.time()
         stamp = self.instant(f"max(timestamp({RECORDED}))", now)
@@ -91,7 +95,7 @@ class Store:
         if not stamp or not newest:
             return None
         at, seen = float(stamp[0]["value"][1]), float(newest[0]["value"][1])
-        return at if (seen >= step_s and at >= since_s + 1.0 if self.vmalert else at >= since_s) else None
+        return at if (seen >= step_s and at >= since_s if self.vmalert else at >= since_s) else None
 
     def _get(self, path: str, params: list[tuple[str, str]]) -> Any:
         response = _HTTP.request("GET", f"{self.base}{path}?{urllib.parse.urlencode(params)}")
@@ -168,7 +172,9 @@ class PullEndpoint:
         self.body = b""
         self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, name="pull-endpoint", daemon=True)
+        # poll_interval: shutdown() waits for serve_forever's next look (every 0.5 s by default)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       name="pull-endpoint", daemon=True)
         self.thread.start()
 
     def close(self) -> None:
@@ -248,8 +254,72 @@ def _records_written(base: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
+@dataclass
+class Scraping:
+    """A Prometheus scraping its own pull endpoint, which serves a placeholder page until the run starts."""
+
+    pull: PullEndpoint
+    prometheus: Server
+    base: str
+
+    def close(self) -> None:
+        self.prometheus.stop()
+        self.pull.close()
+
+
+class Prometheuses:
+    """Each dialect's Prometheus, started ahead of its run: it scrapes a new target only after its discovery sync
+    (~5 s), so the next dialect's is started as soon as a run is recorded, and syncs while that run's tests query
+    the stores. Only the dialects whose tests were selected."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory, dialects: set[str]) -> None:
+        self.tmp_path_factory = tmp_path_factory
+        self.dialects = dialects
+        self.started: dict[str, Scraping] = {}
+
+    def start(self, dialect: str) -> None:
+        if dialect in self.started or dialect not in self.dialects:
+            return
+        pull = PullEndpoint()
+        pull.body = render_exposition([], BridgeHealth(records_written=-1))
+        try:
+            prometheus, base = start_prometheus(self.tmp_path_factory.mktemp(f"grafana-prometheus-{dialect}"),
+                                                pull.port)
+        except BaseException:
+            pull.close()
+            raise
+        self.started[dialect] = Scraping(pull, prometheus, base)
+
+    def take(self, dialect: str) -> Scraping:
+        """`dialect`'s, started now if it was not yet: the caller closes it."""
+        self.dialects.add(dialect)
+        self.start(dialect)
+        self.dialects.discard(dialect)
+        return self.started.pop(dialect)
+
+    def start_the_rest(self) -> None:
+        for dialect in sorted(self.dialects):
+            self.start(dialect)
+
+    def close(self) -> None:
+        for scraping in self.started.values():
+            scraping.close()
+
+
+@pytest.fixture(scope="module")
+def prometheuses(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheuses]:
+    selected = {item.callspec.params["stored_run"] for item in request.session.items
+                if "stored_run" in getattr(getattr(item, "callspec", None), "params", {})}
+    started = Prometheuses(tmp_path_factory, selected)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
 @pytest.fixture(scope="module", params=list(DIALECTS))
-def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StoredRun]:
+def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+               prometheuses: Prometheuses) -> Iterator[StoredRun]:
     dialect: str = request.param
     tmp = tmp_path_factory.mktemp(f"grafana-run-{dialect}")
     vm_binary = require_binary("victoria-metrics")
@@ -259,15 +329,13 @@ def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         (tmp / sub).mkdir()
     vm = VictoriaMetrics(vm_binary, tmp / "vm" / "data")
     vm_prom = VictoriaMetrics(vm_binary, tmp / "vmp" / "data", prometheus_naming=True)
-    pull = PullEndpoint()
     servers: list[Server] = []
     forwarders: list[OtlpForwarder] = []
+    # Prometheus first (or already started, Prometheuses): the VictoriaMetrics start-ups overlap its discovery
+    # sync; the run starts once it has scraped the placeholder page.
+    scraping = prometheuses.take(dialect)
+    pull, prom_base = scraping.pull, scraping.base
     try:
-        # Prometheus first: it scrapes a new target only after its discovery sync (~5 s), which the
-        # VictoriaMetrics start-ups overlap; the run starts once it has scraped the placeholder page.
-        pull.body = render_exposition([], BridgeHealth(records_written=-1))
-        prometheus, prom_base = start_prometheus(tmp, pull.port)
-        servers.append(prometheus)
         for server in (vm, vm_prom):
             server.start()
             servers.append(server)
@@ -291,7 +359,12 @@ def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
                                    now_ns=clock)
         nodes = [node_a, node_b]
 
+        # The steps are over a second apart in every store (the dashboards' 1 s rate window holds at most one
+        # step's move): a step starts more than STEP_SPACING_S after Prometheus scraped the one before.
+        next_step_after = [0.0]
+
         def tick() -> None:
+            wait_until(lambda: time.time() > next_step_after[0], 2 * STEP_SPACING_S, "the steps' spacing")
             clock.set(max(time.time_ns(), clock() + 1_000_000))
 
         def before_step(index: int) -> None:
@@ -303,16 +376,20 @@ def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
                 assert fwd.flush(10.0)
             for server in (vm, vm_prom):
                 server.flush()
+            flushed = time.time()  # both VictoriaMetrics show the step's points from here
             pull.body = session.exposition()
             written = session.records_written
             wait_until(lambda: _records_written(prom_base) == written, 10.0,
                        f"Prometheus to scrape step {step.index}")
+            scraped = time.time()  # and Prometheus from here
+            step_s = step.t_ns // 1_000_000 / 1000  # VictoriaMetrics keeps ms
             # Every store now holds the step's page: the rules' next evaluation records it.
-            since, step_s = time.time(), step.t_ns // 1_000_000 / 1000  # VictoriaMetrics keeps ms
             for store in stores.values():
-                wait_until(lambda store=store: store.recorded(step_s, since) is not None, 10.0,
+                since = flushed if store.vmalert else scraped
+                wait_until(lambda store=store, since=since: store.recorded(step_s, since) is not None, 10.0,
                            f"{store.name}'s rules to record step {step.index}")
                 store.eval_s[step.index] = store.recorded(step_s, since) or since
+            next_step_after[0] = scraped + STEP_SPACING_S
 
         with node_a, node_b:
             run = drive_run(tmp / "artifacts", nodes, clock, tick=tick, on_step=on_step, run_id=RUN_ID,
@@ -323,10 +400,11 @@ def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
             assert stats.sent_points > 0 and stats.rejected_points == 0 and stats.dropped_points == 0, stats
         for server in (vm, vm_prom):
             server.flush()
+        prometheuses.start_the_rest()
         yield StoredRun(run, stores, nodes, dialect)
     finally:
         for fwd in forwarders:
             fwd.close()
         for server in reversed(servers):
             server.stop()
-        pull.close()
+        scraping.close()

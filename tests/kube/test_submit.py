@@ -135,7 +135,7 @@ def test_the_complete_script_prints_the_status_and_body_of_a_failed_complete() -
             pass
 
     with ThreadingHTTPServer(("127.0.0.1", 0), Failing) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}/complete"
         script = submit._COMPLETE_SCRIPT.replace(f"http://127.0.0.1:{submit.HEALTH_PORT}/complete", url)
         assert script != submit._COMPLETE_SCRIPT

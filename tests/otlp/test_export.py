@@ -269,7 +269,7 @@ class _Receiver(BaseHTTPRequestHandler):
 def http_receiver() -> Iterator[type[_Receiver]]:
     handler = type("Handler", (_Receiver,), {"answers": queue.Queue(), "got": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     handler.url = f"http://127.0.0.1:{server.server_address[1]}/v1/metrics"  # type: ignore[attr-defined]
     yield handler

@@ -288,7 +288,7 @@ def test_prometheus_scrapes_the_pull_endpoint_with_the_shipped_config(tmp_path):
         },
     )
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     # The shipped config, with Kubernetes discovery swapped for the loopback target.
     config = yaml.safe_load((COLLECTOR / "prometheus" / "prometheus.yml").read_text())

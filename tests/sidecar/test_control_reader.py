@@ -57,7 +57,7 @@ class _OurServer(socketserver.ThreadingTCPServer):
 
 
 def _serve(server: socketserver.TCPServer) -> Iterator[int]:
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server.server_address[1]
     server.shutdown()
