@@ -230,9 +230,12 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
     steps = np.maximum(np.round(np.diff(mids) / rough), 1.0)
     j = np.concatenate(([0.0], np.cumsum(steps)))
     lo0, hi0 = lo - lo[0], hi - lo[0]  # relative: keeps float64 exact
+    scratch = np.empty_like(j)  # (the search calls overshoot ~250 times: no temporaries, no dispatch per call)
 
     def overshoot(period: float) -> float:
-        return float(np.max(lo0 - period * j) - np.min(hi0 - period * j))
+        np.multiply(period, j, out=scratch)
+        latest = np.subtract(lo0, scratch).max()
+        return float(latest - np.subtract(hi0, scratch, out=scratch).min())
 
     a, b = 0.9 * rough, 1.1 * rough
     for _ in range(100):

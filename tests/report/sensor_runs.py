@@ -26,10 +26,10 @@ from numpy.typing import NDArray
 
 from bridge.report import build_report
 from bridge.report.window import explicit_window
-from bridge.samples import GPU_META_FIELDS, GpuRecord
+from bridge.samples import GpuRecord
 from bridge.simulator.sensors import NS, Sensors
 from bridge.sources import NVML_SOURCE
-from tests.report.helpers import MS, URL, S, rec
+from tests.report.helpers import MS, URL, S, recs
 
 START = 1_800_000_000 * S
 GRACE = 666 * MS
@@ -333,10 +333,7 @@ def make_run(spec: RunSpec) -> Run:
         t += 333 * MS + rng.randrange(-20 * MS, 20 * MS)
     times = np.array(scrapes, dtype=np.int64)
     counter, gauge = read_sensors(sensors, shape, times - (times - refresh_phase) % refresh if refresh else times)
-    meta = [getattr(rec(start, {}), name) for name in GPU_META_FIELDS]  # (each record `rec`'s, without its cost)
-    return Run([GpuRecord(*meta, timestamp_ns=t, telemetry_source_url=url,
-                          telemetry_data={"nvidia_energy_consumption": c, "nvidia_power_usage": g})
-                for t, c, g in zip(scrapes, counter, gauge, strict=True)], start, end, shape.energy(start_s, end_s))
+    return Run(recs(scrapes, counter, gauge, url=url), start, end, shape.energy(start_s, end_s))
 
 
 def read_sensors(sensors: Sensors, shape: Shape, at: NDArray[np.int64]) -> tuple[list[float], list[float]]:
