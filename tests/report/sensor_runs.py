@@ -19,7 +19,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -38,6 +38,7 @@ _ORIGIN_S = -400.0
 
 
 Floats = NDArray[np.float64]
+A, B = TypeVar("A"), TypeVar("B")
 
 
 class Shape(Protocol):
@@ -435,13 +436,17 @@ def grid_specs(seeds: Iterable[int], shapes: Iterable[str] = SHAPES, refreshes: 
             for gauge, counter in sensors for window_s in WINDOWS for seed in seeds]
 
 
-def judge_groups(specs: Sequence[RunSpec]) -> dict[GroupKey, list[Judged]]:
-    """Judge the runs on two processes (this machine's cores) and gather them by group, in the specs' order."""
+def on_two_processes(f: Callable[[A], B], items: Sequence[A]) -> list[B]:
+    """`[f(x) for x in items]`, on two processes (this machine's cores, and CI's): for runs judged one by one."""
     import multiprocessing
 
     with multiprocessing.get_context("fork").Pool(2) as pool:
-        judged = pool.map(judge, specs, chunksize=8)
+        return pool.map(f, items, chunksize=8)
+
+
+def judge_groups(specs: Sequence[RunSpec]) -> dict[GroupKey, list[Judged]]:
+    """Judge the runs on two processes and gather them by group, in the specs' order."""
     groups: dict[GroupKey, list[Judged]] = {}
-    for j in judged:
+    for j in on_two_processes(judge, specs):
         groups.setdefault((j.spec.shape, j.spec.refresh_s, j.spec.gauge, j.spec.counter), []).append(j)
     return groups

@@ -35,6 +35,7 @@ from tests.report.sensor_runs import (
     grid_specs,
     judge_groups,
     loose,
+    on_two_processes,
     powers,
 )
 
@@ -308,21 +309,21 @@ class Window27(NamedTuple):
 
 def _acceptance_windows(seeds: Sequence[int], families: tuple[str, ...],
                         refreshes: tuple[float, ...] = ACCEPTANCE_REFRESHES_S) -> list[Window27]:
-    """One GPU window per (family, refresh, window length, seed)."""
-    out = []
-    for family in families:
-        for refresh_s in refreshes:
-            for window_s in ACCEPTANCE_WINDOWS_S:
-                for seed in seeds:
-                    records, start, end, truth = _refreshed_run(refresh_s, window_s, seed, truth_of=family)
-                    built = build_report(records, window=explicit_window(start, end, GRACE))
-                    energy = built.energy
-                    assert energy.total_energy_j is not None and energy.uncertainty_j is not None
-                    assert energy.bound_j is not None
-                    out.append(Window27(refresh_s, window_s, family, abs(energy.total_energy_j - truth),
-                                        energy.uncertainty_j, energy.bound_j, energy.total_energy_j,
-                                        built.telemetry_data["measurement"]["valid"]))
-    return out
+    """One GPU window per (family, refresh, window length, seed), judged on two processes."""
+    return on_two_processes(_window27, [(family, refresh_s, window_s, seed) for family in families
+                                        for refresh_s in refreshes for window_s in ACCEPTANCE_WINDOWS_S
+                                        for seed in seeds])
+
+
+def _window27(run: tuple[str, float, int, int]) -> Window27:
+    family, refresh_s, window_s, seed = run
+    records, start, end, truth = _refreshed_run(refresh_s, window_s, seed, truth_of=family)
+    built = build_report(records, window=explicit_window(start, end, GRACE))
+    energy = built.energy
+    assert energy.total_energy_j is not None and energy.uncertainty_j is not None
+    assert energy.bound_j is not None
+    return Window27(refresh_s, window_s, family, abs(energy.total_energy_j - truth), energy.uncertainty_j,
+                    energy.bound_j, energy.total_energy_j, built.telemetry_data["measurement"]["valid"])
 
 
 def _assert_the_uncertainty_is_honest(windows: list[Window27]) -> list[Window27]:
