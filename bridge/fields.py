@@ -4,6 +4,7 @@ custom-metrics CSVs (dcgm-exporter's own format) that extend the table."""
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
 import textwrap
@@ -79,8 +80,10 @@ def parse_table(text: str) -> list[FieldSpec]:
     ]
 
 
+@functools.cache
 def default_table() -> FieldTable:
-    """DCGM's rows (fields.csv), then the rows no DCGM table holds (fields_other.csv: AMD's exporter, NVML)."""
+    """DCGM's rows (fields.csv), then the rows no DCGM table holds (fields_other.csv: AMD's exporter, NVML). Read
+    once (every report asks for it; ~7 ms to parse): the table is never changed, `with_custom` makes a new one."""
     data = resources.files("bridge").joinpath("data")
     return FieldTable.of([*parse_table(data.joinpath("fields.csv").read_text(encoding="utf-8")),
                           *parse_table(data.joinpath("fields_other.csv").read_text(encoding="utf-8"))])

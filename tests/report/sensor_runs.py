@@ -6,6 +6,11 @@ continuous one), dcgm-exporter's refresh (`-c`: each served value DCGM's latest 
 scrapes at AIPerf's 333 ms ± 20 ms from a warm-up to the first scrape after the window that sees a newer refresh
 (the sidecar's final wait), with boundary scrapes at the window's edges on even seeds (as phase marks ask for).
 Fresh values (a refresh of 0) come from the local NVML reader, the only source that reads the sensors when asked.
+
+The harness reads every scrape's sensors at once (numpy over the scrape times), with the same float operations in
+the same order as the scalar `Shape` and `Sensors` calls, so each record is bit for bit what one call per scrape gives
+(tests/report/test_sensor_runs.py): `math` functions stay `math` functions, applied to each element, because numpy's
+own `exp`, `sin` and `round` may differ from them in the last bit.
 """
 
 from __future__ import annotations
@@ -14,21 +19,26 @@ import math
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from bridge.report import build_report
 from bridge.report.window import explicit_window
 from bridge.samples import GpuRecord
-from bridge.simulator.sensors import Sensors
+from bridge.simulator.sensors import NS, Sensors
 from bridge.sources import NVML_SOURCE
-from tests.report.helpers import MS, URL, S, rec
+from tests.report.helpers import MS, URL, S, recs
 
 START = 1_800_000_000 * S
 GRACE = 666 * MS
 COUNTER_ORIGIN_J = 1e6  # the counter's reading at t = -400 s (it counts from boot, long before)
 _ORIGIN_S = -400.0
+
+
+Floats = NDArray[np.float64]
+A, B = TypeVar("A"), TypeVar("B")
 
 
 class Shape(Protocol):
@@ -37,13 +47,45 @@ class Shape(Protocol):
     def energy(self, t0: float, t1: float) -> float: ...  # J over [t0, t1], seconds after START
 
 
+def _each(f: Callable[[float], float], x: Floats) -> Floats:
+    """`f` (a `math` function) applied to each element: numpy's own may differ from it in the last bit."""
+    return np.fromiter(map(f, x.tolist()), np.float64, x.size)
+
+
+def powers(shape: Shape, t: Floats) -> Floats:
+    """`shape.power` at each of `t`, bit for bit."""
+    if isinstance(shape, Piecewise | SettlingSteps | Sinusoids):
+        return shape.powers(t)
+    return np.array([shape.power(x) for x in t.tolist()], dtype=np.float64)
+
+
+def energies(shape: Shape, t0: float, t1: Floats) -> tuple[Floats, NDArray[np.bool_]]:
+    """`shape.energy(t0, ·)` at each of `t1`, bit for bit, and where that call returns a numpy float (whose round()
+    is numpy's, not Python's)."""
+    if isinstance(shape, Piecewise):
+        return shape.energies(t0, t1)
+    if isinstance(shape, SettlingSteps | Sinusoids):
+        return shape.energies(t0, t1), np.zeros(t1.shape, dtype=np.bool_)
+    values = [shape.energy(t0, x) for x in t1.tolist()]
+    return np.array(values, dtype=np.float64), np.array([isinstance(v, np.generic) for v in values], dtype=np.bool_)
+
+
 class Piecewise:
     """Power linear between knots (seconds after START, W), flat outside them; its integral exact."""
 
     def __init__(self, knots: list[tuple[float, float]]) -> None:
         knots = sorted(knots)
-        self.t = np.array([k[0] for k in knots], dtype=np.float64)
-        self.p = np.array([k[1] for k in knots], dtype=np.float64)
+        self._through(np.array([k[0] for k in knots], dtype=np.float64), np.array([k[1] for k in knots]))
+
+    @classmethod
+    def through(cls, t: Floats, p: Floats) -> Piecewise:
+        """Through knots already in time order: `Piecewise(list(zip(t, p)))` without the sort."""
+        curve = cls.__new__(cls)
+        curve._through(t, p)
+        return curve
+
+    def _through(self, t: Floats, p: Floats) -> None:
+        self.t, self.p = t, p.astype(np.float64)
         self.cum = np.concatenate(([0.0], np.cumsum(np.diff(self.t) * (self.p[1:] + self.p[:-1]) / 2)))
 
     def power(self, t: float) -> float:
@@ -59,6 +101,20 @@ class Piecewise:
 
     def energy(self, t0: float, t1: float) -> float:
         return self._cumulative(t1) - self._cumulative(t0)
+
+    def powers(self, t: Floats) -> Floats:
+        return np.interp(t, self.t, self.p)
+
+    def energies(self, t0: float, t1: Floats) -> tuple[Floats, NDArray[np.bool_]]:
+        """`energy(t0, ·)` at each of `t1`, and where it is a numpy float: outside the knots `_cumulative` keeps
+        numpy's types."""
+        before, after = t1 <= self.t[0], t1 >= self.t[-1]
+        i = np.searchsorted(self.t, t1, side="right") - 1
+        inside = self.cum[i] + (t1 - self.t[i]) * (self.p[i] + self.powers(t1)) / 2
+        cumulative = np.where(before, -(self.t[0] - t1) * self.p[0],
+                              np.where(after, self.cum[-1] + (t1 - self.t[-1]) * self.p[-1], inside))
+        numpy_float = before | after | bool(t0 <= self.t[0] or t0 >= self.t[-1])
+        return cumulative - self._cumulative(t0), numpy_float
 
 
 def _edges(knots: list[tuple[float, float]], at: float, low: float, high: float, rise: float = 0.02) -> None:
@@ -92,7 +148,9 @@ def _bursts(rng: random.Random, t0: float, t1: float) -> Piecewise:
 def _jittered(rng: random.Random, level: float, share: float, t0: float, t1: float, every: float = 0.1) -> Piecewise:
     """A level with ± `share` of it at random every `every` s: steady power as a GPU draws it."""
     n = math.ceil((t1 - t0) / every) + 1
-    return Piecewise([(t0 + k * every, level * (1 + rng.uniform(-share, share))) for k in range(n)])
+    # rng.uniform(-share, share) for each knot in turn, as its a + (b − a)·random() computes it
+    uniform = -share + (share - -share) * np.array([rng.random() for _ in range(n)])
+    return Piecewise.through(t0 + np.arange(n) * every, level * (1 + uniform))
 
 
 class SettlingSteps:
@@ -108,14 +166,41 @@ class SettlingSteps:
             self.steps.append((t, target - level, rng.uniform(0.2, 5.0)))
             level, t = target, t + rng.uniform(3, 40)
 
+    # The steps' terms are added one by one in their order (not by sum(), which compensates from Python 3.12), so
+    # the arrays' sums below are bit for bit the scalar ones.
     def power(self, t: float) -> float:
-        return self.base + sum(a * (1 - math.exp(-(t - at) / tau)) for at, a, tau in self.steps if t > at)
+        total = 0.0
+        for at, a, tau in self.steps:
+            if t <= at:
+                break  # (the steps lie in time order)
+            total += a * (1 - math.exp(-(t - at) / tau))
+        return self.base + total
 
     def energy(self, t0: float, t1: float) -> float:
-        def cumulative(t: float) -> float:
-            return self.base * t + sum(a * ((t - at) - tau * (1 - math.exp(-(t - at) / tau)))
-                                       for at, a, tau in self.steps if t > at)
-        return cumulative(t1) - cumulative(t0)
+        return self._cumulative(t1) - self._cumulative(t0)
+
+    def _cumulative(self, t: float) -> float:
+        total = 0.0
+        for at, a, tau in self.steps:
+            if t <= at:
+                break
+            total += a * ((t - at) - tau * (1 - math.exp(-(t - at) / tau)))
+        return self.base * t + total
+
+    def powers(self, t: Floats) -> Floats:
+        total = np.zeros(t.shape)
+        for at, a, tau in self.steps:
+            on = t > at
+            total[on] += a * (1 - _each(math.exp, -(t[on] - at) / tau))
+        return self.base + total
+
+    def energies(self, t0: float, t1: Floats) -> Floats:
+        total = np.zeros(t1.shape)
+        for at, a, tau in self.steps:
+            on = t1 > at
+            since = t1[on] - at
+            total[on] += a * (since - tau * (1 - _each(math.exp, -since / tau)))
+        return self.base * t1 + total - self._cumulative(t0)
 
 
 class Sinusoids:
@@ -125,10 +210,21 @@ class Sinusoids:
         return 300.0 + 120.0 * math.sin(2 * math.pi * t / 7.0) + 40.0 * math.sin(2 * math.pi * t / 1.3)
 
     def energy(self, t0: float, t1: float) -> float:
-        def antiderivative(t: float) -> float:
-            return (300.0 * t - 120.0 * 7.0 / (2 * math.pi) * math.cos(2 * math.pi * t / 7.0)
-                    - 40.0 * 1.3 / (2 * math.pi) * math.cos(2 * math.pi * t / 1.3))
-        return antiderivative(t1) - antiderivative(t0)
+        return self._antiderivative(t1) - self._antiderivative(t0)
+
+    @staticmethod
+    def _antiderivative(t: float) -> float:
+        return (300.0 * t - 120.0 * 7.0 / (2 * math.pi) * math.cos(2 * math.pi * t / 7.0)
+                - 40.0 * 1.3 / (2 * math.pi) * math.cos(2 * math.pi * t / 1.3))
+
+    def powers(self, t: Floats) -> Floats:
+        return (300.0 + 120.0 * _each(math.sin, 2 * math.pi * t / 7.0)
+                + 40.0 * _each(math.sin, 2 * math.pi * t / 1.3))
+
+    def energies(self, t0: float, t1: Floats) -> Floats:
+        antiderivative = (300.0 * t1 - 120.0 * 7.0 / (2 * math.pi) * _each(math.cos, 2 * math.pi * t1 / 7.0)
+                          - 40.0 * 1.3 / (2 * math.pi) * _each(math.cos, 2 * math.pi * t1 / 1.3))
+        return antiderivative - self._antiderivative(t0)
 
 
 class SimulatorLoad:
@@ -218,33 +314,74 @@ def make_run(spec: RunSpec) -> Run:
     # Fresh values are what a local reader reads (NVML: the sensors at the read); anything slower is dcgm-exporter's.
     url = NVML_SOURCE if not refresh else URL
 
-    def energy_j(t_ns: int) -> float:
-        return COUNTER_ORIGIN_J + shape.energy(_ORIGIN_S, (t_ns - START) / S)
-
-    def power_w(t_ns: int) -> float:
-        return shape.power((t_ns - START) / S)
-
     def sampled(t: int) -> int:  # the DCGM refresh instant a scrape at t sees
         return t - (t - refresh_phase) % refresh if refresh else t
 
     start, end = START + round(start_s * S), START + round(end_s * S)
     boundary = spec.seed % 2 == 0 if spec.boundary is None else spec.boundary
-    records: list[GpuRecord] = []
+    scrapes: list[int] = []
     t = start - max(2 * refresh, 2 * S) - rng.randrange(0, S)
     final: int | None = None
     marks = [start, end] if boundary else []
     while True:
         if marks and t >= marks[0]:
             t = marks.pop(0)
-        at = sampled(t)
-        records.append(rec(t, {"nvidia_energy_consumption": sensors.counter_mj(energy_j, at) * 1e-9,
-                               "nvidia_power_usage": sensors.gauge_w(energy_j, power_w, at)}, url=url))
+        scrapes.append(t)
         if final is None and t >= end:
             final = t
         elif final is not None and (sampled(t) > sampled(final) or t > final + 40 * S) and t >= end + GRACE:
             break
         t += 333 * MS + rng.randrange(-20 * MS, 20 * MS)
-    return Run(records, start, end, shape.energy(start_s, end_s))
+    times = np.array(scrapes, dtype=np.int64)
+    counter, gauge = read_sensors(sensors, shape, times - (times - refresh_phase) % refresh if refresh else times)
+    return Run(recs(scrapes, counter, gauge, url=url), start, end, shape.energy(start_s, end_s))
+
+
+def read_sensors(sensors: Sensors, shape: Shape, at: NDArray[np.int64]) -> tuple[list[float], list[float]]:
+    """What the counter (MJ) and the gauge (W) read at each instant of `at` (ns): for each, bit for bit,
+    `sensors.counter_mj(energy_j, t) * 1e-9` and `sensors.gauge_w(energy_j, power_w, t)` with the truth
+    `energy_j(t) = COUNTER_ORIGIN_J + shape.energy(_ORIGIN_S, (t − START) / S)`, `power_w(t) = shape.power(…)`."""
+
+    def energy_j(t_ns: NDArray[np.int64]) -> tuple[Floats, NDArray[np.bool_]]:
+        joules, numpy_float = energies(shape, _ORIGIN_S, (t_ns - START) / S)
+        return COUNTER_ORIGIN_J + joules, numpy_float
+
+    counter = np.floor(1000 * energy_j(last_updates(sensors, at, sensors.counter_update_s, 0.0))[0]) * 1e-9
+    shown = last_updates(sensors, at, sensors.gauge_update_s, 0.5)
+    if not sensors.average_s:
+        return counter.tolist(), [round(w, 3) for w in powers(shape, (shown - START) / S).tolist()]
+    (now, numpy_now), (before, numpy_before) = energy_j(shown), energy_j(shown - round(sensors.average_s * NS))
+    mean = (now - before) / sensors.average_s
+    # round() of a numpy float is numpy's (x·1000 rounded, over 1000), of a float Python's (correctly rounded).
+    rounded = np.where(numpy_now | numpy_before, np.round(mean, 3), [round(w, 3) for w in mean.tolist()])
+    return counter.tolist(), rounded.tolist()
+
+
+def last_updates(sensors: Sensors, t: NDArray[np.int64], update_s: float, offset: float) -> NDArray[np.int64]:
+    """`Sensors._last_update` at each instant of `t`, bit for bit: its float operations in its order."""
+    if not update_s:
+        return t
+    period = update_s * (1 + sensors.drift) * NS
+    origin = (sensors.phase_s + offset * update_s) * NS
+    k = np.floor((t - origin) / period).astype(np.int64)
+    found = np.zeros(t.shape, dtype=np.bool_)
+    out = t.copy()
+    for j in (k + 1, k, k - 1, k - 2):  # jitter moves an update by less than half a period
+        at = np.rint(origin + j * period + _jitters(sensors, j)).astype(np.int64)
+        first = ~found & (at <= t)
+        out[first], found = at[first], found | first
+    return out
+
+
+def _jitters(sensors: Sensors, k: NDArray[np.int64]) -> Floats | float:
+    """`Sensors._jitter` of each update number in `k`: its 64-bit hash in uint64 arithmetic (which wraps as its `&`
+    masks)."""
+    if not sensors.jitter_s:
+        return 0.0
+    mixed = k.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ np.uint64(
+        (sensors.seed * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF)
+    mixed = (mixed ^ (mixed >> np.uint64(31))) * np.uint64(0x94D049BB133111EB)
+    return ((mixed >> np.uint64(11)) / 2**53 * 2 - 1) * sensors.jitter_s * NS
 
 
 class Judged(NamedTuple):
@@ -299,13 +436,17 @@ def grid_specs(seeds: Iterable[int], shapes: Iterable[str] = SHAPES, refreshes: 
             for gauge, counter in sensors for window_s in WINDOWS for seed in seeds]
 
 
-def judge_groups(specs: Sequence[RunSpec]) -> dict[GroupKey, list[Judged]]:
-    """Judge the runs on two processes (this machine's cores) and gather them by group, in the specs' order."""
+def on_two_processes(f: Callable[[A], B], items: Sequence[A]) -> list[B]:
+    """`[f(x) for x in items]`, on two processes (this machine's cores, and CI's): for runs judged one by one."""
     import multiprocessing
 
     with multiprocessing.get_context("fork").Pool(2) as pool:
-        judged = pool.map(judge, specs, chunksize=8)
+        return pool.map(f, items, chunksize=8)
+
+
+def judge_groups(specs: Sequence[RunSpec]) -> dict[GroupKey, list[Judged]]:
+    """Judge the runs on two processes and gather them by group, in the specs' order."""
     groups: dict[GroupKey, list[Judged]] = {}
-    for j in judged:
+    for j in on_two_processes(judge, specs):
         groups.setdefault((j.spec.shape, j.spec.refresh_s, j.spec.gauge, j.spec.counter), []).append(j)
     return groups

@@ -21,7 +21,7 @@ from bridge.report import build_report
 from bridge.report.stats import counter_delta_interpolated
 from bridge.report.window import explicit_window
 from bridge.samples import GpuRecord
-from tests.report.helpers import MS, S, rec
+from tests.report.helpers import MS, S, rec, recs
 from tests.report.sensor_runs import (
     REFRESHES,
     SENSORS,
@@ -30,9 +30,13 @@ from tests.report.sensor_runs import (
     GroupKey,
     Judged,
     SettlingSteps,
+    Sinusoids,
+    energies,
     grid_specs,
     judge_groups,
     loose,
+    on_two_processes,
+    powers,
 )
 
 START = 1_800_000_000 * S
@@ -137,32 +141,30 @@ def _refreshed_run(refresh_s: float, window_s: int, seed: int, *, truth_of: str 
     if reset_at_s is not None:  # a driver reload: the counter restarts from 0 (ground truth does not)
         model.reset_counters(start + round(reset_at_s * S))
 
-    curve = SettlingSteps(random.Random(f"steps:{seed}")) if truth_of == "steps" else None
+    # The closed-form curves: the settling steps, or the sinusoids (`_analytic_power`, `_analytic_energy`).
+    curve = {"steps": lambda: SettlingSteps(random.Random(f"steps:{seed}")), "analytic": Sinusoids}.get(truth_of)
+    shape = None if curve is None else curve()
 
-    def at(t: int) -> tuple[float, float]:  # (counter in MJ, power in W) as the exporter shows them at t
-        if truth_of == "model":
-            return model.counter_mj(0, t) * 1e-9, round(model.power_watts(0, model.sample_time_ns(t)), 3)
-        s = (model.sample_time_ns(t) - START) / S
-        if curve is not None:
-            return math.floor((1e6 + curve.energy(-100, s)) * 1e3) * 1e-9, curve.power(s)
-        return math.floor((1e6 + _analytic_energy(-100, s)) * 1e3) * 1e-9, _analytic_power(s)
-
-    records, t, final = [], start - max(2 * refresh, 2 * S) - rng.randrange(0, S), None
+    scrapes, t, final = [], start - max(2 * refresh, 2 * S) - rng.randrange(0, S), None
     while True:
-        energy, power = at(t)
-        records.append(rec(t, {"nvidia_energy_consumption": energy, "nvidia_power_usage": power}))
+        scrapes.append(t)
         if final is None and t >= end:
             final = t
         elif final is not None and (model.sample_time_ns(t) > model.sample_time_ns(final) or t > final + 40 * S):
             break
         t += 333 * MS + rng.randrange(-20 * MS, 20 * MS)
-    if truth_of == "model":
+    # (counter in MJ, power in W) as the exporter shows them at each scrape: the curves' for all scrapes at once,
+    # bit for bit as one call each (tests/report/test_sensor_runs.py)
+    if shape is None:
+        counter = [model.counter_mj(0, t) * 1e-9 for t in scrapes]
+        power = [round(model.power_watts(0, model.sample_time_ns(t)), 3) for t in scrapes]
         truth = model.energy_joules(0, start, end)
-    elif curve is not None:
-        truth = curve.energy((start - START) / S, (end - START) / S)
     else:
-        truth = _analytic_energy((start - START) / S, (end - START) / S)
-    return records, start, end, truth
+        s = np.array([model.sample_time_ns(t) - START for t in scrapes]) / S
+        counter = (np.floor((1e6 + energies(shape, -100, s)[0]) * 1e3) * 1e-9).tolist()
+        power = powers(shape, s).tolist()
+        truth = shape.energy((start - START) / S, (end - START) / S)
+    return recs(scrapes, counter, power), start, end, truth
 
 
 def _with_bound(records: list[GpuRecord], start: int, end: int) -> tuple[float, float, dict[str, float]]:
@@ -307,21 +309,21 @@ class Window27(NamedTuple):
 
 def _acceptance_windows(seeds: Sequence[int], families: tuple[str, ...],
                         refreshes: tuple[float, ...] = ACCEPTANCE_REFRESHES_S) -> list[Window27]:
-    """One GPU window per (family, refresh, window length, seed)."""
-    out = []
-    for family in families:
-        for refresh_s in refreshes:
-            for window_s in ACCEPTANCE_WINDOWS_S:
-                for seed in seeds:
-                    records, start, end, truth = _refreshed_run(refresh_s, window_s, seed, truth_of=family)
-                    built = build_report(records, window=explicit_window(start, end, GRACE))
-                    energy = built.energy
-                    assert energy.total_energy_j is not None and energy.uncertainty_j is not None
-                    assert energy.bound_j is not None
-                    out.append(Window27(refresh_s, window_s, family, abs(energy.total_energy_j - truth),
-                                        energy.uncertainty_j, energy.bound_j, energy.total_energy_j,
-                                        built.telemetry_data["measurement"]["valid"]))
-    return out
+    """One GPU window per (family, refresh, window length, seed), judged on two processes."""
+    return on_two_processes(_window27, [(family, refresh_s, window_s, seed) for family in families
+                                        for refresh_s in refreshes for window_s in ACCEPTANCE_WINDOWS_S
+                                        for seed in seeds])
+
+
+def _window27(run: tuple[str, float, int, int]) -> Window27:
+    family, refresh_s, window_s, seed = run
+    records, start, end, truth = _refreshed_run(refresh_s, window_s, seed, truth_of=family)
+    built = build_report(records, window=explicit_window(start, end, GRACE))
+    energy = built.energy
+    assert energy.total_energy_j is not None and energy.uncertainty_j is not None
+    assert energy.bound_j is not None
+    return Window27(refresh_s, window_s, family, abs(energy.total_energy_j - truth), energy.uncertainty_j,
+                    energy.bound_j, energy.total_energy_j, built.telemetry_data["measurement"]["valid"])
 
 
 def _assert_the_uncertainty_is_honest(windows: list[Window27]) -> list[Window27]:
@@ -381,6 +383,7 @@ def test_on_seeds_seen_in_session_15_the_uncertainty_is_honest() -> None:
     _assert_the_uncertainty_is_honest(windows)
 
 
+@functools.cache  # (two tests judge these windows)
 def _unseen_windows() -> list[Window27]:
     windows = _acceptance_windows(SEEDS_MEASURED_15, ("model", "steps", "analytic"))
     assert len(windows) >= 600

@@ -111,3 +111,28 @@ def test_the_energys_clock_passes_over_a_refresh_without_power_quietly():
         warnings.simplefilter("error")
         measured = _measured_period(durations, power, np.ones(durations.size))
     assert measured is not None and measured[0] == pytest.approx(2 * S, abs=1e3)
+
+
+@pytest.mark.parametrize("spec", [("square", 0.1, 20, "instant", "continuous", 1),  # the instants: the scrapes
+                                  ("steps", 0.1, 60, "average", "held", 0),  # ages known from the exporter's grid
+                                  ("steps", 0, 60, "average", "held", 1)],  # a local reader's
+                         ids=["scrape-times", "exporter-ages", "local-ages"])
+def test_reports_built_again_over_the_same_records_give_what_a_first_build_gives(spec: tuple) -> None:
+    """The readings' ages are kept by the series' bits across reports (`refresh._fresh_ages`): every window's figures
+    over one run equal, to the bit, those of a report whose ages were fitted afresh."""
+    from bridge.report import build_report, refresh
+    from bridge.report.window import explicit_window
+    from tests.report.sensor_runs import GRACE, RunSpec, make_run
+
+    run = make_run(RunSpec(*spec))
+    third = (run.end - run.start) // 3
+    windows = [(run.start, run.end), (run.start, run.start + third), (run.start + third, run.end)]
+
+    def figures(start: int, end: int, afresh: bool) -> tuple[float | None, ...]:
+        if afresh:
+            refresh._AGES_BY_VALUE.clear()
+        energy = build_report(run.records, window=explicit_window(start, end, GRACE)).energy
+        return energy.total_energy_j, energy.uncertainty_j, energy.bound_j
+
+    kept = [figures(a, b, afresh=False) for a, b in windows]
+    assert kept == [figures(a, b, afresh=True) for a, b in windows]
