@@ -245,7 +245,8 @@ def _fit_hold_grid(t: NDArray[np.float64], operator: _Operator, deviations: NDAr
                    hold_s: float) -> tuple[NDArray[np.float64], float] | None:
     """The readings' ages where the counter holds each value for `hold_s` on a regular grid, a = (t − φ) mod period,
     whose deviations (`_apply` of the ages, with the counter's sign) explain at least three quarters of the readings'
-    (their median absolute residual at most half of theirs); and how far the grid's two halves disagree (`_walk`).
+    (their median absolute residual at most half of theirs); and the walk the readings leave the ages' two ends (the
+    halves' disagreement, `_walk`, or the period search's).
     A fixed period first; a drifting one where the fixed one fits neither the whole nor each half alike (a period off
     by 0.1 % walks 24 ms over a 24 s run, yet its median residual may stay small: bench/accuracy_groups.py, steady
     power on a drifting grid). None where no grid does (a continuous counter, an exporter's own refresh slower than
