@@ -259,10 +259,11 @@ def _fit_hold_grid(t: NDArray[np.float64], operator: _Operator, deviations: NDAr
     sampled = _spread_out(t, operator, deviations, _FIT_READINGS)
     period = hold_s
     loss, phase = _best_phase(*sampled, period)
-    residual, walk = _residual(sampled, period, phase), _walk(sampled, period)
+    residual = _residual(sampled, period, phase)
+    walk = math.inf if residual > base / 2 else _walk(sampled, period)  # (no fixed grid fits: no halves to compare)
     # A half's phase is pinned to about a period over its readings (the nearest ages either side of a grid instant).
     resolution = 2 * period / (sampled.operator.centre.size // 2)
-    if residual > base / 2 or walk > 2 * (residual + resolution):  # a drifting grid
+    if walk > 2 * (residual + resolution):  # a drifting grid
         drifting, drifting_walk = _drifting_period(t, operator, deviations, hold_s)
         drifting_loss, drifting_phase = _best_phase(*sampled, drifting)
         if drifting_loss < loss:
