@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
@@ -45,6 +45,9 @@ _DRIFT_READINGS = 100
 # the readings of a stretch this long (where the V about the true period spans ~0.5 % of it: a hold of walk).
 _DRIFTS = (-5e-3, -3e-3, -2e-3, -1e-3, -5e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3)
 _FIRST_SPAN_S = 20.0
+# How far a GPU's update clock can run from the host's (DCGM's): the H200's update periods measured 100.0-100.2 ms
+# on the host's clock (scripts/check-gpu.sh, bench/RESULTS.md "A real GPU"), a grid up to 0.2 % off.
+CLOCK_DRIFT = 2e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,7 @@ class Staleness:
     shift_s: float  # the best estimate of the readings' mean age: the edges are read this much later
     mean_error_s: float  # how far the mean age can be from `shift_s`
     most_s: float  # the most any reading can lag (hard): the exporter's slowest possible refresh + the hold
+    walk_s: float = 0.0  # 95 % of the time, a part no reading shows moves at most this much between the edges
 
 
 class FreshAges(NamedTuple):
@@ -116,25 +120,39 @@ def fresh_ages(ts: NDArray[np.int64], counter: NDArray[np.float64], hold_s: floa
     return FreshAges(instants, with_hidden(stale, hold_s))
 
 
-def refresh_ages(t: NDArray[np.float64], cum: NDArray[np.float64], hold_s: float) -> Staleness:
-    """The ages of a slow refresh's values at their refresh instants (`t` in seconds, `cum` reset-free): DCGM read
-    the counter's last update, up to the hold before its sample, so the mean age lies anywhere in [0, hold]. Where
-    DCGM's grid is locked to the counter's own, every refresh has the same age, which cancels between the edges; where
-    one drifts against the other, the age wraps by a hold now and then, which the deviations show: the edges' ages are
-    then independent, uniform over the hold."""
+def refresh_ages(t: NDArray[np.float64], cum: NDArray[np.float64], hold_s: float, span_s: float,
+                 counter_clock: bool = False) -> Staleness:
+    """The ages of a slow refresh's values at their refresh instants (`t` in seconds, `cum` reset-free), for a window
+    `span_s` long: DCGM read the counter's last update, up to the hold before its sample, so the mean age lies anywhere
+    in [0, hold]. DCGM's grid runs on the host's clock, the counter's on the GPU's, and one drifts against the other:
+    the age beneath the refreshes walks by the drift over the window, which no refreshed value shows (it scales every
+    rate alike), and wraps by a hold when one clock's update passes the other's, which the deviations show. The drift
+    is at most `CLOCK_DRIFT`, and less than a hold over the readings' span where none wrapped.
+
+    `counter_clock`: the refreshes are timed by the energy's clock, at the counter updates their values show
+    (refresh.py `Cadence.energy_clock`): no walk is left beneath them, but a wrap between the edges moves them a whole
+    hold apart."""
     operator = _local_operator(t, cum)
     if operator is None:
         return Staleness((1 - math.sqrt(0.05)) * hold_s, hold_s / 2, hold_s / 2, hold_s)
     deviations = _apply(operator, cum)
     ages = Staleness(_q95_apart(deviations, hold_s), hold_s / 2, hold_s / 2, hold_s)
-    return with_hidden(ages, hold_s) if _wraps(deviations, hold_s) else ages
+    if _wraps(t, operator, deviations, hold_s):  # the edges' ages independent, uniform over the hold; or a hold apart
+        return with_hidden(ages, hold_s) if not counter_clock else replace(ages, q95_s=math.hypot(ages.q95_s, hold_s))
+    if counter_clock:
+        return ages
+    # The drift anywhere within those: the walk within 0.95 of its most, 95 % of the time (and no more than two
+    # independent ages' difference, where the most is a whole hold).
+    drift = min(CLOCK_DRIFT, hold_s / max(float(t[-1] - t[0]), 1e-9))
+    walk = min(0.95 * drift * max(span_s, 0.0), (1 - math.sqrt(0.05)) * hold_s)
+    return replace(ages, walk_s=walk)
 
 
 def with_hidden(ages: Staleness, hidden_s: float) -> Staleness:
     """`ages` with a part of up to `hidden_s` that no reading shows and that may differ between the edges: uniform,
     independent, its difference's 95 % quantile (1 − √0.05) of its range, in quadrature."""
     return Staleness(math.hypot(ages.q95_s, (1 - math.sqrt(0.05)) * hidden_s), ages.shift_s, ages.mean_error_s,
-                     ages.most_s)
+                     ages.most_s, ages.walk_s)
 
 
 def _statistical(deviations: NDArray[np.float64], hold_s: float, most: float) -> Staleness:
@@ -153,11 +171,16 @@ def _unknown_age(most: float) -> Staleness:
     return Staleness((1 - math.sqrt(0.05)) * most, 0.0, most, most)
 
 
-def _wraps(deviations: NDArray[np.float64], hold_s: float) -> bool:
-    """An age that jumps by a hold now and then (one clock drifting against the other): a deviation of half a hold."""
+def _wraps(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64], hold_s: float) -> bool:
+    """An age that jumps by a hold now and then (one clock drifting against the other). The neighbours' quadratic
+    shares such a step out (on a regular grid the readings either side of it deviate by ±0.44 of it): a deviation
+    of half what a hold's step in the middle of the readings makes of them."""
     import numpy as np
 
-    return bool(deviations.size) and float(np.max(np.abs(deviations))) >= hold_s / 2
+    if not deviations.size:
+        return False
+    step = float(np.max(np.abs(_age_deviations(operator, np.where(t > t[t.size // 2], hold_s, 0.0)))))
+    return float(np.max(np.abs(deviations))) >= step / 2
 
 
 def _median_abs(x: NDArray[np.float64]) -> float:

@@ -83,6 +83,9 @@ class Cadence:
     phase_spread_ns: float | None = None
     period_spread_ns: float | None = None
     pivot_ns: float | None = None
+    # The period is the energy's clock (`_measured_period`): the refreshes are then timed at the counter updates their
+    # values show, on the GPU's clock, so no drift of that clock against DCGM's is left beneath them.
+    energy_clock: bool = False
     # Indices (into the series' samples) of the scrapes that brought a new refresh.
     new: NDArray[np.int64] | None = field(default=None, repr=False, compare=False)
 
@@ -246,6 +249,7 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
             a = m1
     period = (a + b) / 2
     period_spread = 0.0  # (brackets that disagree, a late response among them: the grid misses by `overshoot`)
+    energy_clock = False
     if overshoot(period) < 0:  # every bracket agrees with a range of periods: take the middle of it
         low, high = _root(overshoot, period, 0.9 * rough), _root(overshoot, period, 1.1 * rough)
         period = (low + high) / 2
@@ -257,6 +261,7 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
         if measured is not None and low <= measured[0] <= high and measured[1] < (high - low) / math.sqrt(12):
             period = measured[0]
             period_spread = min(2 * measured[1], max(high - period, period - low))
+            energy_clock = True
     phase = (np.max(lo0 - period * j) + np.min(hi0 - period * j)) / 2
     grid = phase + period * j
     slack = 1e6  # 1 ms: times are request starts
@@ -264,7 +269,7 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
     if inside < _GRID_FIT:
         return cadence
     return replace(cadence, period_ns=float(period), phase_ns=float(lo[0] + phase),
-                   phase_spread_ns=abs(overshoot(period)), period_spread_ns=period_spread,
+                   phase_spread_ns=abs(overshoot(period)), period_spread_ns=period_spread, energy_clock=energy_clock,
                    pivot_ns=float(lo[0] + phase + period * j[-1] / 2))
 
 
@@ -502,7 +507,7 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     cum, resets = cumulative_increase(tau, v[obs], rate)
     hold = None
     if hold_s:  # the refreshes' ages: their spread from the data, their mean anywhere in [0, hold]
-        hold = refresh_ages(tau / 1e9, cum, hold_s)
+        hold = refresh_ages(tau / 1e9, cum, hold_s, (end - start) / 1e9, cadence.energy_clock)
     shift = 0.0 if hold is None else hold.shift_s * 1e9
     e0, e1 = float(start) - base + shift, float(end) - base + shift
     at0, bound0 = _edge(tau, cum, rate, lo, hi, e0)

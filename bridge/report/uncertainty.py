@@ -34,7 +34,10 @@ between the readings around it. The truth is nearly always much closer, and how 
 - On a slow refresh, the counter's hold (bridge/sources `COUNTER_HOLD_S`: NVML's counter updates every 100 ms,
   measured on an H200 by scripts/check-gpu.sh): DCGM sampled each value up to a hold after the update it shows. The
   refreshes' ages (ages.py `refresh_ages`) move the edges by their mean; their spread enters as for fresh values,
-  and a transient inside an edge's interval (`_transient`) in quadrature with its shape term.
+  and a transient inside an edge's interval (`_transient`) in quadrature with its shape term. Where DCGM's grid
+  times the refreshes (not the energy's clock, which shows the GPU's own), the age beneath them walks by the two
+  clocks' drift over the window, which no refreshed value shows: the higher of the edges' powers × that walk, in
+  quadrature.
 - The counter's resolution (1 mJ for DCGM and NVML), once per edge.
 
 An edge beyond the readings (nothing after the window's end, say) has no better estimate than its bound; the
@@ -189,9 +192,10 @@ def refreshed_uncertainty(tau: NDArray[np.float64], cum: NDArray[np.float64], ra
     timing = _timing_term(lo, hi, tau, edges, rates, grid, base)
     r0, r1 = (r if r is not None else 0.0 for r in rates)
     ages = 0.0 if hold is None else math.hypot(r0, r1) * hold.q95_s / math.sqrt(2)  # (rates per ns, ages in s)
+    walk = 0.0 if hold is None else max(r0, r1) * hold.walk_s  # (shared by every reading: not noise in the rates)
     shared = 0.0 if hold is None else abs(r1 - r0) * hold.mean_error_s
-    return min(math.sqrt(shapes[0] ** 2 + shapes[1] ** 2 + timing ** 2 + (ages * 1e9) ** 2) + shared * 1e9
-               + 2 * resolution, sum(bounds))
+    spread = math.sqrt(shapes[0] ** 2 + shapes[1] ** 2 + timing ** 2 + (ages * 1e9) ** 2 + (walk * 1e9) ** 2)
+    return min(spread + shared * 1e9 + 2 * resolution, sum(bounds))
 
 
 def _transient(tau: NDArray[np.float64], cum: NDArray[np.float64], i: int) -> float:
