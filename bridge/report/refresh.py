@@ -53,9 +53,18 @@ _RATE_MARGIN = 1.5
 MIN_REFRESHES_PER_WINDOW = 2.0
 ENERGY_KEY = "nvidia_energy_consumption"  # MJ
 POWER_KEY = "nvidia_power_usage"  # W
+INSTANT_POWER_KEY = "nvidia_power_usage_instant"  # W
 # AIPerf's AMD pair, in the same units (AIPerf's amd_energy_consumption is MJ, amd_power W): one GPU's series carries
 # one vendor's pair, and every rule here (cadence, bound, uncertainty, sanity, totals) reads it the same way.
 VENDOR_KEYS = {"nvidia": (ENERGY_KEY, POWER_KEY), "amd": ("amd_energy_consumption", "amd_power")}
+
+
+def slope_key(values: Mapping[str, object]) -> str:
+    """The gauge that gives the energy counter's rate at a refresh: DCGM's instant power where the exporter serves it
+    (DCGM_FI_DEV_POWER_USAGE_INSTANT, field 157), else the power gauge, which on Ampere and newer (but GA100) is a
+    one-second trailing average (nvmlDeviceGetPowerUsage, NVML API reference) and lags a swing by half a second."""
+    power = energy_keys(values)[1]
+    return INSTANT_POWER_KEY if power == POWER_KEY and INSTANT_POWER_KEY in values else power
 
 
 def energy_keys(values: Mapping[str, object]) -> tuple[str, str]:
@@ -411,6 +420,7 @@ def _series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float
     energy_key, power_key = energy_keys(values)
     energy, power = values.get(energy_key), values.get(power_key)
     marker = energy if energy is not None else power
+    power = values.get(slope_key(values))  # (the energy's clock: the power at each refresh)
     if marker is not None:
         rows = marker[None, :]
     elif values:
@@ -546,9 +556,9 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
     The energy counter's readings are never taken as fresher than the data shows: each lags its scrape by the
     counter's hold (bridge/sources `COUNTER_HOLD_S`) and, from an exporter, by up to one of its refreshes
     (`ages.fresh_ages`); a fresh series is read at the edges moved by its readings' mean age."""
-    energy_key, power_key = energy_keys(values)
+    energy_key, _ = energy_keys(values)
     energy = key == energy_key
-    power = values.get(power_key) if energy else None
+    power = values.get(slope_key(values)) if energy else None
     if not energy:
         if cadence.fresh:
             return WindowDelta(fresh)

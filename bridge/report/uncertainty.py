@@ -13,7 +13,8 @@ between the readings around it. The truth is nearly always much closer, and how 
   stops with it misses the same way at both); the ages' own share (the power × the 95 % quantile of two ages'
   difference) in quadrature; the power's change across the window × how far the mean age can be off on top.
 - A slow refresh, read by cubic Hermite interpolation with the power gauge as the slope (exact for power that
-  is quadratic between two refreshes). The shape term has two parts, in quadrature:
+  is quadratic between two refreshes; DCGM's instant power where the exporter serves it, refresh.py `slope_key`).
+  The shape term has two parts, in quadrature:
   - what the refreshes resolve: the reader's own error on the refreshes near the edge, each read from its two
     neighbours alone as if it were missing (a leave-one-out check at twice the spacing, at the middle; the
     largest of them), carried to the edge by the Hermite error's own form f⁗·h⁴·x²(1−x)²/24: at fraction x
