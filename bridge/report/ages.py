@@ -58,7 +58,7 @@ class Staleness:
     shift_s: float  # the best estimate of the readings' mean age: the edges are read this much later
     mean_error_s: float  # how far the mean age can be from `shift_s`
     most_s: float  # the most any reading can lag (hard): the exporter's slowest possible refresh + the hold
-    walk_s: float = 0.0  # 95 % of the time, a part no reading shows moves at most this much between the edges
+    walk_s: float = 0.0  # 95 % of the time, a part no reading shows differs at most this much between the edges
 
 
 class FreshAges(NamedTuple):
@@ -138,7 +138,8 @@ def refresh_ages(t: NDArray[np.float64], cum: NDArray[np.float64], hold_s: float
     deviations = _apply(operator, cum)
     ages = Staleness(_q95_apart(deviations, hold_s), hold_s / 2, hold_s / 2, hold_s)
     if _wraps(t, operator, deviations, hold_s):  # the edges' ages independent, uniform over the hold; or a hold apart
-        return with_hidden(ages, hold_s) if not counter_clock else replace(ages, q95_s=math.hypot(ages.q95_s, hold_s))
+        # (a part every reading shares between wraps: not noise in the rates, as the walk below)
+        return replace(ages, walk_s=hold_s if counter_clock else (1 - math.sqrt(0.05)) * hold_s)
     if counter_clock:
         return ages
     # The drift anywhere within those: the walk within 0.95 of its most, 95 % of the time (and no more than two
