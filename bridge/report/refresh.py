@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bridge.report.ages import FreshAges, fresh_ages, refresh_ages
-from bridge.report.uncertainty import GridSpread, fresh_uncertainty, refreshed_uncertainty
+from bridge.report.uncertainty import GAUGE_AVERAGING_S, GridSpread, fresh_uncertainty, refreshed_uncertainty
 from bridge.sources import COUNTER_HOLD_S, LOCAL_SOURCES
 
 if TYPE_CHECKING:
@@ -154,12 +154,14 @@ def changes(ts: NDArray[np.int64], rows: NDArray[np.float64]) -> NDArray[np.int6
 
 
 def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64], *, counting: bool = True,
-               energy: NDArray[np.float64] | None = None, power: NDArray[np.float64] | None = None) -> Cadence:
+               energy: NDArray[np.float64] | None = None, power: NDArray[np.float64] | None = None,
+               averaging_s: float = 0.0) -> Cadence:
     """The cadence of one series from the rows (fields) that change at every refresh. `counting`: one of the
     rows is the energy counter, which no refresh leaves unchanged (a GPU draws power even when idle), so a
     long stretch without a new value is a refresh at least that slow, not a quiet GPU. `energy` (MJ) and `power`
     (W), aligned with `ts`, measure the time between refreshes too (`_durations`), which pins the period down
-    where the brackets alone leave it loose (a few refreshes, scrapes in step with them)."""
+    where the brackets alone leave it loose (a few refreshes, scrapes in step with them); `averaging_s`, how long a
+    span the power reading may be a trailing average of (`_measured_period`)."""
     import numpy as np
 
     seen = np.flatnonzero(~np.isnan(rows).all(axis=0))
@@ -179,7 +181,8 @@ def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64], *, counting: bo
     cadence = Cadence(scrapes, refreshes, period, new=new)
     if cadence.fresh or period <= 0:
         return cadence
-    return _fit_grid(cadence, lo, hi, mids, None if durations is None or power is None else (durations, power[new]))
+    clock = None if durations is None or power is None else (durations, power[new])
+    return _fit_grid(cadence, lo, hi, mids, clock, averaging_s)
 
 
 def _rough_period(mids: NDArray[np.float64], durations: NDArray[np.float64] | None) -> float:
@@ -225,7 +228,8 @@ def _longest_unchanged(t: NDArray[np.int64], new: NDArray[np.int64], seen: NDArr
 
 
 def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64], mids: NDArray[np.float64],
-              clock: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None) -> Cadence:
+              clock: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
+              averaging_s: float = 0.0) -> Cadence:
     """The grid `phase + j·period` that best fits the brackets, kept when most brackets hold one of its instants.
 
     Each new value gets its refresh number j from the step since the previous one (a missed refresh is a step
@@ -263,13 +267,13 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
         low, high = _root(overshoot, period, 0.9 * rough), _root(overshoot, period, 1.1 * rough)
         period = (low + high) / 2
         period_spread = (high - low) / 2
-        measured = None if clock is None else _measured_period(*clock, steps)
+        measured = None if clock is None else _measured_period(*clock, steps, averaging_s)
         # The energy's clock, where the brackets agree and it is the sharper of the two (the brackets leave the
         # period anywhere in [low, high]; the energy's durations wander with power swings between refreshes).
         # Its spread is then its own: two standard errors (~95 %), within the brackets' range.
         if measured is not None and low <= measured[0] <= high and measured[1] < (high - low) / math.sqrt(12):
             period = measured[0]
-            period_spread = min(2 * measured[1], max(high - period, period - low))
+            period_spread = min(math.hypot(2 * measured[1], measured[2]), max(high - period, period - low))
             energy_clock = True
     phase = (np.max(lo0 - period * j) + np.min(hi0 - period * j)) / 2
     grid = phase + period * j
@@ -283,10 +287,10 @@ def _fit_grid(cadence: Cadence, lo: NDArray[np.float64], hi: NDArray[np.float64]
 
 
 def _measured_period(durations: NDArray[np.float64], power: NDArray[np.float64],
-                     steps: NDArray[np.float64]) -> tuple[float, float] | None:
-    """The period the energy measures, and its standard error: the mean of the durations between consecutive
-    refreshes (steps of one, near their median), each corrected for the power's curvature; None with fewer than
-    four of them.
+                     steps: NDArray[np.float64], averaging_s: float = 0.0) -> tuple[float, float, float] | None:
+    """The period the energy measures, its standard error, and how far a power reading's averaging may bias it:
+    the mean of the durations between consecutive refreshes (steps of one, near their median), each corrected for
+    the power's curvature; None with fewer than four of them.
 
     A trapezoid's energy is off by −P''·h³/12 (the leading term of the Euler-Maclaurin formula), so a duration
     measured with it is off by −P''·h³/(12·P̄); P'' is the gauge's second difference at the interval's two
@@ -296,6 +300,12 @@ def _measured_period(durations: NDArray[np.float64], power: NDArray[np.float64],
     therefore Newey and West's (Econometrica 55, 1987: the Bartlett-weighted autocovariances, never negative) with
     ⌈n^⅓⌉ lags, the rate Andrews (Econometrica 59, 1991) finds best for that kernel, where the plain one (lag 0
     alone) overstates the error of a mean whose terms cancel.
+
+    A power reading that is a trailing average over A (`averaging_s`: nvmlDeviceGetPowerUsage on Ampere and newer)
+    reads P'·A/2 low on a slope, so each duration reads h·P'·A/(2P̄) = A·ΔP/(2P̄) long (ΔP the readings' change over
+    the interval), the same way all along a ramp. Whether the reading is such an average the data does not say: the
+    durations stand as read (exact for an instant reading), and the lag's mean, which no number of intervals averages
+    away, is the bias's size (the period's spread holds it; which clock is sharper is the standard error's call).
     """
     import numpy as np
 
@@ -315,7 +325,21 @@ def _measured_period(durations: NDArray[np.float64], power: NDArray[np.float64],
     if np.count_nonzero(keep) < 4:
         return None
     measured = corrected[keep]
-    return float(np.mean(measured)), _newey_west_error(measured)
+    return float(np.mean(measured)), _newey_west_error(measured), averaging_s * 1e9 * _drift_per_mean(power) / 2
+
+
+def _drift_per_mean(power: NDArray[np.float64]) -> float:
+    """|ΔP|/P̄ a refresh: the least-squares line through the power readings (one a refresh) against their mean (a
+    line through them all, not the last less the first: one noisy reading at an end would read as a trend)."""
+    import numpy as np
+
+    k = np.flatnonzero(np.isfinite(power))
+    if k.size < 3:
+        return 0.0
+    p = power[k]
+    slope = float(np.polyfit(k.astype(np.float64), p, 1)[0])
+    mean = float(np.mean(p))
+    return abs(slope) / mean if mean > 0 else 0.0
 
 
 def _newey_west_error(x: NDArray[np.float64]) -> float:
@@ -427,7 +451,8 @@ def _series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float
         rows = np.stack(list(values.values()))
     else:
         return Cadence(int(ts.size), int(ts.size), None)
-    return cadence_of(ts, rows, counting=energy is not None, energy=energy, power=power)
+    averaging = 0.0 if slope_key(values) == INSTANT_POWER_KEY else GAUGE_AVERAGING_S
+    return cadence_of(ts, rows, counting=energy is not None, energy=energy, power=power, averaging_s=averaging)
 
 
 def field_periods(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]],
