@@ -98,6 +98,8 @@ def test_identity_and_pod_labels_in_every_dialect(host_label, uuid_label, pod_la
     ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", 55, "nvidia_temperature", 55.0),
     ("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", 2e6, "nvidia_pcie_tx_bytes", 2.0),
     ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total", 1e9, "nvidia_energy_consumption", 1.0),
+    ("DCGM_FI_DEV_POWER_USAGE_INSTANT", 412.5, "nvidia_power_usage_instant", 412.5),  # field 157, up to 4.8
+    ("DCGM_FI_DEV_BOARD_POWER_RAW_WATTS", 412.5, "nvidia_power_usage_instant", 412.5),  # its DCGM 4.7 name
 ])
 def test_every_dialects_names_map_to_the_same_report_units(name, value, key, expected):
     (gpu,) = records(f'{name}{{gpu="0",UUID="{UUID0}",modelName="M"}} {value}\n')
