@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 # The normal distribution's scale from a median absolute deviation, and its two-sided 95 % point.
 _SD_PER_MAD = 1.482602
 _Z95 = 1.959964
+# The 95 % quantile of the difference between two independent ages, each uniform over a range, as a share of it.
+_APART95 = 1 - math.sqrt(0.05)
 # Readings either side of one that its neighbours' quadratic predicts (~±1.3 s at AIPerf's 333 ms): enough for their
 # ages to average out (a 333 ms scrape against a 100 ms counter update repeats its pattern every three readings).
 _NEIGHBOURS = 4
@@ -134,26 +136,25 @@ def refresh_ages(t: NDArray[np.float64], cum: NDArray[np.float64], hold_s: float
     hold apart."""
     operator = _local_operator(t, cum)
     if operator is None:
-        return Staleness((1 - math.sqrt(0.05)) * hold_s, hold_s / 2, hold_s / 2, hold_s)
+        return Staleness(_APART95 * hold_s, hold_s / 2, hold_s / 2, hold_s)
     deviations = _apply(operator, cum)
     ages = Staleness(_q95_apart(deviations, hold_s), hold_s / 2, hold_s / 2, hold_s)
     if _wraps(t, operator, deviations, hold_s):  # the edges' ages independent, uniform over the hold; or a hold apart
         # (a part every reading shares between wraps: not noise in the rates, as the walk below)
-        return replace(ages, walk_s=hold_s if counter_clock else (1 - math.sqrt(0.05)) * hold_s)
+        return replace(ages, walk_s=hold_s if counter_clock else _APART95 * hold_s)
     if counter_clock:
         return ages
     # The drift anywhere within those: the walk within 0.95 of its most, 95 % of the time (and no more than two
     # independent ages' difference, where the most is a whole hold).
     drift = min(CLOCK_DRIFT, hold_s / max(float(t[-1] - t[0]), 1e-9))
-    walk = min(0.95 * drift * max(span_s, 0.0), (1 - math.sqrt(0.05)) * hold_s)
+    walk = min(0.95 * drift * max(span_s, 0.0), _APART95 * hold_s)
     return replace(ages, walk_s=walk)
 
 
 def with_hidden(ages: Staleness, hidden_s: float) -> Staleness:
     """`ages` with a part of up to `hidden_s` that no reading shows and that may differ between the edges: uniform,
     independent, its difference's 95 % quantile (1 − √0.05) of its range, in quadrature."""
-    return Staleness(math.hypot(ages.q95_s, (1 - math.sqrt(0.05)) * hidden_s), ages.shift_s, ages.mean_error_s,
-                     ages.most_s, ages.walk_s)
+    return replace(ages, q95_s=math.hypot(ages.q95_s, _APART95 * hidden_s))
 
 
 def _statistical(deviations: NDArray[np.float64], hold_s: float, most: float) -> Staleness:
@@ -169,7 +170,7 @@ def _statistical(deviations: NDArray[np.float64], hold_s: float, most: float) ->
 
 def _unknown_age(most: float) -> Staleness:
     """Too few readings to tell: any age up to the most, the two edges' independent, the edges read where they are."""
-    return Staleness((1 - math.sqrt(0.05)) * most, 0.0, most, most)
+    return Staleness(_APART95 * most, 0.0, most, most)
 
 
 def _wraps(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64], hold_s: float) -> bool:
@@ -198,7 +199,7 @@ def _q95_apart(deviations: NDArray[np.float64], most: float) -> float:
     import numpy as np
 
     if not deviations.size:
-        return (1 - math.sqrt(0.05)) * most
+        return _APART95 * most
     apart = np.abs(deviations - np.roll(deviations, deviations.size // 2))
     return min(_Z95 * _SD_PER_MAD * float(np.median(apart)), float(np.quantile(apart, 0.95)), most)
 

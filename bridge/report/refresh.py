@@ -420,11 +420,11 @@ def _fresh_ages(ts: NDArray[np.int64], counter: NDArray[np.float64], most_s: flo
 
 
 def _digest(array: NDArray[Any]) -> tuple[str, tuple[int, ...], bytes]:
-    import hashlib
-
     import numpy as np
 
-    return array.dtype.str, array.shape, hashlib.blake2b(np.ascontiguousarray(array).data, digest_size=16).digest()
+    from bridge.digest import blake2b
+
+    return array.dtype.str, array.shape, blake2b(np.ascontiguousarray(array).data, digest_size=16).digest()
 
 
 def source_cadence(endpoint: str, ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
@@ -442,17 +442,18 @@ def _series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float
     import numpy as np
 
     energy_key, power_key = energy_keys(values)
-    energy, power = values.get(energy_key), values.get(power_key)
-    marker = energy if energy is not None else power
-    power = values.get(slope_key(values))  # (the energy's clock: the power at each refresh)
+    energy = values.get(energy_key)
+    marker = energy if energy is not None else values.get(power_key)
     if marker is not None:
         rows = marker[None, :]
     elif values:
         rows = np.stack(list(values.values()))
     else:
         return Cadence(int(ts.size), int(ts.size), None)
-    averaging = 0.0 if slope_key(values) == INSTANT_POWER_KEY else GAUGE_AVERAGING_S
-    return cadence_of(ts, rows, counting=energy is not None, energy=energy, power=power, averaging_s=averaging)
+    slope = slope_key(values)  # (the energy's clock: the power at each refresh)
+    averaging = 0.0 if slope == INSTANT_POWER_KEY else GAUGE_AVERAGING_S
+    return cadence_of(ts, rows, counting=energy is not None, energy=energy, power=values.get(slope),
+                      averaging_s=averaging)
 
 
 def field_periods(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]],
