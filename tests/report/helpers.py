@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import random
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,20 @@ def recs(times: Iterable[int], counter: Iterable[float], gauge: Iterable[float],
     return [GpuRecord(*meta, timestamp_ns=t, telemetry_source_url=url,
                       telemetry_data={"nvidia_energy_consumption": c, "nvidia_power_usage": g})
             for t, c, g in zip(times, counter, gauge, strict=True)]
+
+
+def served(rng: random.Random, refresh_s: float, start_ns: int, until_ns: int,
+           read: Callable[[int], Mapping[str, float]]) -> list[GpuRecord]:
+    """What a scraper sees of dcgm-exporter refreshing every `refresh_s` at a random phase: scrapes from within
+    300 ms after `start_ns` until `until_ns`, every 333 ms ± 20 ms (AIPerf's), each holding `read(at)` at DCGM's last
+    refresh `at` before it."""
+    refresh = round(refresh_s * S)
+    refresh_phase = rng.randrange(0, refresh)
+    out, t = [], start_ns + rng.randrange(0, 300 * MS)
+    while t < until_ns:
+        out.append(rec(t, read(t - (t - refresh_phase) % refresh)))
+        t += 333 * MS + rng.randrange(-20 * MS, 20 * MS)
+    return out
 
 
 def write_log(path: Path, records: Iterable[GpuRecord]) -> Path:

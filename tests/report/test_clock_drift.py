@@ -20,24 +20,17 @@ from bridge.report import build_report
 from bridge.report.ages import refresh_ages
 from bridge.report.window import explicit_window
 from bridge.simulator.sensors import Sensors
-from tests.report.helpers import MS, S, rec
+from tests.report.helpers import MS, S, served
 
 BASE = 1_800_000_000 * S
-URL = "http://127.0.0.1:19401/metrics"
 POWER_W = 500.0
 
 
 def records(drift: float, refresh_s: float, length_s: float, seed: int, phase_s: float | None = None) -> list:
     rng = random.Random(seed)
     sensors = Sensors(counter_update_s=0.1, drift=drift, phase_s=rng.uniform(0, 0.1) if phase_s is None else phase_s)
-    refresh, refresh_phase = round(refresh_s * S), rng.randrange(0, round(refresh_s * S))
-    out, t = [], BASE + rng.randrange(0, 300 * MS)
-    while t < BASE + round(length_s * S):
-        sampled = t - (t - refresh_phase) % refresh  # DCGM's last refresh before the scrape
-        out.append(rec(t, {"nvidia_energy_consumption": sensors.counter_mj(_energy_j, sampled) * 1e-9,
-                           "nvidia_power_usage": POWER_W}, url=URL))
-        t += 333 * MS + rng.randrange(-20 * MS, 20 * MS)
-    return out
+    return served(rng, refresh_s, BASE, BASE + round(length_s * S), lambda at: {
+        "nvidia_energy_consumption": sensors.counter_mj(_energy_j, at) * 1e-9, "nvidia_power_usage": POWER_W})
 
 
 def _energy_j(t_ns: int) -> float:

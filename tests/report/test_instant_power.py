@@ -16,10 +16,9 @@ import random
 from bridge.report import build_report
 from bridge.report.window import explicit_window
 from bridge.simulator.sensors import Sensors
-from tests.report.helpers import MS, S, rec
+from tests.report.helpers import MS, S, served
 
 BASE = 1_800_000_000 * S
-URL = "http://127.0.0.1:19401/metrics"
 LOW_W, HIGH_W = 130.0, 650.0
 
 
@@ -45,15 +44,10 @@ def run(seed: int, refresh_s: float) -> tuple[list, Square, int, int]:
     counter = Sensors(counter_update_s=0.1, phase_s=phase)
     average = Sensors(gauge_update_s=0.1, average_s=1.0, phase_s=phase)
     instant = Sensors(gauge_update_s=0.1, average_s=0.0, phase_s=phase)
-    refresh, refresh_phase = round(refresh_s * S), rng.randrange(0, round(refresh_s * S))
-    out, t = [], BASE + rng.randrange(0, 300 * MS)
-    while t < BASE + 70 * S:
-        at = t - (t - refresh_phase) % refresh  # DCGM's last refresh before the scrape
-        out.append(rec(t, {"nvidia_energy_consumption": counter.counter_mj(square.energy_j, at) * 1e-9,
-                           "nvidia_power_usage": average.gauge_w(square.energy_j, square.power_w, at),
-                           "nvidia_power_usage_instant": instant.gauge_w(square.energy_j, square.power_w, at)},
-                       url=URL))
-        t += 333 * MS + rng.randrange(-20 * MS, 20 * MS)
+    out = served(rng, refresh_s, BASE, BASE + 70 * S, lambda at: {
+        "nvidia_energy_consumption": counter.counter_mj(square.energy_j, at) * 1e-9,
+        "nvidia_power_usage": average.gauge_w(square.energy_j, square.power_w, at),
+        "nvidia_power_usage_instant": instant.gauge_w(square.energy_j, square.power_w, at)})
     start = BASE + round(rng.uniform(4, 10) * S)
     return out, square, start, start + round(rng.uniform(20, 56) * S)
 

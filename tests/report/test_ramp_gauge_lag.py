@@ -17,10 +17,9 @@ import random
 from bridge.report import build_report
 from bridge.report.window import explicit_window
 from bridge.simulator.sensors import Sensors
-from tests.report.helpers import MS, S, rec
+from tests.report.helpers import MS, S, served
 
 BASE = 1_800_000_000 * S
-URL = "http://127.0.0.1:19401/metrics"
 
 
 class Ramp:
@@ -48,13 +47,9 @@ def judged(seed: int, refresh_s: float) -> tuple[float, float, float]:
     phase = rng.uniform(0, 0.1)
     counter = Sensors(counter_update_s=0.1, phase_s=phase)
     gauge = Sensors(gauge_update_s=0.1, average_s=1.0, phase_s=phase)
-    refresh, refresh_phase = round(refresh_s * S), rng.randrange(0, round(refresh_s * S))
-    log, t = [], BASE + rng.randrange(0, 300 * MS)
-    while t < BASE + round((b + 8) * S):
-        at = t - (t - refresh_phase) % refresh  # DCGM's last refresh before the scrape
-        log.append(rec(t, {"nvidia_energy_consumption": counter.counter_mj(ramp.energy_j, at) * 1e-9,
-                           "nvidia_power_usage": gauge.gauge_w(ramp.energy_j, ramp.power_w, at)}, url=URL))
-        t += 333 * MS + rng.randrange(-20 * MS, 20 * MS)
+    log = served(rng, refresh_s, BASE, BASE + round((b + 8) * S), lambda at: {
+        "nvidia_energy_consumption": counter.counter_mj(ramp.energy_j, at) * 1e-9,
+        "nvidia_power_usage": gauge.gauge_w(ramp.energy_j, ramp.power_w, at)})
     start, end = BASE + round(a * S), BASE + round(b * S)
     energy = build_report(log, window=explicit_window(start, end, 666 * MS)).energy
     assert energy.total_energy_j is not None and energy.uncertainty_j is not None and energy.bound_j is not None
