@@ -260,10 +260,24 @@ def _below(operator: _Operator, q: NDArray[np.float64]) -> NDArray[np.float64]:
     """Along q's last axis (one row per candidate where q is 2-D)."""
     import numpy as np
 
+    at = _columns(operator.centre, q)
     predicted = np.zeros((*q.shape[:-1], operator.centre.size))
     for j, d in enumerate(operator.offsets):
-        predicted += operator.weights[:, j] * q[..., operator.centre + d]
-    return (predicted - q[..., operator.centre]) / operator.spread
+        predicted += operator.weights[:, j] * at(d)
+    return (predicted - at(0)) / operator.spread
+
+
+def _columns(centre: NDArray[np.int64], q: NDArray[np.float64]) -> Callable[[int], NDArray[np.float64]]:
+    """q's values at the readings `d` places along, along its last axis: a strided view where the readings are evenly
+    spaced (all of them, or laid out by `_spread_out`), a gathered copy otherwise (4x slower on the grid's phase
+    scans, which are most of a report's time)."""
+    import numpy as np
+
+    m = centre.size
+    step = int(centre[1] - centre[0]) if m > 1 else 1
+    if step < 1 or (m > 2 and not np.all(np.diff(centre) == step)):
+        return lambda d: q[..., centre + d]
+    return lambda d: q[..., centre[0] + d:centre[0] + d + step * (m - 1) + 1:step]
 
 
 def _fit_hold_grid(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
@@ -405,7 +419,7 @@ def _best_phase(t: NDArray[np.float64], operator: _Operator, deviations: NDArray
     import numpy as np
 
     def scan(phases: NDArray[np.float64]) -> tuple[float, float]:
-        ages = np.mod(t[np.newaxis, :] - phases[:, np.newaxis], period)  # one row per phase
+        ages = _grid_ages(t[np.newaxis, :] - phases[:, np.newaxis], period)  # one row per phase
         residuals = np.abs(deviations - _age_deviations(operator, ages))
         losses = np.minimum(residuals, period / 4).mean(axis=1)
         k = int(np.argmin(losses))
@@ -420,9 +434,19 @@ def _best_phase(t: NDArray[np.float64], operator: _Operator, deviations: NDArray
     return loss, phase % period
 
 
-def _residual(readings: _Readings, period: float, phase: float) -> float:
-    """The median absolute residual of the readings' deviations from a hold grid's."""
+def _grid_ages(x: NDArray[np.float64], period: float) -> NDArray[np.float64]:
+    """x mod period for the phase scans, as x − period·⌊x / period⌋: 15x faster than numpy's `mod` (which computes
+    each floating remainder exactly), within ~1e-14 s of it and a rounding either side of [0, period)."""
     import numpy as np
 
-    ages = np.mod(readings.t - phase, period)
+    ages = np.divide(x, period)
+    np.floor(ages, out=ages)
+    ages *= period
+    return np.subtract(x, ages, out=ages)
+
+
+def _residual(readings: _Readings, period: float, phase: float) -> float:
+    """The median absolute residual of the readings' deviations from a hold grid's."""
+
+    ages = _grid_ages(readings.t - phase, period)
     return _median_abs(readings.deviations - _age_deviations(readings.operator, ages))
