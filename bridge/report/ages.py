@@ -262,9 +262,12 @@ def _below(operator: _Operator, q: NDArray[np.float64]) -> NDArray[np.float64]:
 
     at = _columns(operator.centre, q)
     predicted = np.zeros((*q.shape[:-1], operator.centre.size))
+    term = np.empty_like(predicted)
     for j, d in enumerate(operator.offsets):
-        predicted += operator.weights[:, j] * at(d)
-    return (predicted - at(0)) / operator.spread
+        predicted += np.multiply(operator.weights[:, j], at(d), out=term)
+    predicted -= at(0)
+    predicted /= operator.spread
+    return predicted
 
 
 def _columns(centre: NDArray[np.int64], q: NDArray[np.float64]) -> Callable[[int], NDArray[np.float64]]:
@@ -420,8 +423,10 @@ def _best_phase(t: NDArray[np.float64], operator: _Operator, deviations: NDArray
 
     def scan(phases: NDArray[np.float64]) -> tuple[float, float]:
         ages = _grid_ages(t[np.newaxis, :] - phases[:, np.newaxis], period)  # one row per phase
-        residuals = np.abs(deviations - _age_deviations(operator, ages))
-        losses = np.minimum(residuals, period / 4).mean(axis=1)
+        residuals = _below(operator, ages)  # (deviations − _age_deviations, in place: exactly the same)
+        residuals += deviations
+        np.abs(residuals, out=residuals)
+        losses = np.minimum(residuals, period / 4, out=residuals).mean(axis=1)
         k = int(np.argmin(losses))
         return float(losses[k]), float(phases[k])
 
