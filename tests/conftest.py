@@ -25,6 +25,24 @@ REAL_PAGES = sorted(DATA.glob("*.txt"))
 CACHE = Path(os.environ.get("DCGM_BRIDGE_CACHE", Path.home() / ".cache" / "dcgm-bridge"))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Issue 42's acceptance grid (~170 CPU-s, 11,200 reports) is judged from the session's start on two processes at
+    the lowest priority, when one of its tests is selected: they take the CPU the suite leaves idle while it waits on
+    real seconds, and its tests wait only for what is left (tests/report/sensor_runs.py, `judge_ahead`)."""
+    if any(item.name.startswith("test_acceptance_42_") for item in session.items):
+        from tests.report.sensor_runs import judge_ahead
+        from tests.report.test_energy_accuracy import ACCEPTANCE_42
+
+        judge_ahead(ACCEPTANCE_42)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import sys
+
+    if (runs := sys.modules.get("tests.report.sensor_runs")) is not None:
+        runs.stop_judging_ahead()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -468,9 +468,12 @@ def test_the_missed_power_is_nothing_for_power_the_refreshes_follow_and_the_swin
 # the session's note, and they are never replaced. Development used seeds 0-7 (bench/accuracy_groups.py).
 
 ACCEPTANCE_SEEDS_42 = range(42_001, 42_009)
+ACCEPTANCE_42 = grid_specs(ACCEPTANCE_SEEDS_42)  # (judged ahead where these tests are selected: tests/conftest.py)
+
+
 @functools.cache
 def _acceptance_42() -> dict[GroupKey, list[Judged]]:
-    groups = judge_groups(grid_specs(ACCEPTANCE_SEEDS_42))
+    groups = judge_groups(ACCEPTANCE_42)
     assert len(groups) == len(SHAPES) * len(REFRESHES) * len(SENSORS) == 280
     assert all(len(g) == 40 for g in groups.values())
     return groups
