@@ -26,14 +26,15 @@ CACHE = Path(os.environ.get("DCGM_BRIDGE_CACHE", Path.home() / ".cache" / "dcgm-
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Issue 42's acceptance grid (~170 CPU-s, 11,200 reports) is judged from the session's start on two processes at
-    the lowest priority, when one of its tests is selected: they take the CPU the suite leaves idle while it waits on
-    real seconds, and its tests wait only for what is left (tests/report/sensor_runs.py, `judge_ahead`)."""
-    if any(item.name.startswith("test_acceptance_42_") for item in session.items):
-        from tests.report.sensor_runs import judge_ahead
-        from tests.report.test_energy_accuracy import ACCEPTANCE_42
+    """The CPU-bound grids of the selected tests (a test module's `AHEAD`: issue 42's acceptance grid is ~170 CPU-s)
+    are judged from the session's start on two processes at the lowest priority: they take the CPU the suite leaves
+    idle while it waits on real seconds, and their tests wait only for what is left (tests/report/sensor_runs.py)."""
+    for item in session.items:
+        grids = getattr(getattr(item, "module", None), "AHEAD", {}).get(getattr(item, "originalname", None), ())
+        for f, items in grids:
+            from tests.report.sensor_runs import judge_ahead
 
-        judge_ahead(ACCEPTANCE_42)
+            judge_ahead(f, items)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -438,48 +438,50 @@ def grid_specs(seeds: Iterable[int], shapes: Iterable[str] = SHAPES, refreshes: 
 
 
 def on_two_processes(f: Callable[[A], B], items: Sequence[A]) -> list[B]:
-    """`[f(x) for x in items]`, on two processes (this machine's cores, and CI's): for runs judged one by one."""
+    """`[f(x) for x in items]`, on two processes (this machine's cores, and CI's): for runs judged one by one. Taken
+    from `judge_ahead` where it started them."""
     import multiprocessing
 
+    ahead = _AHEAD.pop((f, tuple(items)), None)
+    if ahead is not None:
+        return ahead.get()
     with multiprocessing.get_context("fork").Pool(2) as pool:
         return pool.map(f, items, chunksize=8)
 
 
-# Grids judged ahead of the tests that read them (tests/conftest.py starts them once the session's tests are
-# collected): two processes at the lowest priority (nice 19) take only the CPU the rest of the suite leaves idle
-# while it waits on real seconds (AIPerf, the stores, the sidecars' runs); a test that asks for one waits for what is
-# left of it. Keyed by the specs themselves.
-_AHEAD: dict[tuple[RunSpec, ...], tuple[multiprocessing.pool.Pool, multiprocessing.pool.AsyncResult[list[Judged]]]] \
-    = {}
+# Grids judged ahead of the tests that read them: a test module's `AHEAD` names them by test (test name → the grids'
+# (function, items)), and tests/conftest.py starts those of the selected tests once the session's tests are
+# collected. Two processes at the lowest priority (nice 19) take only the CPU the rest of the suite leaves idle while
+# it waits on real seconds (AIPerf, the stores, the sidecars' runs); a test that asks for a grid waits for what is
+# left of it.
+_AHEAD: dict[tuple[Callable[..., object], tuple[object, ...]], multiprocessing.pool.AsyncResult[list[object]]] = {}
+_AHEAD_POOL: list[multiprocessing.pool.Pool] = []
 
 
-def judge_ahead(specs: Sequence[RunSpec]) -> None:
+def judge_ahead(f: Callable[[A], B], items: Sequence[A]) -> None:
     import multiprocessing
     import os
 
-    pool = multiprocessing.get_context("fork").Pool(2, initializer=os.nice, initargs=(19,))
-    _AHEAD[tuple(specs)] = pool, pool.map_async(judge, specs, chunksize=8)
+    key = (f, tuple(items))
+    if key in _AHEAD:
+        return
+    if not _AHEAD_POOL:
+        _AHEAD_POOL.append(multiprocessing.get_context("fork").Pool(2, initializer=os.nice, initargs=(19,)))
+    _AHEAD[key] = _AHEAD_POOL[0].map_async(f, items, chunksize=8)
 
 
 def stop_judging_ahead() -> None:
     """At the session's end: whatever no test read (an interrupted or narrowed run) is dropped with its processes."""
-    while _AHEAD:
-        pool, _ = _AHEAD.popitem()[1]
+    _AHEAD.clear()
+    while _AHEAD_POOL:
+        pool = _AHEAD_POOL.pop()
         pool.terminate()
         pool.join()
 
 
 def judge_groups(specs: Sequence[RunSpec]) -> dict[GroupKey, list[Judged]]:
-    """Judge the runs on two processes (or take them from `judge_ahead`) and gather them by group, in the specs'
-    order."""
-    ahead = _AHEAD.pop(tuple(specs), None)
-    if ahead is None:
-        judged = on_two_processes(judge, specs)
-    else:
-        pool, result = ahead
-        with pool:
-            judged = result.get()
+    """Judge the runs on two processes and gather them by group, in the specs' order."""
     groups: dict[GroupKey, list[Judged]] = {}
-    for j in judged:
+    for j in on_two_processes(judge, specs):
         groups.setdefault((j.spec.shape, j.spec.refresh_s, j.spec.gauge, j.spec.counter), []).append(j)
     return groups

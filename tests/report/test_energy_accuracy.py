@@ -33,6 +33,7 @@ from tests.report.sensor_runs import (
     Sinusoids,
     energies,
     grid_specs,
+    judge,
     judge_groups,
     loose,
     on_two_processes,
@@ -307,12 +308,16 @@ class Window27(NamedTuple):
     valid: bool  # the verdict's
 
 
-def _acceptance_windows(seeds: Sequence[int], families: tuple[str, ...],
-                        refreshes: tuple[float, ...] = ACCEPTANCE_REFRESHES_S) -> list[Window27]:
-    """One GPU window per (family, refresh, window length, seed), judged on two processes."""
-    return on_two_processes(_window27, [(family, refresh_s, window_s, seed) for family in families
-                                        for refresh_s in refreshes for window_s in ACCEPTANCE_WINDOWS_S
-                                        for seed in seeds])
+def _runs27(seeds: Sequence[int], families: tuple[str, ...],
+            refreshes: tuple[float, ...] = ACCEPTANCE_REFRESHES_S) -> list[tuple[str, float, int, int]]:
+    """One GPU window per (family, refresh, window length, seed)."""
+    return [(family, refresh_s, window_s, seed) for family in families for refresh_s in refreshes
+            for window_s in ACCEPTANCE_WINDOWS_S for seed in seeds]
+
+
+def _acceptance_windows(runs: list[tuple[str, float, int, int]]) -> list[Window27]:
+    """The runs' windows judged on two processes (or ahead: `AHEAD`)."""
+    return on_two_processes(_window27, runs)
 
 
 def _window27(run: tuple[str, float, int, int]) -> Window27:
@@ -346,10 +351,14 @@ def _median_ratio(valid: list[Window27]) -> float:
     return float(np.median([w.uncertainty for w in valid]) / (np.median([w.error for w in valid]) + 2e-3))
 
 
+DEVELOPMENT_27 = _runs27(DEVELOPMENT_SEEDS[:3], ("model", "analytic"))
+TUNED_27 = _runs27(SEEDS_TUNED_27, ("model", "steps"))
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason=_LOOSER_ON_AN_IDEAL_COUNTER + "0.37 % at R=0 over 60 s (criterion 0.1 %)")
 def test_the_uncertainty_covers_the_error_on_the_development_set() -> None:
-    valid = _assert_the_uncertainty_is_honest(_acceptance_windows(DEVELOPMENT_SEEDS[:3], ("model", "analytic")))
+    valid = _assert_the_uncertainty_is_honest(_acceptance_windows(DEVELOPMENT_27))
     assert _median_ratio(valid) <= 5  # (measured: 2.7)
 
 
@@ -361,7 +370,7 @@ def test_on_issue_27s_tuned_seeds_the_uncertainty_covers_the_error() -> None:
     `uncertainty` covers the true error in >= 95 %, `bound` in every window; with fresh values over >= 60 s windows
     the uncertainty is at most 0.1 % of the energy; the median uncertainty is at most 5x the median error (plus the
     counter's resolution). (Measured: 98.6 % covered, median ratio 3.5.)"""
-    windows = _acceptance_windows(SEEDS_TUNED_27, ("model", "steps"))
+    windows = _acceptance_windows(TUNED_27)
     assert len(windows) >= 800
     valid = _assert_the_uncertainty_is_honest(windows)
     assert _median_ratio(valid) <= 5
@@ -373,19 +382,22 @@ SEEN_SEEDS = (*range(31001, 31006), *range(47001, 47006))
 # First run in session 15 to measure a candidate, then measured again while issue 27's method was tuned: development
 # seeds too (issue 42).
 SEEDS_MEASURED_15 = range(90001, 90011)
+SEEN_15 = _runs27(SEEN_SEEDS, ("model", "steps"))
+MEASURED_15 = _runs27(SEEDS_MEASURED_15, ("model", "steps", "analytic"))
+OTHER_REFRESHES = _runs27(range(95001, 95021), ("model", "steps", "analytic"), refreshes=(1, 3, 5))
 
 
 @pytest.mark.slow
 def test_on_seeds_seen_in_session_15_the_uncertainty_is_honest() -> None:
     """Coverage >= 95 % of valid windows and the bound in all, on 400 windows (measured: 98.7 %)."""
-    windows = _acceptance_windows(SEEN_SEEDS, ("model", "steps"))
+    windows = _acceptance_windows(SEEN_15)
     assert len(windows) >= 400
     _assert_the_uncertainty_is_honest(windows)
 
 
 @functools.cache  # (two tests judge these windows)
 def _unseen_windows() -> list[Window27]:
-    windows = _acceptance_windows(SEEDS_MEASURED_15, ("model", "steps", "analytic"))
+    windows = _acceptance_windows(MEASURED_15)
     assert len(windows) >= 600
     return windows
 
@@ -412,7 +424,7 @@ def test_on_refresh_periods_no_set_above_was_built_on_every_family_is_covered() 
     family: the uncertainty covers at least 90 % of each group (within sampling noise of 95 % for 80 windows), the
     bound every window. A change that is honest on the sets above can still fail here: a Simpson energy clock
     (DECISIONS.md, "Tightness, third pass") covered 89 % of the simulator's 1 s windows. (Measured: 97-100 %.)"""
-    windows = _acceptance_windows(range(95001, 95021), ("model", "steps", "analytic"), refreshes=(1, 3, 5))
+    windows = _acceptance_windows(OTHER_REFRESHES)
     assert all(w.error <= w.bound for w in windows)
     for refresh_s in (1, 3, 5):
         for family in ("model", "steps", "analytic"):
@@ -554,3 +566,20 @@ def test_a_step_inside_a_refresh_interval_is_its_size_times_the_interval_and_a_r
     assert _step(tau, cum, 3) == pytest.approx(300.0 * 2.0 * 1e-15, rel=1e-9)
     ramp = (200.0 * t + 10.0 * t * t) * 1e-15
     assert _step(tau, ramp, 3) == pytest.approx(0.0, abs=1e-9 * 200.0 * 2.0 * 1e-15)
+
+
+# The grids judged ahead where their tests are selected (tests/conftest.py, sensor_runs.judge_ahead): by test name.
+AHEAD = {
+    "test_the_uncertainty_covers_the_error_on_the_development_set": [(_window27, DEVELOPMENT_27)],
+    "test_on_issue_27s_tuned_seeds_the_uncertainty_covers_the_error": [(_window27, TUNED_27)],
+    "test_on_seeds_seen_in_session_15_the_uncertainty_is_honest": [(_window27, SEEN_15)],
+    "test_on_session_15s_seeds_the_uncertainty_is_honest": [(_window27, MEASURED_15)],
+    "test_on_session_15s_seeds_the_median_uncertainty_is_at_most_5x_the_median_error": [(_window27, MEASURED_15)],
+    "test_on_refresh_periods_no_set_above_was_built_on_every_family_is_covered": [(_window27, OTHER_REFRESHES)],
+    **{name: [(judge, ACCEPTANCE_42)] for name in globals() if name.startswith("test_acceptance_42_")},
+}
+
+
+def test_every_grid_judged_ahead_is_named_after_a_test_here() -> None:
+    assert all(callable(globals().get(name)) for name in AHEAD), set(AHEAD) - set(globals())
+    assert sum(name.startswith("test_acceptance_42_") for name in AHEAD) == 5
