@@ -16,6 +16,7 @@ from bridge.cli import main
 from bridge.simulator import ManualClock, SimulatedExporter, SimulatorConfig
 from bridge.simulator.config import NS
 from tests.grafana.simrun import drive_run
+from tests.report.sensor_runs import on_two_processes
 
 SEED = 45_600
 SIDES = {"a": (range(0, 3), 1.0), "b": (range(10, 13), 1.05), "a2": (range(20, 23), 1.0)}  # repeats, power scale
@@ -104,21 +105,35 @@ def _calibration_side(folder: Path, seed: int, repeats: range, scale: float) -> 
     return folder
 
 
+def _calibrate(seed: int) -> tuple[bool, bool]:
+    """One seed's two comparisons: (A against A, 3 repeats a side: the interval of total energy holds 0; 2 % more
+    power, 5 repeats a side: called worse)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix=f"calibration-{seed}-") as tmp:
+        root = Path(tmp)
+        a = _calibration_side(root / "a", seed, range(0, 3), 1.0)
+        b = _calibration_side(root / "b", seed, range(3, 6), 1.0)
+        energy = _compare(root, a.name, b.name)["comparisons"][0]["metrics"]["total_gpu_energy"]
+        same = energy["interval"][0] <= 0 <= energy["interval"][1]
+        c = _calibration_side(root / "c", seed, range(10, 15), 1.0)
+        d = _calibration_side(root / "d", seed, range(20, 25), 1.02)  # 2 % more power
+        energy = _compare(root, c.name, d.name)["comparisons"][0]["metrics"]["total_gpu_energy"]
+        return same, energy["verdict"] == "worse" and energy["difference"] > 0
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="first run (seeds 45101-45120, unchanged): A against A 19/20 intervals hold 0 "
                    "(passes), the 2 % difference called 10/20 (needs 16). The realised run-to-run cv of energy is "
                    "1.125 % pooled over the 40 five-run sides, not 1 %: the repeat also redraws one GPU's fast jitter "
                    "(about 0.5 % of a 60 s energy); at cv 1.125 % Welch's t(8) calls a 2 % difference in ~69 % of "
                    "comparisons, and even at exactly 1 % in ~80 %, so 16/20 is at the edge of this design's power")
-def test_calibration_on_the_simulator_a_against_itself_and_a_2_percent_difference(tmp_path: Path) -> None:
-    same = called = 0
-    for seed in CALIBRATION_SEEDS:
-        a = _calibration_side(tmp_path / f"{seed}-a", seed, range(0, 3), 1.0)
-        b = _calibration_side(tmp_path / f"{seed}-b", seed, range(3, 6), 1.0)
-        energy = _compare(tmp_path, a.name, b.name)["comparisons"][0]["metrics"]["total_gpu_energy"]
-        same += energy["interval"][0] <= 0 <= energy["interval"][1]
-        c = _calibration_side(tmp_path / f"{seed}-c", seed, range(10, 15), 1.0)
-        d = _calibration_side(tmp_path / f"{seed}-d", seed, range(20, 25), 1.02)  # 2 % more power
-        energy = _compare(tmp_path, c.name, d.name)["comparisons"][0]["metrics"]["total_gpu_energy"]
-        called += energy["verdict"] == "worse" and energy["difference"] > 0
+def test_calibration_on_the_simulator_a_against_itself_and_a_2_percent_difference() -> None:
+    judged = on_two_processes(_calibrate, CALIBRATION_SEEDS)
+    same, called = sum(s for s, _ in judged), sum(c for _, c in judged)
     assert (same >= 18, called >= 16) == (True, True), (same, called)
+
+
+# Judged ahead where the test is selected (tests/conftest.py, sensor_runs.judge_ahead).
+AHEAD = {test_calibration_on_the_simulator_a_against_itself_and_a_2_percent_difference.__name__:
+         [(_calibrate, CALIBRATION_SEEDS)]}
