@@ -3,7 +3,7 @@
 The acceptance test (tests/report/test_energy_accuracy.py, ACCEPTANCE_SEEDS_42) runs the same grid on seeds fixed
 before its first run; development reads the figures here, on other seeds, so that the acceptance set stays held out.
 
-    .venv/bin/python bench/accuracy_groups.py                     # seeds 0-7, every group (~10 min on 2 cores)
+    .venv/bin/python bench/accuracy_groups.py                     # seeds 0-7, every group (~2 min on 2 cores)
     .venv/bin/python bench/accuracy_groups.py --shapes square,ramp --refreshes 0.5,1 --failing
 """
 
