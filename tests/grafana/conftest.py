@@ -208,6 +208,19 @@ def start_prometheus(tmp: Path, target_port: int) -> tuple[Server, str]:
     return server, f"http://127.0.0.1:{port}"
 
 
+def _on_whole_seconds(tmp: Path) -> Path:
+    """The mixin's rules with each group evaluated on whole seconds (vmalert's `eval_offset: 0s`, which Prometheus'
+    rule files do not know): vmalert stamps an evaluation with its schedule truncated to the interval, so on a
+    schedule at an arbitrary offset the first evaluation stamped after a step's flush came up to two seconds later
+    (each step of a stored run took ~2 s); on whole seconds it is the next second."""
+    doc = yaml.safe_load(RULES.read_text())
+    for group in doc["groups"]:
+        group["eval_offset"] = "0s"
+    path = tmp / "rules-whole-seconds.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
 def start_vmalert(tmp: Path, store: VictoriaMetrics) -> Server:
     """vmalert evaluating the mixin's rules against `store` and writing the recorded series back into it.
 
@@ -216,7 +229,7 @@ def start_vmalert(tmp: Path, store: VictoriaMetrics) -> Server:
     port = free_port()
     server = Server(
         "vmalert",
-        [str(require_binary("vmalert")), f"-rule={RULES}", f"-datasource.url={store.base}",
+        [str(require_binary("vmalert")), f"-rule={_on_whole_seconds(tmp)}", f"-datasource.url={store.base}",
          f"-remoteWrite.url={store.base}", f"-evaluationInterval={VMALERT_INTERVAL}", "-rule.evalDelay=0s",
          "-remoteWrite.flushInterval=20ms", "-remoteWrite.concurrency=1", "-notifier.blackhole",
          f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=WARN"],
