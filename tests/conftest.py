@@ -26,28 +26,26 @@ CACHE = Path(os.environ.get("DCGM_BRIDGE_CACHE", Path.home() / ".cache" / "dcgm-
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules whose grids are judged ahead (`AHEAD`, below) run last, each in its own order: the grids then
-    have the whole suite's idle CPU (~215 CPU-s of them; run where the modules fall by name they waited 35 s)."""
+    """The modules whose grids are judged ahead (a module's `AHEAD`, tests/ahead.py) run last, each in its own order:
+    the grids then have the whole suite's idle CPU (~225 CPU-s of them; run where the modules fall by name, the
+    acceptance test waited 35 s for its grid)."""
     items.sort(key=lambda item: bool(getattr(getattr(item, "module", None), "AHEAD", None)))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The CPU-bound grids of the selected tests (a test module's `AHEAD`: issue 42's acceptance grid is ~170 CPU-s)
-    are judged from the session's start on two processes at the lowest priority: they take the CPU the suite leaves
-    idle while it waits on real seconds, and their tests wait only for what is left (tests/report/sensor_runs.py)."""
+    """The selected tests' grids start on tests/ahead.py's background pool once the tests are collected."""
+    from tests.ahead import judge_ahead
+
     for item in session.items:
         grids = getattr(getattr(item, "module", None), "AHEAD", {}).get(getattr(item, "originalname", None), ())
         for f, items in grids:
-            from tests.report.sensor_runs import judge_ahead
-
             judge_ahead(f, items)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    import sys
+    from tests.ahead import stop_judging_ahead
 
-    if (runs := sys.modules.get("tests.report.sensor_runs")) is not None:
-        runs.stop_judging_ahead()
+    stop_judging_ahead()
 
 
 def free_port() -> int:

@@ -452,6 +452,5 @@ def _grid_ages(x: NDArray[np.float64], period: float) -> NDArray[np.float64]:
 
 def _residual(readings: _Readings, period: float, phase: float) -> float:
     """The median absolute residual of the readings' deviations from a hold grid's."""
-
     ages = _grid_ages(readings.t - phase, period)
     return _median_abs(readings.deviations - _age_deviations(readings.operator, ages))

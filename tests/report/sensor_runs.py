@@ -16,11 +16,10 @@ own `exp`, `sin` and `round` may differ from them in the last bit.
 from __future__ import annotations
 
 import math
-import multiprocessing.pool
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,6 +29,7 @@ from bridge.report.window import explicit_window
 from bridge.samples import GpuRecord
 from bridge.simulator.sensors import NS, Sensors
 from bridge.sources import NVML_SOURCE
+from tests.ahead import on_two_processes
 from tests.report.helpers import MS, URL, S, recs
 
 START = 1_800_000_000 * S
@@ -39,7 +39,6 @@ _ORIGIN_S = -400.0
 
 
 Floats = NDArray[np.float64]
-A, B = TypeVar("A"), TypeVar("B")
 
 
 class Shape(Protocol):
@@ -435,48 +434,6 @@ def grid_specs(seeds: Iterable[int], shapes: Iterable[str] = SHAPES, refreshes: 
     seeds, sensors = list(seeds), list(sensors)
     return [RunSpec(shape, refresh_s, window_s, gauge, counter, seed) for shape in shapes for refresh_s in refreshes
             for gauge, counter in sensors for window_s in WINDOWS for seed in seeds]
-
-
-def on_two_processes(f: Callable[[A], B], items: Sequence[A]) -> list[B]:
-    """`[f(x) for x in items]`, on two processes (this machine's cores, and CI's): for runs judged one by one. Taken
-    from `judge_ahead` where it started them."""
-    import multiprocessing
-
-    ahead = _AHEAD.pop((f, tuple(items)), None)
-    if ahead is not None:
-        return ahead.get()
-    with multiprocessing.get_context("fork").Pool(2) as pool:
-        return pool.map(f, items, chunksize=8)
-
-
-# Grids judged ahead of the tests that read them: a test module's `AHEAD` names them by test (test name → the grids'
-# (function, items)), and tests/conftest.py starts those of the selected tests once the session's tests are
-# collected. Two processes at the lowest priority (nice 19) take only the CPU the rest of the suite leaves idle while
-# it waits on real seconds (AIPerf, the stores, the sidecars' runs); a test that asks for a grid waits for what is
-# left of it.
-_AHEAD: dict[tuple[Callable[..., object], tuple[object, ...]], multiprocessing.pool.AsyncResult[list[object]]] = {}
-_AHEAD_POOL: list[multiprocessing.pool.Pool] = []
-
-
-def judge_ahead(f: Callable[[A], B], items: Sequence[A]) -> None:
-    import multiprocessing
-    import os
-
-    key = (f, tuple(items))
-    if key in _AHEAD:
-        return
-    if not _AHEAD_POOL:
-        _AHEAD_POOL.append(multiprocessing.get_context("fork").Pool(2, initializer=os.nice, initargs=(19,)))
-    _AHEAD[key] = _AHEAD_POOL[0].map_async(f, items, chunksize=8)
-
-
-def stop_judging_ahead() -> None:
-    """At the session's end: whatever no test read (an interrupted or narrowed run) is dropped with its processes."""
-    _AHEAD.clear()
-    while _AHEAD_POOL:
-        pool = _AHEAD_POOL.pop()
-        pool.terminate()
-        pool.join()
 
 
 def judge_groups(specs: Sequence[RunSpec]) -> dict[GroupKey, list[Judged]]:

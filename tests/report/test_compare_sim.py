@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from bridge.cli import main
 from bridge.simulator import ManualClock, SimulatedExporter, SimulatorConfig
 from bridge.simulator.config import NS
+from tests.ahead import on_two_processes
 from tests.grafana.simrun import drive_run
-from tests.report.sensor_runs import on_two_processes
 
 SEED = 45_600
 SIDES = {"a": (range(0, 3), 1.0), "b": (range(10, 13), 1.05), "a2": (range(20, 23), 1.0)}  # repeats, power scale
@@ -134,6 +134,6 @@ def test_calibration_on_the_simulator_a_against_itself_and_a_2_percent_differenc
     assert (same >= 18, called >= 16) == (True, True), (same, called)
 
 
-# Judged ahead where the test is selected (tests/conftest.py, sensor_runs.judge_ahead).
+# Judged ahead where the test is selected (tests/ahead.py).
 AHEAD = {test_calibration_on_the_simulator_a_against_itself_and_a_2_percent_difference.__name__:
          [(_calibrate, CALIBRATION_SEEDS)]}

@@ -21,6 +21,7 @@ from bridge.report import build_report
 from bridge.report.stats import counter_delta_interpolated
 from bridge.report.window import explicit_window
 from bridge.samples import GpuRecord
+from tests.ahead import on_two_processes
 from tests.report.helpers import MS, S, rec, recs
 from tests.report.sensor_runs import (
     REFRESHES,
@@ -36,7 +37,6 @@ from tests.report.sensor_runs import (
     judge,
     judge_groups,
     loose,
-    on_two_processes,
     powers,
 )
 
@@ -568,7 +568,7 @@ def test_a_step_inside_a_refresh_interval_is_its_size_times_the_interval_and_a_r
     assert _step(tau, ramp, 3) == pytest.approx(0.0, abs=1e-9 * 200.0 * 2.0 * 1e-15)
 
 
-# The grids judged ahead where their tests are selected (tests/conftest.py, sensor_runs.judge_ahead): by test name.
+# The grids judged ahead where their tests are selected (tests/ahead.py): by test name.
 AHEAD = {
     "test_the_uncertainty_covers_the_error_on_the_development_set": [(_window27, DEVELOPMENT_27)],
     "test_on_issue_27s_tuned_seeds_the_uncertainty_covers_the_error": [(_window27, TUNED_27)],

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.report.sensor_runs import on_two_processes
+from tests.ahead import on_two_processes
 from tests.report.trace_replay import (
     LENGTHS_S,
     SOURCES,
@@ -180,6 +180,6 @@ def test_a_recorded_corpus_per_source_the_uncertainty_covers_95_percent_of_valid
     assert sum(abs(j.ours_j - j.counter_j) <= j.uncertainty_j for j in valid) >= 0.95 * len(valid)
 
 
-# Judged ahead where the test is selected (tests/conftest.py, sensor_runs.judge_ahead).
+# Judged ahead where the test is selected (tests/ahead.py).
 AHEAD = {test_the_h200_log_per_source_the_uncertainty_covers_95_percent_of_valid_windows.__name__:
          [(_h200_windows, REPLAYABLE)]}
