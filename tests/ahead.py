@@ -1,17 +1,25 @@
-"""CPU-bound grids judged on two processes, and judged ahead of the tests that read them.
+"""Work started ahead of the tests that read it, once the session's tests are collected (tests/conftest.py).
 
-A test module's `AHEAD` maps a test's name to the grids it reads, each a (function, items) pair; tests/conftest.py
-starts those of the selected tests once the session's tests are collected, on one pool of two processes at the lowest
-priority (nice 19). They take only the CPU the rest of the suite leaves idle while it waits on real seconds (AIPerf,
-the stores, the sidecars' runs), and `on_two_processes` hands a test what was judged, waiting for what is left of it.
-Unread results are dropped with the pool at the session's end.
+- CPU-bound grids: a test module's `AHEAD` maps a test's name to the grids it reads, each a (function, items) pair.
+  Those of the selected tests run on one pool of two processes at the lowest priority (nice 19). They take only the
+  CPU the rest of the suite leaves idle while it waits on real seconds (AIPerf, the stores, the sidecars' runs), and
+  `on_two_processes` hands a test what was judged, waiting for what is left of it. Unread results are dropped with
+  the pool at the session's end.
+- Real seconds: a module's `WAITS_AHEAD` maps a test's name to jobs that spend their time waiting on a child
+  process's wall-clock phases (a few CPU-seconds over half a minute), each a function of a fresh folder. Those of
+  the selected tests start on threads of this process at normal priority, so their children keep their timing; the
+  test takes the job's future from `waited`, which starts it there and then where it was not started ahead.
 """
 
 from __future__ import annotations
 
 import multiprocessing.pool
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
+
+from pytest import TempPathFactory
 
 A, B = TypeVar("A"), TypeVar("B")
 
@@ -47,3 +55,28 @@ def stop_judging_ahead() -> None:
         pool = _AHEAD_POOL.pop()
         pool.terminate()
         pool.join()
+
+
+_WAITS: dict[Callable[[Path], object], Future[object]] = {}
+_WAIT_POOL: list[ThreadPoolExecutor] = []
+
+
+def wait_ahead(f: Callable[[Path], B], folder: Path) -> Future[B]:
+    """`f(folder)` started on a thread now (once per function): the future `waited` hands its test."""
+    if f not in _WAITS:
+        if not _WAIT_POOL:
+            _WAIT_POOL.append(ThreadPoolExecutor(max_workers=4, thread_name_prefix="waits-ahead"))
+        _WAITS[f] = _WAIT_POOL[0].submit(f, folder)
+    return _WAITS[f]  # type: ignore[return-value]
+
+
+def waited(f: Callable[[Path], B], tmp_path_factory: TempPathFactory) -> Future[B]:
+    """The future of `f`'s job: the one started ahead, else one started now in a fresh folder."""
+    return _WAITS.get(f) or wait_ahead(f, tmp_path_factory.mktemp(f.__name__))  # type: ignore[return-value]
+
+
+def stop_waiting_ahead() -> None:
+    """At the session's end: jobs not started yet are dropped; a running one ends within its own timeout."""
+    _WAITS.clear()
+    while _WAIT_POOL:
+        _WAIT_POOL.pop().shutdown(wait=False, cancel_futures=True)

@@ -25,27 +25,38 @@ REAL_PAGES = sorted(DATA.glob("*.txt"))
 CACHE = Path(os.environ.get("DCGM_BRIDGE_CACHE", Path.home() / ".cache" / "dcgm-bridge"))
 
 
+def _ahead(item: pytest.Item, name: str) -> dict[str, list]:
+    """The module's `AHEAD` or `WAITS_AHEAD` (tests/ahead.py), {} where it has none."""
+    return getattr(getattr(item, "module", None), name, None) or {}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The modules whose grids are judged ahead (a module's `AHEAD`, tests/ahead.py) run last, each in its own order:
-    the grids then have the whole suite's idle CPU (~225 CPU-s of them; run where the modules fall by name, the
-    acceptance test waited 35 s for its grid)."""
-    items.sort(key=lambda item: bool(getattr(getattr(item, "module", None), "AHEAD", None)))
+    """The modules whose work starts ahead (tests/ahead.py) run late, each in its own order: the jobs that wait on real
+    seconds (`WAITS_AHEAD`) before the modules whose grids are judged ahead (`AHEAD`), which run last: the grids then
+    have the whole suite's idle CPU (~225 CPU-s of them; run where the modules fall by name, the acceptance test
+    waited 35 s for its grid)."""
+    items.sort(key=lambda item: 2 if _ahead(item, "AHEAD") else 1 if _ahead(item, "WAITS_AHEAD") else 0)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The selected tests' grids start on tests/ahead.py's background pool once the tests are collected."""
-    from tests.ahead import judge_ahead
+    """The selected tests' grids start on tests/ahead.py's background pool once the tests are collected, and their
+    jobs that wait on real seconds on its threads, each in a fresh folder of the session's temporary ones."""
+    from tests.ahead import judge_ahead, wait_ahead
 
     for item in session.items:
-        grids = getattr(getattr(item, "module", None), "AHEAD", {}).get(getattr(item, "originalname", None), ())
-        for f, items in grids:
+        name = getattr(item, "originalname", None)
+        for f, items in _ahead(item, "AHEAD").get(name, ()):
             judge_ahead(f, items)
+        for job in _ahead(item, "WAITS_AHEAD").get(name, ()):
+            # the factory behind the tmp_path_factory fixture (pytest's tmpdir plugin keeps it on the config)
+            wait_ahead(job, session.config._tmp_path_factory.mktemp(job.__name__))  # type: ignore[attr-defined]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    from tests.ahead import stop_judging_ahead
+    from tests.ahead import stop_judging_ahead, stop_waiting_ahead
 
     stop_judging_ahead()
+    stop_waiting_ahead()
 
 
 def free_port() -> int:

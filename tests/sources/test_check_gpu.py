@@ -11,12 +11,12 @@ import runpy
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.ahead import waited
 
 ROOT = Path(__file__).parents[2]
 PERIOD_S = 0.05  # the fake counters' update period in these rehearsals
@@ -67,26 +67,8 @@ def _no_venv_rehearsal(tmp_path: Path) -> Rehearsal:
     return dataclasses.replace(done, analysed=analysed)
 
 
-@pytest.fixture(scope="module")
-def rehearsals(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future]]:
-    """The module's three rehearsals, started together as soon as one is needed (only those whose tests run): each
-    spends its time waiting on the fake's wall-clock phases, not computing (a 36 s check is ~4 s of CPU), so they
-    overlap; each test reads its own. The record rehearsal's timing held beside the other two and two CPU burners:
-    its phases at most 1 ms longer than asked (0.25 s allowed), its counter's median change gap 100.0 ms (100 ± 10),
-    a read's wall and monotonic times within 1.8 ms (50). They run one after the other where the
-    source tree has no compiled kernel: `--no-venv` compiles it in place, which the others' imports must not see
-    half written."""
-    wanted = {item.name for item in request.session.items if item.module is request.module}
-    kernel = any((ROOT / "bridge").glob("_kernel.*.so"))
-    with ThreadPoolExecutor(max_workers=3 if kernel else 1) as pool:
-        started: dict[str, Future] = {}
-        if NO_VENV_TEST in wanted:  # first: where they run in turn, its compile comes before the others' imports
-            started["no-venv"] = pool.submit(_no_venv_rehearsal, tmp_path_factory.mktemp("no-venv"))
-        if VENV_TEST in wanted:
-            started["venv"] = pool.submit(_rehearsal, tmp_path_factory.mktemp("venv"), "--phase-s", "4")
-        if RECORD_TEST in wanted:
-            started["record"] = pool.submit(_record_rehearsal, tmp_path_factory.mktemp("record"))
-        yield started
+def _venv_rehearsal(tmp_path: Path) -> Rehearsal:
+    return _rehearsal(tmp_path, "--phase-s", "4")
 
 
 VENV_TEST = "test_the_fake_rehearsal_measures_the_counter_and_our_energy_is_the_fakes_true_energy"
@@ -94,9 +76,15 @@ NO_VENV_TEST = "test_the_rehearsal_runs_without_a_venv_as_on_the_gpu_machines"
 RECORD_TEST = "test_the_record_rehearsal_keeps_every_read_as_the_fake_gpus_served_it"
 
 
+@pytest.fixture
+def rehearsal(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Rehearsal:
+    """The test's own rehearsal (`REHEARSALS`), started ahead where `WAITS_AHEAD` names it."""
+    return waited(REHEARSALS[request.node.originalname], tmp_path_factory).result()
+
+
 @pytest.mark.slow
-def test_the_fake_rehearsal_measures_the_counter_and_our_energy_is_the_fakes_true_energy(rehearsals) -> None:
-    done: Rehearsal = rehearsals["venv"].result()
+def test_the_fake_rehearsal_measures_the_counter_and_our_energy_is_the_fakes_true_energy(rehearsal: Rehearsal) -> None:
+    done = rehearsal
     stdout, t0, tmp_path = done.stdout, done.t0, done.out
     period = re.search(r"update period: ([\d.]+) ms", stdout)
     assert period and abs(float(period.group(1)) - PERIOD_S * 1000) < 5  # the fake's, measured by polling
@@ -109,11 +97,11 @@ def test_the_fake_rehearsal_measures_the_counter_and_our_energy_is_the_fakes_tru
 
 
 @pytest.mark.slow
-def test_the_rehearsal_runs_without_a_venv_as_on_the_gpu_machines(rehearsals) -> None:
+def test_the_rehearsal_runs_without_a_venv_as_on_the_gpu_machines(rehearsal: Rehearsal) -> None:
     """`--no-venv`, as the device machines run it: the interpreter as it is (here the project's venv, which
     holds the dependencies), the source tree on PYTHONPATH; then `--analyse` thins the recorded log, and each
     thinned reading is within its bound of the fake's true energy."""
-    done: Rehearsal = rehearsals["no-venv"].result()
+    done = rehearsal
     stdout, t0, tmp_path, analysed = done.stdout, done.t0, done.out, done.analysed
     assert "probe:" in stdout and (tmp_path / "summary.json").exists()
     assert analysed is not None and analysed.returncode == 0, analysed and analysed.stdout + analysed.stderr
@@ -155,8 +143,18 @@ def _record_rehearsal(tmp_path: Path) -> Rehearsal:
     return Rehearsal(tmp_path, result.stdout, t0)
 
 
-def test_the_record_rehearsal_keeps_every_read_as_the_fake_gpus_served_it(rehearsals) -> None:
-    done: Rehearsal = rehearsals["record"].result()
+REHEARSALS = {VENV_TEST: _venv_rehearsal, NO_VENV_TEST: _no_venv_rehearsal, RECORD_TEST: _record_rehearsal}
+# Each rehearsal spends its time waiting on the fake's wall-clock phases, not computing (a 36 s check is ~4 s of
+# CPU): started ahead (tests/ahead.py), they wait beside the rest of the suite. The record rehearsal's timing held
+# beside the other two and two CPU burners: its phases at most 1 ms longer than asked (0.25 s allowed), its counter's
+# median change gap 100.0 ms (100 ± 10), a read's wall and monotonic times within 1.8 ms (50). Only where the source
+# tree has a compiled kernel: without one `--no-venv` compiles it in place, which no other process may import half
+# written, so each rehearsal then runs when its test comes.
+WAITS_AHEAD = {test: [job] for test, job in REHEARSALS.items()} if any((ROOT / "bridge").glob("_kernel.*.so")) else {}
+
+
+def test_the_record_rehearsal_keeps_every_read_as_the_fake_gpus_served_it(rehearsal: Rehearsal) -> None:
+    done = rehearsal
     t0, scale, tmp_path = done.t0, RECORD_SCALE, done.out
     manifest, rows = _corpus(tmp_path)
     fake = runpy.run_path(str(ROOT / "tests" / "fakes" / "modules" / "pynvml.py"))["FAKE"]
