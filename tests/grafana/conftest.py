@@ -1,8 +1,8 @@
 """Real stores on loopback holding one recorded benchmark run and the mixin's recorded series, for the
 dashboards' per-query tests.
 
-`stored_run` (module scope, once per exporter dialect) starts three stores and feeds them the same run,
-step by step:
+`stored_run` (module scope, once per exporter dialect; the selected dialects are recorded side by side, `recordings`)
+starts three stores and feeds them the same run, step by step:
 - VictoriaMetrics (default OTLP naming) and VictoriaMetrics with `-opentelemetry.usePrometheusNaming`
   (counters get `_total`, as in Prometheus/Mimir via OTLP), both through the session's OTLP forwarder
   (bridge.otlp.OtlpForwarder, HTTP/protobuf; `Session(forwarder=...)` submits every page), each with a
@@ -28,6 +28,8 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -49,8 +51,10 @@ from tests.otlp.conftest import COLLECTOR, ROOT, Server, VictoriaMetrics, wait_u
 RUN_ID = "bench-7f3a"
 XID_NODE, XID_GPU, XID_CODE = 0, 1, 79  # node A (MIG), GPU 1
 NODE_A, NODE_B = "gpu-node-a", "gpu-node-b"
-SCRAPE_INTERVAL_S = 0.05
-EVAL_INTERVAL_MS = 100  # the rules' evaluation interval in Prometheus
+SCRAPE_INTERVAL_S = 0.1  # Prometheus' scrapes of the pull endpoint, each allowed the whole interval
+# The rules' evaluation interval in Prometheus: its rule group takes ~0.15 s of CPU here, so at 100 ms it kept a CPU
+# busy; each step waits for vmalert's next whole second anyway
+EVAL_INTERVAL_MS = 500
 # vmalert's: it stamps and queries whole seconds, so two evaluations within one second write the same timestamp
 VMALERT_INTERVAL = "1s"
 AFTER_RUN_S = 0.2
@@ -188,7 +192,7 @@ def start_prometheus(tmp: Path, target_port: int) -> tuple[Server, str]:
     binary = require_binary("prometheus")
     config = yaml.safe_load((COLLECTOR / "prometheus" / "prometheus.yml").read_text())
     config["global"] = {"scrape_interval": f"{int(SCRAPE_INTERVAL_S * 1000)}ms",
-                        "scrape_timeout": f"{int(SCRAPE_INTERVAL_S * 800)}ms",
+                        "scrape_timeout": f"{int(SCRAPE_INTERVAL_S * 1000)}ms",
                         "evaluation_interval": f"{EVAL_INTERVAL_MS}ms"}
     config["rule_files"] = [str(RULES)]
     job = next(j for j in config["scrape_configs"] if j["job_name"] == "dcgm-bridge")
@@ -267,88 +271,23 @@ def _records_written(base: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-@dataclass
-class Scraping:
-    """A Prometheus scraping its own pull endpoint, which serves a placeholder page until the run starts."""
-
-    pull: PullEndpoint
-    prometheus: Server
-    base: str
-
-    def close(self) -> None:
-        self.prometheus.stop()
-        self.pull.close()
-
-
-class Prometheuses:
-    """Each dialect's Prometheus, started ahead of its run: it scrapes a new target only after its discovery sync
-    (~5 s), so the next dialect's is started as soon as a run is recorded, and syncs while that run's tests query
-    the stores. Only the dialects whose tests were selected."""
-
-    def __init__(self, tmp_path_factory: pytest.TempPathFactory, dialects: set[str]) -> None:
-        self.tmp_path_factory = tmp_path_factory
-        self.dialects = dialects
-        self.started: dict[str, Scraping] = {}
-
-    def start(self, dialect: str) -> None:
-        if dialect in self.started or dialect not in self.dialects:
-            return
-        pull = PullEndpoint()
-        pull.body = render_exposition([], BridgeHealth(records_written=-1))
-        try:
-            prometheus, base = start_prometheus(self.tmp_path_factory.mktemp(f"grafana-prometheus-{dialect}"),
-                                                pull.port)
-        except BaseException:
-            pull.close()
-            raise
-        self.started[dialect] = Scraping(pull, prometheus, base)
-
-    def take(self, dialect: str) -> Scraping:
-        """`dialect`'s, started now if it was not yet: the caller closes it."""
-        self.dialects.add(dialect)
-        self.start(dialect)
-        self.dialects.discard(dialect)
-        return self.started.pop(dialect)
-
-    def start_the_rest(self) -> None:
-        for dialect in sorted(self.dialects):
-            self.start(dialect)
-
-    def close(self) -> None:
-        for scraping in self.started.values():
-            scraping.close()
-
-
-@pytest.fixture(scope="module")
-def prometheuses(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheuses]:
-    selected = {item.callspec.params["stored_run"] for item in request.session.items
-                if "stored_run" in getattr(getattr(item, "callspec", None), "params", {})}
-    started = Prometheuses(tmp_path_factory, selected)
-    try:
-        yield started
-    finally:
-        started.close()
-
-
-@pytest.fixture(scope="module", params=list(DIALECTS))
-def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-               prometheuses: Prometheuses) -> Iterator[StoredRun]:
-    dialect: str = request.param
-    tmp = tmp_path_factory.mktemp(f"grafana-run-{dialect}")
+@contextmanager
+def _recorded(dialect: str, tmp: Path) -> Iterator[StoredRun]:
+    """`dialect`'s run recorded into its stores (kept until the context ends)."""
     vm_binary = require_binary("victoria-metrics")
-    require_binary("prometheus")
-    require_binary("vmalert")
     for sub in ("vm", "vmp"):
         (tmp / sub).mkdir()
     vm = VictoriaMetrics(vm_binary, tmp / "vm" / "data")
     vm_prom = VictoriaMetrics(vm_binary, tmp / "vmp" / "data", prometheus_naming=True)
     servers: list[Server] = []
     forwarders: list[OtlpForwarder] = []
-    # Prometheus first (or already started, Prometheuses): the VictoriaMetrics start-ups overlap its discovery
-    # sync; the run starts once it has scraped the placeholder page.
-    scraping = prometheuses.take(dialect)
-    pull, prom_base = scraping.pull, scraping.base
+    # Prometheus first: it scrapes a new target only after its discovery manager's 5 s tick (not a flag), which the
+    # VictoriaMetrics start-ups overlap; the run starts once it has scraped the placeholder page.
+    pull = PullEndpoint()
+    pull.body = render_exposition([], BridgeHealth(records_written=-1))
     try:
+        prometheus, prom_base = start_prometheus(tmp, pull.port)
+        servers.append(prometheus)
         for server in (vm, vm_prom):
             server.start()
             servers.append(server)
@@ -413,11 +352,48 @@ def stored_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
             assert stats.sent_points > 0 and stats.rejected_points == 0 and stats.dropped_points == 0, stats
         for server in (vm, vm_prom):
             server.flush()
-        prometheuses.start_the_rest()
         yield StoredRun(run, stores, nodes, dialect)
     finally:
         for fwd in forwarders:
             fwd.close()
         for server in reversed(servers):
             server.stop()
-        scraping.close()
+        pull.close()
+
+
+class Recording:
+    """One dialect's run recorded on a thread of its own, its servers kept until `close`."""
+
+    def __init__(self, dialect: str, tmp: Path, threads: ThreadPoolExecutor) -> None:
+        self.stack = ExitStack()
+        self.future = threads.submit(self.stack.enter_context, _recorded(dialect, tmp))
+
+    def close(self) -> None:
+        wait([self.future])  # a failed recording has stopped its servers and failed its tests already
+        self.stack.close()
+
+
+@pytest.fixture(scope="module")
+def recordings(request: pytest.FixtureRequest,
+               tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Recording]]:
+    """The selected dialects' runs, recorded side by side: each step waits on real seconds (a second between steps
+    for the dashboards' rate window, vmalert's whole-second evaluations) far more than it computes, so two at once
+    take the time of one."""
+    for binary in ("victoria-metrics", "prometheus", "vmalert"):
+        require_binary(binary)
+    selected = {item.callspec.params["stored_run"] for item in request.session.items
+                if "stored_run" in getattr(getattr(item, "callspec", None), "params", {})}
+    with ThreadPoolExecutor(max_workers=max(1, len(selected)), thread_name_prefix="recording") as threads:
+        started = {dialect: Recording(dialect, tmp_path_factory.mktemp(f"grafana-run-{dialect}"), threads)
+                   for dialect in sorted(selected)}
+        try:
+            yield started
+        finally:
+            for recording in started.values():
+                recording.close()
+
+
+@pytest.fixture(scope="module", params=list(DIALECTS))
+def stored_run(request: pytest.FixtureRequest, recordings: dict[str, Recording]) -> StoredRun:
+    stored: StoredRun = recordings[request.param].future.result()
+    return stored
