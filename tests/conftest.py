@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -72,6 +73,22 @@ def unavailable(reason: str, remedy: str) -> NoReturn:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+@contextmanager
+def simulated_exporter_process(*args: str) -> Iterator[str]:
+    """`dcgm-bridge simulate --port 0 ARGS` in a process of its own, as a user runs it (nothing of it waits on this
+    process's interpreter): its /metrics URL, served until the context ends."""
+    argv = [str(Path(sys.executable).with_name("dcgm-bridge")), "simulate", "--port", "0", *args]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()  # "simulated dcgm-exporter (...) at URL"; "" where it could not start
+            url = line.rsplit(" at ", 1)[-1].strip()
+            assert url.startswith("http://127.0.0.1:"), f"{argv}: {line!r}"
+            yield url
+        finally:
+            process.terminate()
 
 
 def wait_until(check: Callable[[], object], timeout_s: float = 15.0, what: str = "condition",

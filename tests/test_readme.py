@@ -18,14 +18,14 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bridge.simulator import SimulatedExporter, SimulatorConfig
-from tests.conftest import free_port, wait_until
+from tests.ahead import waited
+from tests.conftest import free_port, simulated_exporter_process, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -62,18 +62,15 @@ def test_the_extractor_joins_continuations_and_drops_comments() -> None:
 
 
 class Exporters:
-    """The README's example hosts, each a simulated exporter (node1, node2) or a closed port (OTLP)."""
+    """The README's example hosts, each a simulated exporter in its own process (node1, node2), or a closed port
+    (OTLP)."""
 
-    def __init__(self) -> None:
-        self.sims = [SimulatedExporter(SimulatorConfig(gpus=2, seed=i)).start() for i in range(2)]
+    def __init__(self, stack: ExitStack) -> None:
+        self.urls = [stack.enter_context(simulated_exporter_process("--gpus", "2", "--seed", str(i))) for i in range(2)]
         self.closed = free_port()
 
-    def close(self) -> None:
-        for sim in self.sims:
-            sim.stop()
-
     def adapt(self, argv: list[str]) -> list[str]:
-        host = {f"node{i + 1}": f"127.0.0.1:{sim.url.split(':')[2].split('/')[0]}" for i, sim in enumerate(self.sims)}
+        host = {f"node{i + 1}": url.removeprefix("http://").removesuffix("/metrics") for i, url in enumerate(self.urls)}
         out = []
         for arg in argv:
             arg = re.sub(r"\bnode([12]):9400", lambda m: host[f"node{m.group(1)}"], arg)
@@ -92,13 +89,6 @@ class Exporters:
                 out[i: i + 1] = KUBE_PROFILE_REQUIRED
             out = [a for a in out if a != "--wait"] + ["--dry-run"] * (out[2] == "profile")
         return [str(BIN / "dcgm-bridge"), *out[1:]]
-
-
-@pytest.fixture
-def exporters() -> Iterator[Exporters]:
-    found = Exporters()
-    yield found
-    found.close()
 
 
 def _env() -> dict[str, str]:
@@ -150,36 +140,55 @@ def _wait_ready(port: int, process: subprocess.Popen[str]) -> None:
                ignore=(OSError, ValueError))
 
 
-@pytest.mark.slow
-def test_every_command_line_in_the_readme_runs(exporters: Exporters, tmp_path: Path) -> None:
+def _readme_ran(tmp_path: Path) -> list[str]:
+    """Every command line of the pages, in their order, in `tmp_path`: how each that failed failed."""
     failures = []
     lines = [line for page in PAGES for line in readme_commands(page.read_text("utf-8"))]
-    for number, line in enumerate(lines):
-        argv = exporters.adapt(line)
-        if argv[1] in LONG_RUNNING:
-            ready = "control API on port" if argv[1] == "sidecar" else "simulated dcgm-exporter"
-            result = _run_until_ready(argv, tmp_path, ready, tmp_path / f"command-{number}.log")
-        else:
-            result = subprocess.run(argv, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
-        output = result.stdout + result.stderr
-        if any(a.startswith("k8s://") for a in argv) and result.returncode == 2 and "--dry-run cannot expand" in output:
-            continue  # a k8s:// item needs a cluster to expand (none here): --dry-run refuses in one line
-        if result.returncode != 0 or "Traceback" in output:
-            failures.append(f"{shlex.join(line)}\n  ran as {shlex.join(argv[1:])}\n  exit {result.returncode}: "
-                            f"{output.strip()[-600:]}")
+    with ExitStack() as stack:
+        exporters = Exporters(stack)
+        for number, line in enumerate(lines):
+            argv = exporters.adapt(line)
+            if argv[1] in LONG_RUNNING:
+                ready = "control API on port" if argv[1] == "sidecar" else "simulated dcgm-exporter"
+                result = _run_until_ready(argv, tmp_path, ready, tmp_path / f"command-{number}.log")
+            else:
+                result = subprocess.run(argv, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+            output = result.stdout + result.stderr
+            refused = result.returncode == 2 and "--dry-run cannot expand" in output
+            if refused and any(a.startswith("k8s://") for a in argv):
+                continue  # a k8s:// item needs a cluster to expand (none here): --dry-run refuses in one line
+            if result.returncode != 0 or "Traceback" in output:
+                failures.append(f"{shlex.join(line)}\n  ran as {shlex.join(argv[1:])}\n  exit {result.returncode}: "
+                                f"{output.strip()[-600:]}")
+    return failures
+
+
+def _make_demo(tmp_path: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """`make demo` as the README's first command, short: the target's command, without its install step (the venv
+    running these tests is the one it would install into)."""
+    venv = Path(sys.prefix)
+    out = tmp_path / "demo"
+    argv = ["make", "-s", "-C", str(ROOT), "-o", f"{venv}/.runtime", "demo", f"VENV={venv}", f"DEMO_OUT={out}",
+            "DEMO_DURATION=2"]
+    return out, subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())
+
+
+# The commands' sidecars, demos and profiles wait on real seconds (~27 s, a few CPU-s): started ahead
+# (tests/ahead.py), they run beside the rest of the suite.
+WAITS_AHEAD = {"test_every_command_line_in_the_readme_runs": [_readme_ran],
+               "test_make_demo_prints_the_report_and_the_file_list": [_make_demo]}
+
+
+@pytest.mark.slow
+def test_every_command_line_in_the_readme_runs(tmp_path_factory: pytest.TempPathFactory) -> None:
+    failures = waited(_readme_ran, tmp_path_factory).result()
     assert not failures, "README commands that fail:\n" + "\n".join(failures)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 @pytest.mark.slow
-def test_make_demo_prints_the_report_and_the_file_list(tmp_path: Path) -> None:
-    """`make demo` as the README's first command, short: the target's command, without its install step
-    (the venv running this test is the one it would install into)."""
-    venv = Path(sys.prefix)
-    out = tmp_path / "demo"
-    argv = ["make", "-s", "-C", str(ROOT), "-o", f"{venv}/.runtime", "demo", f"VENV={venv}", f"DEMO_OUT={out}",
-            "DEMO_DURATION=2"]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=_env())
+def test_make_demo_prints_the_report_and_the_file_list(tmp_path_factory: pytest.TempPathFactory) -> None:
+    out, result = waited(_make_demo, tmp_path_factory).result()
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Energy" in result.stdout and f"Artifacts in {out}" in result.stdout.replace("\n", "")
     for name in ("gpu_telemetry_export.jsonl", "profile_export_aiperf.json", "gpu_telemetry.html"):

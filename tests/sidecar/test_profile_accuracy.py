@@ -19,6 +19,7 @@ from bridge.report.window import explicit_window
 from bridge.simulator import SimulatorConfig
 from bridge.simulator.model import NodeModel
 from tests.ahead import waited
+from tests.conftest import simulated_exporter_process
 
 S = 1_000_000_000
 WINDOWS = 40
@@ -29,24 +30,17 @@ CONFIG = SimulatorConfig(gpus=2, seed=SEED, refresh_ms=100, sensors="h200")
 def _profiled(tmp_path: Path) -> Path:
     """`dcgm-bridge simulate` at -c 100 on the H200's sensors and `dcgm-bridge profile` around a 24 s benchmark, each
     its own process as a user runs them: the artifact folder."""
-    bridge = str(Path(sys.executable).with_name("dcgm-bridge"))
-    with subprocess.Popen([bridge, "simulate", "--port", "0", "--gpus", str(CONFIG.gpus), "--seed", str(SEED),
-                           "--refresh-ms", str(CONFIG.refresh_ms), "--sensors", CONFIG.sensors],
-                          stdout=subprocess.PIPE, text=True) as simulate:
-        try:
-            assert simulate.stdout is not None
-            url = simulate.stdout.readline().rsplit(" at ", 1)[-1].strip()  # "simulated dcgm-exporter (...) at URL"
-            assert url.startswith("http://127.0.0.1:"), url
-            out = tmp_path / "out"
-            result = subprocess.run([bridge, "profile", "--artifact-dir", str(out), "--", sys.executable, "-c",
-                                     "import time; time.sleep(24)"],
-                                    env={**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS":
-                                         url.removeprefix("http://").removesuffix("/metrics")},
-                                    capture_output=True, text=True, timeout=120)
-            assert result.returncode == 0, result.stdout + result.stderr
-            return out
-        finally:
-            simulate.terminate()
+    simulated = ["--gpus", str(CONFIG.gpus), "--seed", str(SEED), "--refresh-ms", str(CONFIG.refresh_ms),
+                 "--sensors", CONFIG.sensors]
+    with simulated_exporter_process(*simulated) as url:
+        out = tmp_path / "out"
+        result = subprocess.run([str(Path(sys.executable).with_name("dcgm-bridge")), "profile", "--artifact-dir",
+                                 str(out), "--", sys.executable, "-c", "import time; time.sleep(24)"],
+                                env={**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS":
+                                     url.removeprefix("http://").removesuffix("/metrics")},
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
 
 
 # 24 s of a sleeping benchmark: started ahead (tests/ahead.py), it waits beside the rest of the suite
