@@ -14,6 +14,9 @@ import httpx
 import pytest
 
 from bridge.simulator import SimulatedExporter, SimulatorConfig
+from bridge.simulator.model import NodeModel
+from tests.ahead import waited
+from tests.conftest import simulated_exporter_process
 from tests.sidecar.helpers import start_sidecar, stop
 
 
@@ -21,15 +24,19 @@ def _post(base: str, path: str, body: dict) -> dict:
     return dict(httpx.post(base + path, json=body, timeout=60).json())
 
 
-@pytest.mark.slow
-def test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_whole_run(tmp_path: Path) -> None:
+SEED = 5
+
+
+def _killed_and_restarted(tmp_path: Path) -> tuple[Path, list[str], int, int]:
+    """A run whose sidecar is killed after ~4 s and restarted on the same folder for ~4 s more, against a simulated
+    exporter in its own process: (the folder, both sidecars' logs, the profiling window's start and end)."""
     out, logs = tmp_path / "out", (tmp_path / "first.log", tmp_path / "second.log")
     out.mkdir()
     for stale in ("job-1", "an-old-run"):  # spools of processes that died (a killed one's rows, never read again)
         (out / f".dcgm-bridge-spool-{stale}").mkdir()
         (out / f".dcgm-bridge-spool-{stale}" / "0.rows").write_bytes(b"\x00" * 4096)
-    with SimulatedExporter(SimulatorConfig(gpus=2, seed=5)) as exporter:
-        first, base = start_sidecar(logs[0], exporter.url, out, "--run-id", "job-1")
+    with simulated_exporter_process("--gpus", "2", "--seed", str(SEED)) as url:
+        first, base = start_sidecar(logs[0], url, out, "--run-id", "job-1")
         start = time.time_ns()
         _post(base, "/phases", {"name": "profiling", "kind": "profiling", "event": "start", "time_ns": start})
         time.sleep(4)
@@ -39,7 +46,7 @@ def test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_whole_run(tmp
         first.send_signal(signal.SIGKILL)
         first.wait()
         time.sleep(1)  # the kubelet's restart: no scrape meanwhile
-        second, base = start_sidecar(logs[1], exporter.url, out, "--run-id", "job-1")
+        second, base = start_sidecar(logs[1], url, out, "--run-id", "job-1")
         assert not list(out.glob(".dcgm-bridge-spool-*"))  # the dead spools are gone, and nothing spooled yet
         time.sleep(4)
         end = time.time_ns()
@@ -47,8 +54,19 @@ def test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_whole_run(tmp
         assert _post(base, "/complete", {"requests_end_ns": end})["completed"] is True
         second.send_signal(signal.SIGTERM)
         assert second.wait(30) == 0
-        truth = sum(exporter.model.energy_joules(gpu, start, end) for gpu in range(2))
-    first_log, second_log = (log.read_text() for log in logs)
+    return out, [log.read_text() for log in logs], start, end
+
+
+# ~10 s of real seconds (two sidecars' runs), a few CPU-s: started ahead (tests/ahead.py)
+WAITS_AHEAD = {"test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_whole_run": [_killed_and_restarted]}
+
+
+@pytest.mark.slow
+def test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_whole_run(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    out, (first_log, second_log), start, end = waited(_killed_and_restarted, tmp_path_factory).result()
+    model = NodeModel(SimulatorConfig(gpus=2, seed=SEED))  # the served GPUs' physics: the seed's
+    truth = sum(model.energy_joules(gpu, start, end) for gpu in range(2))
     removed = "the live report's spool of a process that did not finish"
     assert first_log.count(removed) == 2  # the two left before the run
     # The killed process had spooled rows (waited for above): the restarted one removed that spool too.
