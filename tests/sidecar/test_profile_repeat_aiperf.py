@@ -26,18 +26,31 @@ def _ns(text: str) -> int:
 
 def test_repeats_compare_and_sweep_as_written(aiperf, tokenizer, server, exporters, tmp_path):  # noqa: F811
     used = exporters[0]
-    folders = {}
+    folders = {concurrency: tmp_path / f"c{concurrency}" for concurrency in CONCURRENCIES}
+    # The two series side by side (each waits on AIPerf's start-up and the sidecar's grace as much as it computes).
+    runs = {}
+    try:
+        for concurrency, out in folders.items():
+            argv = _profile("--repeat", "2", "--artifact-dir", str(out), "--gpu-telemetry", used.url, "--",
+                            str(aiperf), "profile", "-m", "mock-model", "--url", server.url, "--endpoint-type",
+                            "chat", "--tokenizer", str(tokenizer), "--request-count", "120", "--concurrency",
+                            str(concurrency), "--synthetic-input-tokens-mean", "20", "--output-tokens-mean", "10",
+                            "--artifact-dir", str(out), "--ui", "simple")
+            with (tmp_path / f"c{concurrency}.log").open("w") as log:  # (a pipe left unread would stall it)
+                runs[concurrency] = subprocess.Popen(argv, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+                                                     text=True, cwd=tmp_path)
+        for run in runs.values():
+            run.wait(timeout=400)
+    finally:
+        for run in runs.values():
+            if run.poll() is None:
+                run.kill()
+                run.wait()
     per_token: dict[int, list[float]] = {}
-    for concurrency in CONCURRENCIES:
-        out = tmp_path / f"c{concurrency}"
-        argv = _profile("--repeat", "2", "--artifact-dir", str(out), "--gpu-telemetry", used.url, "--",
-                        str(aiperf), "profile", "-m", "mock-model", "--url", server.url, "--endpoint-type", "chat",
-                        "--tokenizer", str(tokenizer), "--request-count", "120", "--concurrency", str(concurrency),
-                        "--synthetic-input-tokens-mean", "20", "--output-tokens-mean", "10",
-                        "--artifact-dir", str(out), "--ui", "simple")
-        result = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=400, cwd=tmp_path)
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "2 repeats in" in result.stdout, result.stdout[-2000:]
+    for concurrency, out in folders.items():
+        output = (tmp_path / f"c{concurrency}.log").read_text()
+        assert runs[concurrency].returncode == 0, output[-3000:]
+        assert "2 repeats in" in output, output[-2000:]
         for k in (1, 2):
             doc = orjson.loads((out / f"run_{k:04d}" / "profile_export_aiperf.json").read_bytes())
             assert doc["request_count"]["avg"] == 120
@@ -47,7 +60,6 @@ def test_repeats_compare_and_sweep_as_written(aiperf, tokenizer, server, exporte
             assert abs(energy - truth) <= doc["nvidia_total_gpu_energy"]["bound"], (energy, truth)
             assert doc["nvidia_energy_per_output_token"]["avg"] == pytest.approx(energy * 1e3 / doc["total_osl"]["avg"])
             per_token.setdefault(concurrency, []).append(doc["nvidia_energy_per_output_token"]["avg"])
-        folders[concurrency] = out
     args = [str(folders[c]) for c in CONCURRENCIES]
     compared = CliRunner().invoke(main, ["compare", "--include-invalid", "--json", *args])
     assert compared.exit_code == 0, compared.output
