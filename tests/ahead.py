@@ -65,7 +65,7 @@ def wait_ahead(f: Callable[[Path], B], folder: Path) -> Future[B]:
     """`f(folder)` started on a thread now (once per function): the future `waited` hands its test."""
     if f not in _WAITS:
         if not _WAIT_POOL:
-            _WAIT_POOL.append(ThreadPoolExecutor(max_workers=4, thread_name_prefix="waits-ahead"))
+            _WAIT_POOL.append(ThreadPoolExecutor(max_workers=2, thread_name_prefix="waits-ahead"))
         _WAITS[f] = _WAIT_POOL[0].submit(f, folder)
     return _WAITS[f]  # type: ignore[return-value]
 
