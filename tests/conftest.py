@@ -15,6 +15,8 @@ from typing import NoReturn
 import pytest
 from hypothesis import HealthCheck, settings
 
+from bridge.simulator import SimulatorConfig
+
 # Property tests judge what the code does, not how fast examples come on a loaded machine: no per-example
 # deadline and no "input generation is slow" failure (both flaked under CPU burners). Per-test @settings
 # inherit this and still set their example counts.
@@ -76,10 +78,15 @@ def unavailable(reason: str, remedy: str) -> NoReturn:
 
 
 @contextmanager
-def simulated_exporter_process(*args: str) -> Iterator[str]:
-    """`dcgm-bridge simulate --port 0 ARGS` in a process of its own, as a user runs it (nothing of it waits on this
-    process's interpreter): its /metrics URL, served until the context ends."""
-    argv = [str(Path(sys.executable).with_name("dcgm-bridge")), "simulate", "--port", "0", *args]
+def simulated_exporter_process(config: SimulatorConfig) -> Iterator[str]:
+    """`dcgm-bridge simulate --port 0` serving `config` in a process of its own, as a user runs it (nothing of it
+    waits on this process's interpreter): its /metrics URL, served until the context ends. `config` sets only what
+    the command's flags below carry (the truth is `NodeModel(config)`'s)."""
+    flags = {"gpus": config.gpus, "seed": config.seed, "dialect": config.dialect, "refresh_ms": config.refresh_ms,
+             "sensors": config.sensors}
+    assert config == SimulatorConfig(**flags), f"{config} sets more than simulate's flags here carry"
+    argv = [str(Path(sys.executable).with_name("dcgm-bridge")), "simulate", "--port", "0",
+            *(arg for name, value in flags.items() for arg in (f"--{name.replace('_', '-')}", str(value)))]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None

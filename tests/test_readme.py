@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from bridge.simulator import SimulatorConfig
 from tests.ahead import waited
 from tests.conftest import free_port, simulated_exporter_process, wait_until
 
@@ -66,7 +67,7 @@ class Exporters:
     (OTLP)."""
 
     def __init__(self, stack: ExitStack) -> None:
-        self.urls = [stack.enter_context(simulated_exporter_process("--gpus", "2", "--seed", str(i))) for i in range(2)]
+        self.urls = [stack.enter_context(simulated_exporter_process(SimulatorConfig(gpus=2, seed=i))) for i in range(2)]
         self.closed = free_port()
 
     def adapt(self, argv: list[str]) -> list[str]:

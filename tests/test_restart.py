@@ -24,7 +24,7 @@ def _post(base: str, path: str, body: dict) -> dict:
     return dict(httpx.post(base + path, json=body, timeout=60).json())
 
 
-SEED = 5
+CONFIG = SimulatorConfig(gpus=2, seed=5)
 
 
 def _killed_and_restarted(tmp_path: Path) -> tuple[Path, list[str], int, int]:
@@ -35,7 +35,7 @@ def _killed_and_restarted(tmp_path: Path) -> tuple[Path, list[str], int, int]:
     for stale in ("job-1", "an-old-run"):  # spools of processes that died (a killed one's rows, never read again)
         (out / f".dcgm-bridge-spool-{stale}").mkdir()
         (out / f".dcgm-bridge-spool-{stale}" / "0.rows").write_bytes(b"\x00" * 4096)
-    with simulated_exporter_process("--gpus", "2", "--seed", str(SEED)) as url:
+    with simulated_exporter_process(CONFIG) as url:
         first, base = start_sidecar(logs[0], url, out, "--run-id", "job-1")
         start = time.time_ns()
         _post(base, "/phases", {"name": "profiling", "kind": "profiling", "event": "start", "time_ns": start})
@@ -65,7 +65,7 @@ WAITS_AHEAD = {"test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_w
 def test_a_sidecar_killed_and_restarted_inside_its_run_reports_the_whole_run(
         tmp_path_factory: pytest.TempPathFactory) -> None:
     out, (first_log, second_log), start, end = waited(_killed_and_restarted, tmp_path_factory).result()
-    model = NodeModel(SimulatorConfig(gpus=2, seed=SEED))  # the served GPUs' physics: the seed's
+    model = NodeModel(CONFIG)  # the served GPUs' physics
     truth = sum(model.energy_joules(gpu, start, end) for gpu in range(2))
     removed = "the live report's spool of a process that did not finish"
     assert first_log.count(removed) == 2  # the two left before the run

@@ -30,9 +30,7 @@ CONFIG = SimulatorConfig(gpus=2, seed=SEED, refresh_ms=100, sensors="h200")
 def _profiled(tmp_path: Path) -> Path:
     """`dcgm-bridge simulate` at -c 100 on the H200's sensors and `dcgm-bridge profile` around a 24 s benchmark, each
     its own process as a user runs them: the artifact folder."""
-    simulated = ["--gpus", str(CONFIG.gpus), "--seed", str(SEED), "--refresh-ms", str(CONFIG.refresh_ms),
-                 "--sensors", CONFIG.sensors]
-    with simulated_exporter_process(*simulated) as url:
+    with simulated_exporter_process(CONFIG) as url:
         out = tmp_path / "out"
         result = subprocess.run([str(Path(sys.executable).with_name("dcgm-bridge")), "profile", "--artifact-dir",
                                  str(out), "--", sys.executable, "-c", "import time; time.sleep(24)"],
