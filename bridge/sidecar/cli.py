@@ -281,6 +281,11 @@ def sidecar(live: bool, **flags: Any) -> None:
 
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
+    done_file = Path(config.done_file) if config.done_file else None
+    if done_file is not None:  # an earlier run's marker is removed now, before /readyz can say this run is ready
+        from bridge.sidecar.artifacts import done_marker_is_ours
+
+        done_marker_is_ours(done_file, session.run_id, token)
     try:
         session.configure()  # no NVML, no GPU: the session lets the folder go (session.abandon)
     except BaseException:
@@ -294,11 +299,6 @@ def sidecar(live: bool, **flags: Any) -> None:
 
         pod_watch = follow(session, selected, *apis)
     view = _live_view(session, live or config.telemetry.dashboard)
-    done_file = Path(config.done_file) if config.done_file else None
-    if done_file is not None:
-        from bridge.sidecar.artifacts import done_marker_is_ours
-
-        done_marker_is_ours(done_file, session.run_id, token)  # an earlier run's marker is removed now
     watch = OtlpLossWatch()
     finished_by_file = False
     # A look at the done file once a second when there is one, and at the OTLP counters when the forwarder says
