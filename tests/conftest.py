@@ -80,8 +80,9 @@ def unavailable(reason: str, remedy: str) -> NoReturn:
 @contextmanager
 def simulated_exporter_process(config: SimulatorConfig) -> Iterator[str]:
     """`dcgm-bridge simulate --port 0` serving `config` in a process of its own, as a user runs it (nothing of it
-    waits on this process's interpreter): its /metrics URL, served until the context ends. `config` sets only what
-    the command's flags below carry (the truth is `NodeModel(config)`'s)."""
+    waits on this process's interpreter): its address (127.0.0.1:PORT, as `--gpu-telemetry` and
+    AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS take it), served until the context ends. `config` sets only what the command's
+    flags below carry (the truth is `NodeModel(config)`'s)."""
     flags = {"gpus": config.gpus, "seed": config.seed, "dialect": config.dialect, "refresh_ms": config.refresh_ms,
              "sensors": config.sensors}
     assert config == SimulatorConfig(**flags), f"{config} sets more than simulate's flags here carry"
@@ -93,7 +94,7 @@ def simulated_exporter_process(config: SimulatorConfig) -> Iterator[str]:
             line = process.stdout.readline()  # "simulated dcgm-exporter (...) at URL"; "" where it could not start
             url = line.rsplit(" at ", 1)[-1].strip()
             assert url.startswith("http://127.0.0.1:"), f"{argv}: {line!r}"
-            yield url
+            yield url.removeprefix("http://").removesuffix("/metrics")
         finally:
             process.terminate()
 

@@ -67,11 +67,12 @@ class Exporters:
     (OTLP)."""
 
     def __init__(self, stack: ExitStack) -> None:
-        self.urls = [stack.enter_context(simulated_exporter_process(SimulatorConfig(gpus=2, seed=i))) for i in range(2)]
+        self.addresses = [stack.enter_context(simulated_exporter_process(SimulatorConfig(gpus=2, seed=i)))
+                          for i in range(2)]
         self.closed = free_port()
 
     def adapt(self, argv: list[str]) -> list[str]:
-        host = {f"node{i + 1}": url.removeprefix("http://").removesuffix("/metrics") for i, url in enumerate(self.urls)}
+        host = {f"node{i + 1}": address for i, address in enumerate(self.addresses)}
         out = []
         for arg in argv:
             arg = re.sub(r"\bnode([12]):9400", lambda m: host[f"node{m.group(1)}"], arg)

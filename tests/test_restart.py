@@ -35,8 +35,8 @@ def _killed_and_restarted(tmp_path: Path) -> tuple[Path, list[str], int, int]:
     for stale in ("job-1", "an-old-run"):  # spools of processes that died (a killed one's rows, never read again)
         (out / f".dcgm-bridge-spool-{stale}").mkdir()
         (out / f".dcgm-bridge-spool-{stale}" / "0.rows").write_bytes(b"\x00" * 4096)
-    with simulated_exporter_process(CONFIG) as url:
-        first, base = start_sidecar(logs[0], url, out, "--run-id", "job-1")
+    with simulated_exporter_process(CONFIG) as address:
+        first, base = start_sidecar(logs[0], address, out, "--run-id", "job-1")
         start = time.time_ns()
         _post(base, "/phases", {"name": "profiling", "kind": "profiling", "event": "start", "time_ns": start})
         time.sleep(4)
@@ -46,7 +46,7 @@ def _killed_and_restarted(tmp_path: Path) -> tuple[Path, list[str], int, int]:
         first.send_signal(signal.SIGKILL)
         first.wait()
         time.sleep(1)  # the kubelet's restart: no scrape meanwhile
-        second, base = start_sidecar(logs[1], url, out, "--run-id", "job-1")
+        second, base = start_sidecar(logs[1], address, out, "--run-id", "job-1")
         assert not list(out.glob(".dcgm-bridge-spool-*"))  # the dead spools are gone, and nothing spooled yet
         time.sleep(4)
         end = time.time_ns()

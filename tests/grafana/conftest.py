@@ -225,15 +225,16 @@ def _on_whole_seconds(tmp: Path) -> Path:
     return path
 
 
-def start_vmalert(tmp: Path, store: VictoriaMetrics) -> Server:
-    """vmalert evaluating the mixin's rules against `store` and writing the recorded series back into it.
+def start_vmalert(tmp: Path, store: VictoriaMetrics, rules: Path) -> Server:
+    """vmalert evaluating `rules` (the mixin's, `_on_whole_seconds`) against `store` and writing the recorded series
+    back into it.
 
     -rule.evalDelay=0s: the store shows points at once (-search.latencyOffset=0s); the default 30 s would
     evaluate the rules over the run's past."""
     port = free_port()
     server = Server(
         "vmalert",
-        [str(require_binary("vmalert")), f"-rule={_on_whole_seconds(tmp)}", f"-datasource.url={store.base}",
+        [str(require_binary("vmalert")), f"-rule={rules}", f"-datasource.url={store.base}",
          f"-remoteWrite.url={store.base}", f"-evaluationInterval={VMALERT_INTERVAL}", "-rule.evalDelay=0s",
          "-remoteWrite.flushInterval=20ms", "-remoteWrite.concurrency=1", "-notifier.blackhole",
          f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=WARN"],
@@ -288,10 +289,11 @@ def _recorded(dialect: str, tmp: Path) -> Iterator[StoredRun]:
     try:
         prometheus, prom_base = start_prometheus(tmp, pull.port)
         servers.append(prometheus)
+        rules = _on_whole_seconds(tmp)
         for server in (vm, vm_prom):
             server.start()
             servers.append(server)
-            servers.append(start_vmalert(tmp, server))
+            servers.append(start_vmalert(tmp, server, rules))
         wait_until(lambda: _records_written(prom_base) == -1, 30.0, "Prometheus' first scrape of the endpoint")
         stores = {
             "victoria-metrics": Store("victoria-metrics", vm.base, flush=vm.flush, vmalert=True),

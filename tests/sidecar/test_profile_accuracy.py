@@ -30,12 +30,11 @@ CONFIG = SimulatorConfig(gpus=2, seed=SEED, refresh_ms=100, sensors="h200")
 def _profiled(tmp_path: Path) -> Path:
     """`dcgm-bridge simulate` at -c 100 on the H200's sensors and `dcgm-bridge profile` around a 24 s benchmark, each
     its own process as a user runs them: the artifact folder."""
-    with simulated_exporter_process(CONFIG) as url:
+    with simulated_exporter_process(CONFIG) as address:
         out = tmp_path / "out"
         result = subprocess.run([str(Path(sys.executable).with_name("dcgm-bridge")), "profile", "--artifact-dir",
                                  str(out), "--", sys.executable, "-c", "import time; time.sleep(24)"],
-                                env={**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS":
-                                     url.removeprefix("http://").removesuffix("/metrics")},
+                                env={**os.environ, "AIPERF_GPU_DEFAULT_DCGM_ENDPOINTS": address},
                                 capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     return out

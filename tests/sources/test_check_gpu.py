@@ -84,8 +84,7 @@ def rehearsal(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 @pytest.mark.slow
 def test_the_fake_rehearsal_measures_the_counter_and_our_energy_is_the_fakes_true_energy(rehearsal: Rehearsal) -> None:
-    done = rehearsal
-    stdout, t0, tmp_path = done.stdout, done.t0, done.out
+    stdout, t0, tmp_path = rehearsal.stdout, rehearsal.t0, rehearsal.out
     period = re.search(r"update period: ([\d.]+) ms", stdout)
     assert period and abs(float(period.group(1)) - PERIOD_S * 1000) < 5  # the fake's, measured by polling
     rows = json.loads((tmp_path / "summary.json").read_text())["phases"]
@@ -101,8 +100,7 @@ def test_the_rehearsal_runs_without_a_venv_as_on_the_gpu_machines(rehearsal: Reh
     """`--no-venv`, as the device machines run it: the interpreter as it is (here the project's venv, which
     holds the dependencies), the source tree on PYTHONPATH; then `--analyse` thins the recorded log, and each
     thinned reading is within its bound of the fake's true energy."""
-    done = rehearsal
-    stdout, t0, tmp_path, analysed = done.stdout, done.t0, done.out, done.analysed
+    stdout, t0, tmp_path, analysed = rehearsal.stdout, rehearsal.t0, rehearsal.out, rehearsal.analysed
     assert "probe:" in stdout and (tmp_path / "summary.json").exists()
     assert analysed is not None and analysed.returncode == 0, analysed and analysed.stdout + analysed.stderr
     windows = json.loads((tmp_path / "analysis.json").read_text())
@@ -154,8 +152,7 @@ WAITS_AHEAD = {test: [job] for test, job in REHEARSALS.items()} if any((ROOT / "
 
 
 def test_the_record_rehearsal_keeps_every_read_as_the_fake_gpus_served_it(rehearsal: Rehearsal) -> None:
-    done = rehearsal
-    t0, scale, tmp_path = done.t0, RECORD_SCALE, done.out
+    t0, scale, tmp_path = rehearsal.t0, RECORD_SCALE, rehearsal.out
     manifest, rows = _corpus(tmp_path)
     fake = runpy.run_path(str(ROOT / "tests" / "fakes" / "modules" / "pynvml.py"))["FAKE"]
     assert len(manifest["gpus"]) == len(fake.gpus) == 2
