@@ -61,6 +61,31 @@ class Staleness:
     mean_error_s: float  # how far the mean age can be from `shift_s`
     most_s: float  # the most any reading can lag (hard): the exporter's slowest possible refresh + the hold
     walk_s: float = 0.0  # 95 % of the time, a part no reading shows differs at most this much between the edges
+    beneath: Beneath | None = None  # readings at one phase of the hold: what may hide beneath them, per window
+
+    def walk_between(self, start: int, end: int) -> float:
+        """`walk_s`, or what hides beneath readings at one phase of the hold walks between edges at these instants."""
+        return self.walk_s if self.beneath is None else max(self.walk_s, self.beneath.walk_s(start, end))
+
+
+class Beneath(NamedTuple):
+    """Readings taken at nearly one phase of the counter's hold (scrapes every multiple of it: 0.1, 0.5, 1 s) all show
+    about the same age, so their deviations show no hold, however old each value is (up to a hold). That age moves the
+    two edges alike, but for the clocks' drift over the window (the scrapes on the host's clock, the updates on the
+    GPU's, `CLOCK_DRIFT`), and by a whole update where the phase crosses one (a wrap: a scrape that sees two updates,
+    or none, which the deviations show at `wraps_ns`, each within `reach_ns`). An exporter's refresh runs on the
+    scrapes' clock: its age beneath them does not walk, and a wrap of it repeats a value, which the cadence shows."""
+
+    hold_s: float
+    drift: float  # how fast the hidden age can walk (s per s)
+    wraps_ns: tuple[int, ...]
+    reach_ns: int
+
+    def walk_s(self, start: int, end: int) -> float:
+        walk = 0.95 * self.drift * max(end - start, 0) / 1e9
+        if any(start - self.reach_ns <= w <= end + self.reach_ns for w in self.wraps_ns):
+            return self.hold_s + walk  # a wrap between the edges: a whole update apart, and the walk on top
+        return min(walk, _APART95 * self.hold_s)
 
 
 class FreshAges(NamedTuple):
@@ -103,9 +128,15 @@ def fresh_ages(ts: NDArray[np.int64], counter: NDArray[np.float64], hold_s: floa
     if operator is None:
         return FreshAges(ts, _unknown_age(most))
     deviations = _apply(operator, cum)
-    fit = _fit_hold_grid(t, operator, deviations, hold_s)
+    # Readings at one phase of the hold show its ages only where they wrap, and a grid fitted to those alone is one of
+    # many (a latency that drifts wraps them as a drifting clock does, but leaves every age as it was between wraps).
+    beneath = _beneath(t, operator, deviations, hold_s, ts[valid])
+    fit = None if beneath is not None else _fit_hold_grid(t, operator, deviations, hold_s)
     if fit is None:
-        return FreshAges(ts, _statistical(deviations, hold_s, most))
+        stale = _statistical(deviations, hold_s, most)
+        if beneath is not None:  # the hold's mean age anywhere in it, the edges moved alike but for its walk
+            stale = replace(stale, mean_error_s=max(stale.mean_error_s, hold_s), beneath=beneath)
+        return FreshAges(ts, stale)
     ages, walk = fit
     instants = ts.copy()
     instants[valid] = ts[valid] - np.round(ages * 1e9).astype(np.int64)
@@ -183,6 +214,31 @@ def _wraps(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.f
         return False
     step = float(np.max(np.abs(_age_deviations(operator, np.where(t > t[t.size // 2], hold_s, 0.0)))))
     return float(np.max(np.abs(deviations))) >= step / 2
+
+
+def _beneath(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64], hold_s: float,
+             at_ns: NDArray[np.int64]) -> Beneath | None:
+    """What may hide beneath readings a hold at some phase would leave as they are: at its best phase its deviations'
+    median under `hold_s / 50` (where `_fit_hold_grid` finds ages too small to fit). Where one would, their wraps
+    (`_wraps`: a deviation of half a hold's step, at the readings that show it) and how fast the hidden age can walk
+    (`CLOCK_DRIFT`, and less than a hold over the readings' span where none wrapped). None where a hold would show."""
+    import numpy as np
+
+    if not hold_s or not deviations.size:
+        return None
+    sampled = _spread_out(t, operator, deviations, _FIT_READINGS)
+    phases = np.arange(_PHASES, dtype=np.float64) * (hold_s / _PHASES)
+    shown = np.abs(_age_deviations(sampled.operator, _grid_ages(sampled.t[np.newaxis, :] - phases[:, np.newaxis],
+                                                                  hold_s)))
+    if float(np.min(np.median(shown, axis=1))) >= hold_s / 50:
+        return None
+    step = float(np.max(np.abs(_age_deviations(operator, np.where(t > t[t.size // 2], hold_s, 0.0)))))
+    wrapped = np.flatnonzero(np.abs(deviations) >= step / 2)
+    times = at_ns[operator.centre]
+    spacing = float(np.median(np.diff(times))) if times.size > 1 else 0.0
+    span = float(t[-1] - t[0])
+    drift = CLOCK_DRIFT if wrapped.size else min(CLOCK_DRIFT, hold_s / max(span, 1e-9))
+    return Beneath(hold_s, drift, tuple(int(w) for w in times[wrapped]), round((_NEIGHBOURS + 1) * spacing))
 
 
 def _median_abs(x: NDArray[np.float64]) -> float:

@@ -11,7 +11,9 @@ between the readings around it. The truth is nearly always much closer, and how 
   neighbours do not show (the interval's energy X beyond their mean rate), X·max(x, 1−x); each beyond what the
   readings' age noise alone makes of those rates. The edges' shape terms add (a load that starts with the window and
   stops with it misses the same way at both); the ages' own share (the power × the 95 % quantile of two ages'
-  difference) in quadrature; the power's change across the window × how far the mean age can be off on top.
+  difference) in quadrature, with what hides beneath readings at one phase of the hold (ages.py `Beneath`: the
+  higher edge power × its walk between the edges); the power's change across the window × how far the mean age can
+  be off on top.
 - A slow refresh, read by cubic Hermite interpolation with the power gauge as the slope (exact for power that
   is quadratic between two refreshes; DCGM's instant power where the exporter serves it, refresh.py `slope_key`).
   The shape term has two parts, in quadrature:
@@ -92,7 +94,9 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start
       or after the edge, unknown: up to X·max(x, 1−x);
     - the readings' ages: each edge's reading is off by the power there times its age's deviation, whose differences
       have the 95 % quantile `q95`; the share every reading may hide moves the two edges alike and leaves the
-      power's change across the window times how far the mean age can be off (`mean_error_s`).
+      power's change across the window times how far the mean age can be off (`mean_error_s`);
+    - a part no reading shows (readings at one phase of the hold, `Staleness.walk_between`): the higher edge power
+      times its walk between the edges, in quadrature with the ages.
     The edges' shapes add (a load that starts with the window and stops with it misses the same way at both), the ages
     in quadrature with them, the shared age and the counter's resolution at each edge on top; never more than the
     bound."""
@@ -133,9 +137,10 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start
         ages.append(power * stale.q95_s / math.sqrt(2))
         edge_power.append(power)
     shared = abs(edge_power[1] - edge_power[0]) * stale.mean_error_s
+    walk = max(edge_power) * stale.walk_between(start, end)  # (a part no reading shows: not noise in the rates)
     # The shapes add: a benchmark's load starts at its window's start and stops at its end, and a line read across
     # both steps misses the same way twice (the power is lower before the start and after the end).
-    return min(sum(shapes) + math.hypot(*ages) + shared + 2 * resolution, sum(edge_bounds))
+    return min(sum(shapes) + math.hypot(*ages, walk) + shared + 2 * resolution, sum(edge_bounds))
 
 
 def _extended(t: NDArray[np.int64], v: NDArray[np.float64], i: int, edge: int, stale: Staleness) -> tuple[float, float]:
