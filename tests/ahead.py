@@ -33,7 +33,9 @@ def on_two_processes(f: Callable[[A], B], items: Sequence[A]) -> list[B]:
     ahead = _AHEAD.pop((f, tuple(items)), None)
     if ahead is not None:
         return ahead.get()
-    with multiprocessing.get_context("fork").Pool(2) as pool:
+    # Not started ahead: a fork server's processes, not this one's forks. The suite's jobs ahead run on threads here,
+    # and a process forked while one of them holds a lock can hang on it (the suite once hung so, every process idle).
+    with multiprocessing.get_context("forkserver").Pool(2) as pool:
         return pool.map(f, items, chunksize=8)
 
 

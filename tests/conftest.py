@@ -46,10 +46,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     jobs that wait on real seconds on its threads, each in a fresh folder of the session's temporary ones."""
     from tests.ahead import judge_ahead, wait_ahead
 
+    for item in session.items:  # (the grids' pool first: forked before any job's thread exists)
+        for f, items in _ahead(item, "AHEAD").get(getattr(item, "originalname", None), ()):
+            judge_ahead(f, items)
     for item in session.items:
         name = getattr(item, "originalname", None)
-        for f, items in _ahead(item, "AHEAD").get(name, ()):
-            judge_ahead(f, items)
         for job in _ahead(item, "WAITS_AHEAD").get(name, ()):
             # the factory behind the tmp_path_factory fixture (pytest's tmpdir plugin keeps it on the config)
             wait_ahead(job, session.config._tmp_path_factory.mktemp(job.__name__))  # type: ignore[attr-defined]
