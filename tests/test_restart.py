@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -35,25 +36,32 @@ def _killed_and_restarted(tmp_path: Path) -> tuple[Path, list[str], int, int]:
     for stale in ("job-1", "an-old-run"):  # spools of processes that died (a killed one's rows, never read again)
         (out / f".dcgm-bridge-spool-{stale}").mkdir()
         (out / f".dcgm-bridge-spool-{stale}" / "0.rows").write_bytes(b"\x00" * 4096)
+    processes: list[subprocess.Popen[bytes]] = []
     with simulated_exporter_process(CONFIG) as address:
-        first, base = start_sidecar(logs[0], address, out, "--run-id", "job-1")
-        start = time.time_ns()
-        _post(base, "/phases", {"name": "profiling", "kind": "profiling", "event": "start", "time_ns": start})
-        time.sleep(4)
-        deadline = time.monotonic() + 20  # (rows reach the spool a few seconds' worth at a time)
-        while not any(out.glob(".dcgm-bridge-spool-job-1-*/*.rows")) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        first.send_signal(signal.SIGKILL)
-        first.wait()
-        time.sleep(1)  # the kubelet's restart: no scrape meanwhile
-        second, base = start_sidecar(logs[1], address, out, "--run-id", "job-1")
-        assert not list(out.glob(".dcgm-bridge-spool-*"))  # the dead spools are gone, and nothing spooled yet
-        time.sleep(4)
-        end = time.time_ns()
-        _post(base, "/phases", {"name": "profiling", "kind": "profiling", "event": "end", "time_ns": end})
-        assert _post(base, "/complete", {"requests_end_ns": end})["completed"] is True
-        second.send_signal(signal.SIGTERM)
-        assert second.wait(30) == 0
+        try:
+            first, base = start_sidecar(logs[0], address, out, "--run-id", "job-1")
+            processes.append(first)
+            start = time.time_ns()
+            _post(base, "/phases", {"name": "profiling", "kind": "profiling", "event": "start", "time_ns": start})
+            time.sleep(4)
+            deadline = time.monotonic() + 20  # (rows reach the spool a few seconds' worth at a time)
+            while not any(out.glob(".dcgm-bridge-spool-job-1-*/*.rows")) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            time.sleep(1)  # the kubelet's restart: no scrape meanwhile
+            second, base = start_sidecar(logs[1], address, out, "--run-id", "job-1")
+            processes.append(second)
+            assert not list(out.glob(".dcgm-bridge-spool-*"))  # the dead spools are gone, and nothing spooled yet
+            time.sleep(4)
+            end = time.time_ns()
+            _post(base, "/phases", {"name": "profiling", "kind": "profiling", "event": "end", "time_ns": end})
+            assert _post(base, "/complete", {"requests_end_ns": end})["completed"] is True
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(30) == 0
+        finally:
+            for process in processes:  # (left running only where an assertion above failed)
+                stop(process)
     return out, [log.read_text() for log in logs], start, end
 
 
