@@ -10,13 +10,16 @@ A run: a smooth power (a level of 150-650 W, a slow swing of 2-20 W), the simula
 sensors.py: a 1 s average gauge, the counter held 100 ms on a fixed grid on even seeds, drifting by up to ±0.2 %
 with ±2 ms of jitter on odd ones, as tests/report/sensor_runs.py), 75 scrapes `interval_s` ± 2 ms apart whose
 reads lag their timestamps by a latency ramping from 0 to L (L uniform in 0-`latency_ms`) plus up to 2 ms, and a
-window of 35-45 scrapes from the 20th on. The truth is the power's integral in closed form.
+window of 35-45 scrapes from the 20th on. The truth is the power's integral in closed form. Or, in place of the smooth
+power, a load shape of issue 42's grid (tests/report/sensor_runs.py `SHAPES`: steps, bursts, square waves, ramps, a
+spike at an edge, …), its window drawn first.
 """
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -38,6 +41,7 @@ class AliasedSpec:
     seed: int
     latency_ms: float = 40.0  # the latency ramp's largest end
     local: bool = False  # read by the local NVML reader, not scraped from an exporter
+    shape: str = "smooth"  # or a load shape of issue 42's grid (tests/report/sensor_runs.py `SHAPES`)
 
 
 class AliasedRun(NamedTuple):
@@ -60,6 +64,8 @@ class AliasedJudged(NamedTuple):
 
 
 def aliased_run(spec: AliasedSpec) -> AliasedRun:
+    if spec.shape != "smooth":
+        return _shaped_run(spec)
     rng = random.Random(f"aliased:{spec.interval_s}:{spec.seed}:{spec.latency_ms}:{spec.local}")
     level, swing, period = rng.uniform(150, 650), rng.uniform(2, 20), rng.uniform(20, 60)
     phase = rng.uniform(0, 2 * math.pi)
@@ -72,20 +78,55 @@ def aliased_run(spec: AliasedSpec) -> AliasedRun:
     def power_w(t_ns: int) -> float:
         return level + swing * math.sin(2 * math.pi * (t_ns - START) / S / period + phase)
 
-    drifting = spec.seed % 2 == 1
-    sensors = Sensors(drift=rng.uniform(-0.002, 0.002) if drifting else 0.0, jitter_s=0.002 if drifting else 0.0,
-                      phase_s=rng.uniform(0, 0.1), seed=spec.seed)
+    sensors = _sensors(rng, spec.seed)
     interval = round(spec.interval_s * S)
     latency_end = rng.uniform(0, spec.latency_ms) * MS
     first = START + 2 * S + rng.randrange(0, interval)
+    records, scrapes = _scraped(rng, spec, sensors, energy_j, power_w, first, latency_end)
+    start = scrapes[20] + rng.randrange(0, interval)
+    end = start + round(rng.uniform(35, 45) * interval)
+    return AliasedRun(records, start, end, energy_j(end) - energy_j(start))
+
+
+def _shaped_run(spec: AliasedSpec) -> AliasedRun:
+    """A load shape of issue 42's grid (its truth in closed form), the window drawn first (the shapes take it)."""
+    from tests.report.sensor_runs import SHAPES
+
+    rng = random.Random(f"aliased:{spec.shape}:{spec.interval_s}:{spec.seed}:{spec.latency_ms}:{spec.local}")
+    interval = round(spec.interval_s * S)
+    first = START + 2 * S + rng.randrange(0, interval)
+    start = first + 20 * interval + rng.randrange(0, interval)
+    end = start + round(rng.uniform(35, 45) * interval)
+    shape = SHAPES[spec.shape](rng, 0.0, (start - START) / S, (end - START) / S)
+
+    def energy_j(t_ns: int) -> float:
+        return 1e6 + shape.energy(-400.0, (t_ns - START) / S)
+
+    sensors = _sensors(rng, spec.seed)
+    latency_end = rng.uniform(0, spec.latency_ms) * MS
+    records, _ = _scraped(rng, spec, sensors, energy_j, lambda t_ns: shape.power((t_ns - START) / S), first,
+                          latency_end)
+    return AliasedRun(records, start, end, shape.energy((start - START) / S, (end - START) / S))
+
+
+def _sensors(rng: random.Random, seed: int) -> Sensors:
+    """The H200's: the counter on a fixed 100 ms grid on even seeds, drifting by up to ±0.2 % with ±2 ms of jitter on
+    odd ones (as tests/report/sensor_runs.py `sensors_for`)."""
+    drifting = seed % 2 == 1
+    return Sensors(drift=rng.uniform(-0.002, 0.002) if drifting else 0.0, jitter_s=0.002 if drifting else 0.0,
+                   phase_s=rng.uniform(0, 0.1), seed=seed)
+
+
+def _scraped(rng: random.Random, spec: AliasedSpec, sensors: Sensors, energy_j: Callable[[int], float],
+             power_w: Callable[[int], float], first: int, latency_end: float) -> tuple[list[GpuRecord], list[int]]:
+    """`SCRAPES` scrapes `interval_s` ± 2 ms apart from `first`, each read `latency_end`·k/`SCRAPES` + up to 2 ms
+    after its timestamp: the records and the scrapes' times."""
+    interval = round(spec.interval_s * S)
     scrapes = [first + k * interval + rng.randrange(-2 * MS, 2 * MS) for k in range(SCRAPES)]
     reads = [t + round(latency_end * k / SCRAPES) + rng.randrange(0, 2 * MS) for k, t in enumerate(scrapes)]
     counter = [sensors.counter_mj(energy_j, t) * 1e-9 for t in reads]  # mJ → MJ
     gauge = [sensors.gauge_w(energy_j, power_w, t) for t in reads]
-    start = scrapes[20] + rng.randrange(0, interval)
-    end = start + round(rng.uniform(35, 45) * interval)
-    return AliasedRun(recs(scrapes, counter, gauge, url=NVML_SOURCE if spec.local else URL), start, end,
-                      energy_j(end) - energy_j(start))
+    return recs(scrapes, counter, gauge, url=NVML_SOURCE if spec.local else URL), scrapes
 
 
 def judge_aliased(spec: AliasedSpec) -> AliasedJudged:

@@ -18,19 +18,28 @@ from bridge.simulator.sensors import Sensors
 from tests.ahead import on_two_processes
 from tests.report.aliased import GRACE, START, AliasedJudged, AliasedSpec, judge_aliased
 from tests.report.helpers import MS, URL, S, recs
+from tests.report.sensor_runs import SHAPES
 
 INTERVALS = (0.1, 0.5, 1.0)
 READERS = (False, True)  # scraped from an exporter; read by the local NVML reader
 SEEDS = range(40)
 GRID = [AliasedSpec(interval, seed, local=local) for interval in INTERVALS for local in READERS for seed in SEEDS]
 
+# Issue 42's load shapes at the same intervals and readers (the smooth power above is what the change was designed
+# on), 30 windows a group on seeds fixed before their first run.
+SHAPED_SEEDS = range(3000, 3030)
+SHAPED_GRID = [AliasedSpec(interval, seed, local=local, shape=shape) for shape in SHAPES for interval in INTERVALS
+               for local in READERS for seed in SHAPED_SEEDS]
+
 AHEAD = {"test_scrapes_at_one_phase_of_the_hold_are_inside_their_uncertainty_in_95_percent_of_windows":
-         [(judge_aliased, GRID)]}
+         [(judge_aliased, GRID)],
+         "test_every_load_shape_scraped_at_one_phase_of_the_hold_is_inside_its_uncertainty_in_95_percent_of_windows":
+         [(judge_aliased, SHAPED_GRID)]}
 
 
-@functools.cache  # (judged once for every group: a second pool forked beside the suite's threads can hang)
-def _judged() -> list[AliasedJudged]:
-    return on_two_processes(judge_aliased, GRID)
+@functools.cache  # (judged once for every group)
+def _judged(shaped: bool = False) -> list[AliasedJudged]:
+    return on_two_processes(judge_aliased, SHAPED_GRID if shaped else GRID)
 
 
 @pytest.mark.parametrize("interval", INTERVALS)
@@ -47,6 +56,34 @@ def test_scrapes_at_one_phase_of_the_hold_are_inside_their_uncertainty_in_95_per
     assert len(missed) <= 0.05 * len(valid), missed
     counter_missed = [j.spec.seed for j in valid if j.counter_error > j.counter_uncertainty]
     assert len(counter_missed) <= 0.05 * len(valid), counter_missed
+
+
+MISSED = {  # the first run's figures (2026-12-07); issue 42 is open
+    "idle": "0.1 s, exporter: 2 of 30 valid windows outside (0.7 J against ± 0.6 J and ± 0.7 J)",
+    "square": "0.5 s and 1 s, exporter: 2 of 30 valid windows outside each (up to 42.9 J against ± 17.9 J)"}
+# (bursts, 1 s, local, failed its first run too: one window 223.9 J off against a bound of ± 200.5 J, the end edge
+# extrapolated at a burst's rate past a reading 0.69 s after it, beyond AIPerf's grace; fixed in refresh.py
+# `_reaching`, since when it passes)
+
+
+@pytest.mark.parametrize("shape", [
+    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=f"issue 42 (open): {MISSED[s]}")) if s in MISSED else s
+    for s in SHAPES])
+def test_every_load_shape_scraped_at_one_phase_of_the_hold_is_inside_its_uncertainty_in_95_percent_of_windows(
+        shape: str) -> None:
+    """Each interval × reader: 30 windows; valid in ≥ 90 % but for the spike at an edge (issue 42's criterion)."""
+    for interval in INTERVALS:
+        for local in READERS:
+            judged = [j for j in _judged(shaped=True)
+                      if j.spec.shape == shape and j.spec.interval_s == interval and j.spec.local == local]
+            group = (interval, "local" if local else "exporter")
+            assert len(judged) == len(SHAPED_SEEDS)
+            assert all(j.error <= j.bound for j in judged), group
+            valid = [j for j in judged if j.valid]
+            assert shape == "spike" or len(valid) >= 0.9 * len(judged), (group, [j.reasons for j in judged])
+            missed = [(j.spec.seed, round(j.error, 2), round(j.uncertainty, 2)) for j in valid
+                      if j.error > j.uncertainty]
+            assert len(missed) <= 0.05 * len(valid), (group, missed)
 
 
 POWER_W = 400.0
