@@ -65,7 +65,7 @@ class Staleness:
 
     def walk_between(self, start: int, end: int) -> float:
         """`walk_s`, or what hides beneath readings at one phase of the hold walks between edges at these instants."""
-        return self.walk_s if self.beneath is None else max(self.walk_s, self.beneath.walk_s(start, end))
+        return self.walk_s if self.beneath is None else self.beneath.walk_s(start, end)
 
 
 class Beneath(NamedTuple):
@@ -82,10 +82,10 @@ class Beneath(NamedTuple):
     reach_ns: int
 
     def walk_s(self, start: int, end: int) -> float:
-        walk = 0.95 * self.drift * max(end - start, 0) / 1e9
+        span_s = max(end - start, 0) / 1e9
         if any(start - self.reach_ns <= w <= end + self.reach_ns for w in self.wraps_ns):
-            return self.hold_s + walk  # a wrap between the edges: a whole update apart, and the walk on top
-        return min(walk, _APART95 * self.hold_s)
+            return self.hold_s + 0.95 * self.drift * span_s  # a wrap between the edges: a whole update, and the walk
+        return _drift_walk(self.drift, span_s, self.hold_s)
 
 
 class FreshAges(NamedTuple):
@@ -175,11 +175,19 @@ def refresh_ages(t: NDArray[np.float64], cum: NDArray[np.float64], hold_s: float
         return replace(ages, walk_s=hold_s if counter_clock else _APART95 * hold_s)
     if counter_clock:
         return ages
-    # The drift anywhere within those: the walk within 0.95 of its most, 95 % of the time (and no more than two
-    # independent ages' difference, where the most is a whole hold).
-    drift = min(CLOCK_DRIFT, hold_s / max(float(t[-1] - t[0]), 1e-9))
-    walk = min(0.95 * drift * max(span_s, 0.0), _APART95 * hold_s)
-    return replace(ages, walk_s=walk)
+    return replace(ages, walk_s=_drift_walk(_unwrapped_drift(t, hold_s), span_s, hold_s))
+
+
+def _unwrapped_drift(t: NDArray[np.float64], hold_s: float) -> float:
+    """How far the two clocks can drift apart where the readings show no wrap: `CLOCK_DRIFT`, and less than a hold
+    over their span."""
+    return min(CLOCK_DRIFT, hold_s / max(float(t[-1] - t[0]), 1e-9))
+
+
+def _drift_walk(drift: float, span_s: float, hold_s: float) -> float:
+    """The drift anywhere within its most: the walk over `span_s` within 0.95 of its most, 95 % of the time (and no
+    more than two independent ages' difference, where the most is a whole hold)."""
+    return min(0.95 * drift * max(span_s, 0.0), _APART95 * hold_s)
 
 
 def with_hidden(ages: Staleness, hidden_s: float) -> Staleness:
@@ -205,15 +213,20 @@ def _unknown_age(most: float) -> Staleness:
 
 
 def _wraps(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64], hold_s: float) -> bool:
-    """An age that jumps by a hold now and then (one clock drifting against the other). The neighbours' quadratic
-    shares such a step out (on a regular grid the readings either side of it deviate by ±0.44 of it): a deviation
-    of half what a hold's step in the middle of the readings makes of them."""
+    return bool(_wrapped(t, operator, deviations, hold_s).size)
+
+
+def _wrapped(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64],
+             hold_s: float) -> NDArray[np.int64]:
+    """The readings that show an age jumping by a hold (one clock drifting against the other). The neighbours'
+    quadratic shares such a step out (on a regular grid the readings either side of it deviate by ±0.44 of it): a
+    deviation of half what a hold's step in the middle of the readings makes of them."""
     import numpy as np
 
     if not deviations.size:
-        return False
+        return np.zeros(0, dtype=np.int64)
     step = float(np.max(np.abs(_age_deviations(operator, np.where(t > t[t.size // 2], hold_s, 0.0)))))
-    return float(np.max(np.abs(deviations))) >= step / 2
+    return np.flatnonzero(np.abs(deviations) >= step / 2)
 
 
 def _beneath(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np.float64], hold_s: float,
@@ -232,12 +245,10 @@ def _beneath(t: NDArray[np.float64], operator: _Operator, deviations: NDArray[np
                                                                   hold_s)))
     if float(np.min(np.median(shown, axis=1))) >= hold_s / 50:
         return None
-    step = float(np.max(np.abs(_age_deviations(operator, np.where(t > t[t.size // 2], hold_s, 0.0)))))
-    wrapped = np.flatnonzero(np.abs(deviations) >= step / 2)
+    wrapped = _wrapped(t, operator, deviations, hold_s)
     times = at_ns[operator.centre]
     spacing = float(np.median(np.diff(times))) if times.size > 1 else 0.0
-    span = float(t[-1] - t[0])
-    drift = CLOCK_DRIFT if wrapped.size else min(CLOCK_DRIFT, hold_s / max(span, 1e-9))
+    drift = CLOCK_DRIFT if wrapped.size else _unwrapped_drift(t, hold_s)
     return Beneath(hold_s, drift, tuple(int(w) for w in times[wrapped]), round((_NEIGHBOURS + 1) * spacing))
 
 

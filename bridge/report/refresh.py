@@ -598,7 +598,7 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
         shift = round(stale.shift_s * 1e9)
         once, counter = _first_showings(shown, values[key])
         read = counter_delta_interpolated(once, counter, start + shift, end + shift,
-                                          _reaching(once, counter, end + shift, grace_ns + shift)) or fresh
+                                          _reaching(once, end + shift, grace_ns + shift)) or fresh
         edge_bounds = stale_edge_bounds(ts, values[key], start, end, read_at(shown, ts, (start + shift, end + shift)),
                                         round(stale.most_s * 1e9))
         if edge_bounds is None:
@@ -614,14 +614,15 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
     return WindowDelta(timed, timed.bound, timed.uncertainty)
 
 
-def _reaching(t: NDArray[np.int64], values: NDArray[np.float64], end: int, grace_ns: int) -> int:
-    """The grace, or as far as the first valid reading at or after `end` where one lies beyond it: the end is read
-    between the readings either side of it, as the uncertainty takes it. Extrapolating the last interval's rate past
-    a reading that exists can leave the range the readings allow (a burst that ends at the edge, read every 1 s)."""
+def _reaching(t: NDArray[np.int64], end: int, grace_ns: int) -> int:
+    """The grace, or as far as the first reading at or after `end` (`t`: valid readings, in time order) where one
+    lies beyond it: the end is read between the readings either side of it, as the uncertainty takes it.
+    Extrapolating the last interval's rate past a reading that exists can leave the range the readings allow (a burst
+    that ends at the edge, read every 1 s)."""
     import numpy as np
 
-    later = t[(t >= end) & ~np.isnan(values)]
-    return max(grace_ns, int(later[0]) - end) if later.size else grace_ns
+    after = int(np.searchsorted(t, end, side="left"))
+    return max(grace_ns, int(t[after]) - end) if after < t.size else grace_ns
 
 
 def _first_showings(shown: NDArray[np.int64], values: NDArray[np.float64]) -> tuple[NDArray[np.int64],
