@@ -29,13 +29,15 @@ def rec(t_ns: int, data: Mapping[str, float], *, uuid: str = "GPU-0000aaaa-bbbb-
     )
 
 
-def recs(times: Iterable[int], counter: Iterable[float], gauge: Iterable[float], *, url: str = URL) -> list[GpuRecord]:
+def recs(times: Iterable[int], counter: Iterable[float], gauge: Iterable[float], *, url: str = URL,
+         ends: Iterable[int] | None = None) -> list[GpuRecord]:
     """`rec(t, {"nvidia_energy_consumption": c, "nvidia_power_usage": g}, url=url)` for each (t, c, g), without
-    `rec`'s cost per call (a seeded run's thousands of scrapes)."""
+    `rec`'s cost per call (a seeded run's thousands of scrapes); `ends`: each scrape's end (`scrape_end_ns`)."""
     meta = [getattr(rec(0, {}), name) for name in GPU_META_FIELDS]
-    return [GpuRecord(*meta, timestamp_ns=t, telemetry_source_url=url,
+    times = list(times)
+    return [GpuRecord(*meta, timestamp_ns=t, telemetry_source_url=url, scrape_end_ns=e,
                       telemetry_data={"nvidia_energy_consumption": c, "nvidia_power_usage": g})
-            for t, c, g in zip(times, counter, gauge, strict=True)]
+            for t, c, g, e in zip(times, counter, gauge, [None] * len(times) if ends is None else ends, strict=True)]
 
 
 def served(rng: random.Random, refresh_s: float, start_ns: int, until_ns: int,

@@ -301,6 +301,14 @@ class RunSpec:
     counter: str = "held"
     seed: int = 0
     boundary: bool | None = None  # boundary scrapes at the edges (None: on even seeds)
+    late_ms: int = 0  # the most a response's values are read after its scrape starts (0: at its start)
+
+
+# A late response: dcgm-exporter gathers a request's values from DCGM when it serves it (NVIDIA/dcgm-exporter
+# `internal/pkg/server/server.go`: the /metrics handler gathers its registry per request), after the connection and
+# any queueing, then renders and sends them; a local reader reads GPU after GPU. So a value is read up to `late_ms`
+# after the scrape's start (uniform), and the page ends up to `_RENDER_MS` after that.
+_RENDER_MS = 50
 
 
 def make_run(spec: RunSpec) -> Run:
@@ -320,6 +328,8 @@ def make_run(spec: RunSpec) -> Run:
     start, end = START + round(start_s * S), START + round(end_s * S)
     boundary = spec.seed % 2 == 0 if spec.boundary is None else spec.boundary
     scrapes: list[int] = []
+    reads: list[int] = []  # when each scrape's values were read (its start, but for a late response)
+    late = random.Random(f"late:{rng.random()}") if spec.late_ms else None
     t = start - max(2 * refresh, 2 * S) - rng.randrange(0, S)
     final: int | None = None
     marks = [start, end] if boundary else []
@@ -327,14 +337,17 @@ def make_run(spec: RunSpec) -> Run:
         if marks and t >= marks[0]:
             t = marks.pop(0)
         scrapes.append(t)
+        reads.append(t if late is None else t + late.randrange(0, spec.late_ms * MS + 1))
         if final is None and t >= end:
-            final = t
-        elif final is not None and (sampled(t) > sampled(final) or t > final + 40 * S) and t >= end + GRACE:
+            final = len(reads) - 1
+        elif final is not None and (sampled(reads[-1]) > sampled(reads[final]) or t > scrapes[final] + 40 * S) \
+                and t >= end + GRACE:
             break
         t += 333 * MS + rng.randrange(-20 * MS, 20 * MS)
-    times = np.array(scrapes, dtype=np.int64)
+    times = np.array(reads, dtype=np.int64)
     counter, gauge = read_sensors(sensors, shape, times - (times - refresh_phase) % refresh if refresh else times)
-    return Run(recs(scrapes, counter, gauge, url=url), start, end, shape.energy(start_s, end_s))
+    ends = None if late is None else [r + late.randrange(0, _RENDER_MS * MS + 1) for r in reads]
+    return Run(recs(scrapes, counter, gauge, url=url, ends=ends), start, end, shape.energy(start_s, end_s))
 
 
 def read_sensors(sensors: Sensors, shape: Shape, at: NDArray[np.int64]) -> tuple[list[float], list[float]]:
