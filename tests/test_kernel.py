@@ -462,7 +462,8 @@ def test_the_live_series_hands_out_held_pages_in_time_order_whatever_comes_betwe
     for n, body in enumerate(bodies):
         t_ns = 1_000_000_000 * (n + 1)
         compiled = normalizer.compiled(parser.parse(body), source_url="http://gpu-node-7:9400/metrics",
-                                       timestamp_ns=t_ns, run_id="r", phase="profiling", scrape_end_ns=t_ns + 5)
+                                       timestamp_ns=t_ns, run_id="r", phase="profiling",
+                                       scrape_end_ns=t_ns + 5_000_000 * n)
         assert compiled is not None
         if n in (4, 12):
             held.add(compiled.records(), "gpu-node-7:9400")
@@ -471,12 +472,16 @@ def test_the_live_series_hands_out_held_pages_in_time_order_whatever_comes_betwe
         reference.add(compiled.records(), "gpu-node-7:9400")
 
     def summary(live: spool.LiveSeries) -> list:
-        return sorted(((s.endpoint, s.meta, s.timestamps.tolist(), {k: bits(tuple(v)) for k, v in s.values.items()})
-                       for s in live.finish()), key=repr)
+        return sorted(((s.endpoint, s.meta, s.timestamps.tolist(), {k: bits(tuple(v)) for k, v in s.values.items()},
+                        None if s.ends is None else s.ends.tolist()) for s in live.finish()), key=repr)
 
     assert held.records == reference.records
     result = summary(held)
     assert result == summary(reference) and len(result) >= 4
+    # each page's end reaches its series beside its time, as a column of no telemetry key
+    assert all(ends == [t + 5 * (t // 1_000_000_000 - 1) * 1_000_000 for t in times]
+               for _, _, times, _, ends in result)
+    assert not any(key.endswith("scrape_end_ns") for *_, values, _ in result for key in values)
     assert any((tmp_path / "held").glob("*.rows"))  # (the flushes ran)
 
 

@@ -166,7 +166,7 @@ def gpu_energy(s: Series, window: Window) -> GpuEnergy:
     window holds fewer than two of its refreshes)."""
     assert window.start_ns is not None and window.end_ns is not None
     start, end = window.start_ns, window.end_ns
-    cadence = source_cadence(s.endpoint, s.timestamps, s.values)
+    cadence = source_cadence(s.endpoint, s.timestamps, s.values, s.ends)
     refreshes = None if cadence.fresh else refreshes_inside(s.timestamps, cadence, start, end)
     energy_key, power_key = energy_keys(s.values)
     power = s.values.get(power_key)
@@ -181,7 +181,7 @@ def gpu_energy(s: Series, window: Window) -> GpuEnergy:
     fresh = None if counter is None else counter_delta_interpolated(s.timestamps, counter, start, end,
                                                                     window.grace_ns)
     read = None if fresh is None else window_delta(s.timestamps, s.values, energy_key, cadence, start, end, fresh,
-                                                   window.grace_ns, s.endpoint)
+                                                   window.grace_ns, s.endpoint, s.ends)
     if read is None or read.delta is None:
         if integral is None:
             return GpuEnergy(s.endpoint, s.meta.identity, None, "unavailable", refreshes=refreshes,
@@ -296,7 +296,7 @@ def _interpolated_totals(series: Sequence[Series], window: Window) -> EnergyTota
     slowest: float | None = None
     at_least = False
     for s in series:
-        cadence = source_cadence(s.endpoint, s.timestamps, s.values)
+        cadence = source_cadence(s.endpoint, s.timestamps, s.values, s.ends)
         period = None if cadence.fresh else cadence.period_s
         if energy_keys(s.values)[0] in s.values and period is not None and period >= (slowest or 0.0):
             slowest, at_least = period, cadence.at_least

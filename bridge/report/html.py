@@ -204,7 +204,7 @@ def _lines(series: Sequence[Series], spec: ChartSpec, origin: int,
         values = s.values[key].tolist()  # report units: GR_ENGINE_ACTIVE is a percentage there too
         times = s.timestamps.tolist()
         points = [((t - origin) / 1e9, v) for t, v in zip(times, values, strict=True) if not math.isnan(v)]
-        cadence = source_cadence(s.endpoint, s.timestamps, s.values)
+        cadence = source_cadence(s.endpoint, s.timestamps, s.values, s.ends)
         if not cadence.fresh and cadence.new is not None:  # a slow refresh: steps, not repeats drawn as readings
             points = _held(points, times, set(cadence.new.tolist()), origin)
         if points:

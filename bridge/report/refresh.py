@@ -155,13 +155,15 @@ def changes(ts: NDArray[np.int64], rows: NDArray[np.float64]) -> NDArray[np.int6
 
 def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64], *, counting: bool = True,
                energy: NDArray[np.float64] | None = None, power: NDArray[np.float64] | None = None,
-               averaging_s: float = 0.0) -> Cadence:
+               averaging_s: float = 0.0, ends: NDArray[np.int64] | None = None) -> Cadence:
     """The cadence of one series from the rows (fields) that change at every refresh. `counting`: one of the
     rows is the energy counter, which no refresh leaves unchanged (a GPU draws power even when idle), so a
     long stretch without a new value is a refresh at least that slow, not a quiet GPU. `energy` (MJ) and `power`
     (W), aligned with `ts`, measure the time between refreshes too (`_durations`), which pins the period down
     where the brackets alone leave it loose (a few refreshes, scrapes in step with them); `averaging_s`, how long a
-    span the power reading may be a trailing average of (`_measured_period`)."""
+    span the power reading may be a trailing average of (`_measured_period`). `ends`: when each scrape was complete
+    (a response read its values between its start and its end: a refresh lies after the start of the last scrape
+    without it and before the end of the first with it)."""
     import numpy as np
 
     seen = np.flatnonzero(~np.isnan(rows).all(axis=0))
@@ -174,7 +176,7 @@ def cadence_of(ts: NDArray[np.int64], rows: NDArray[np.float64], *, counting: bo
     if new.size >= FRESH_SHARE * (scrapes - 1):  # fresh: the mean spacing says enough (no sort of every gap)
         return Cadence(scrapes, refreshes, float(ts[new[-1]] - ts[new[0]]) / (new.size - 1), new=new)
     lo = ts[previous].astype(np.float64)
-    hi = ts[new].astype(np.float64)
+    hi = (ts if ends is None else ends)[new].astype(np.float64)
     mids = (lo + hi) / 2
     durations = None if energy is None or power is None else _durations(energy[new], power[new])
     period = _rough_period(mids, durations)
@@ -367,7 +369,7 @@ def _root(f: Callable[[float], float], inside: float, outside: float) -> float:
 # id(timestamps) -> their cadence; (id(timestamps), id(counter), …) -> the counter's readings' ages. An entry is
 # removed when one of its arrays is freed (`weakref.finalize`), so an id that numpy reuses for a new array never
 # finds the old array's entry (numpy arrays are not hashable: no value key).
-_CADENCES: dict[int, Cadence] = {}
+_CADENCES: dict[tuple[int, ...], Cadence] = {}
 _AGES: dict[tuple[object, ...], FreshAges] = {}
 
 
@@ -384,12 +386,14 @@ def _while_alive(store: dict[Any, T], key: Any, arrays: Sequence[NDArray[Any]], 
     return found
 
 
-def series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
+def series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]],
+                   ends: NDArray[np.int64] | None = None) -> Cadence:
     """A series' cadence from its energy counter (no refresh leaves it unchanged while the GPU draws power, and
     DCGM may watch other fields at other rates), else its power gauge, else every field it has. Kept while the
     series' timestamp array lives: the report asks for it per metric block, per endpoint, for the energy and
-    per phase."""
-    return _while_alive(_CADENCES, id(ts), (ts,), lambda: _series_cadence(ts, values))
+    per phase. `ends`: the scrapes' ends (`Series.ends`)."""
+    arrays = (ts,) if ends is None else (ts, ends)
+    return _while_alive(_CADENCES, tuple(map(id, arrays)), arrays, lambda: _series_cadence(ts, values, ends))
 
 
 # (digest of the times' bytes, of the counter's, …) -> the readings' ages, and whether their instants are the
@@ -427,7 +431,8 @@ def _digest(array: NDArray[Any]) -> tuple[str, tuple[int, ...], bytes]:
     return array.dtype.str, array.shape, blake2b(np.ascontiguousarray(array).data, digest_size=16).digest()
 
 
-def source_cadence(endpoint: str, ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
+def source_cadence(endpoint: str, ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]],
+                   ends: NDArray[np.int64] | None = None) -> Cadence:
     """`series_cadence`, except for a local reader (bridge.sources `LOCAL_SOURCES`: NVML's counter holds for
     100 ms): the values it holds between updates are that hold, not a DCGM refresh, and its reads are timed by
     their scrape (fresh), the hold covered by the readings' ages (`ages.fresh_ages`). Timed as a refresh grid
@@ -435,10 +440,11 @@ def source_cadence(endpoint: str, ts: NDArray[np.int64], values: Mapping[str, ND
     period) and understated the cool-down's error (bench/RESULTS.md, "A real GPU")."""
     if endpoint in LOCAL_SOURCES:
         return Cadence(int(ts.size), int(ts.size), None)
-    return series_cadence(ts, values)
+    return series_cadence(ts, values, ends)
 
 
-def _series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]]) -> Cadence:
+def _series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]],
+                    ends: NDArray[np.int64] | None) -> Cadence:
     import numpy as np
 
     energy_key, power_key = energy_keys(values)
@@ -453,7 +459,7 @@ def _series_cadence(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float
     slope = slope_key(values)  # (the energy's clock: the power at each refresh)
     averaging = 0.0 if slope == INSTANT_POWER_KEY else GAUGE_AVERAGING_S
     return cadence_of(ts, rows, counting=energy is not None, energy=energy, power=values.get(slope),
-                      averaging_s=averaging)
+                      averaging_s=averaging, ends=ends)
 
 
 def field_periods(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]],
@@ -500,14 +506,15 @@ class RefreshedDelta:
 
 def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence: Cadence, start: int, end: int,
                     slope: NDArray[np.float64] | None = None, resolution: float = 0.0,
-                    hold_s: float = 0.0) -> RefreshedDelta | None:
+                    hold_s: float = 0.0, ends: NDArray[np.int64] | None = None) -> RefreshedDelta | None:
     """A counter's increase over [start, end] with its values timed at their refresh (see the module doc).
 
     `slope` (aligned with `ts`, counter units per second; for the energy counter, the power gauge in MJ/s)
     gives the counter's rate at each refresh instant; `resolution`, the counter's step (for the uncertainty and
     the bound); `hold_s`, how long the counter holds a value (DCGM sampled it up to that late: the refreshes' ages,
     `ages.refresh_ages`, move the edges by their mean, widen each edge's bound by the rest and enter the
-    uncertainty). None when the counter has no value at all.
+    uncertainty); `ends`, the scrapes' ends (a refresh first seen at a scrape lies before its end). None when the
+    counter has no value at all.
     """
     import numpy as np
 
@@ -517,6 +524,7 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
     t, v = ts[valid], values[valid]
     if t.size == 0:
         return None
+    ended = t if ends is None else ends[valid]
     base = float(t[0])
     if cadence.fresh:  # every sample is its own refresh, sampled when scraped
         obs = np.arange(t.size)
@@ -531,8 +539,8 @@ def refreshed_delta(ts: NDArray[np.int64], values: NDArray[np.float64], cadence:
             new = np.union1d(new, where[same])
         obs = np.concatenate(([0], new))
         lo = np.concatenate(([-math.inf], t[new - 1].astype(np.float64)))
-        hi = t[obs].astype(np.float64)
-        tau = np.array([cadence.instant_before(float(t[0]))]
+        hi = ended[obs].astype(np.float64)
+        tau = np.array([cadence.instant_before(float(ended[0]))]
                        + [cadence.instant(a, b) for a, b in zip(lo[1:].tolist(), hi[1:].tolist(), strict=True)])
         tau = np.maximum.accumulate(tau - base)  # relative: float64 exact to the ns
         lo, hi = lo - base, hi - base
@@ -573,7 +581,8 @@ class WindowDelta:
 
 
 def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]], key: str, cadence: Cadence,
-                 start: int, end: int, fresh: CounterDelta, grace_ns: int = 0, endpoint: str = "") -> WindowDelta:
+                 start: int, end: int, fresh: CounterDelta, grace_ns: int = 0, endpoint: str = "",
+                 ends: NDArray[np.int64] | None = None) -> WindowDelta:
     """A counter's increase over [start, end] as the report gives it, and, for the energy counter, its bound and
     uncertainty: `fresh` (the scrape-timed delta, not None) when the series' values are fresh, else the delta
     timed at DCGM's refreshes (the power gauge as the energy's slope). The one rule behind the per-GPU metrics
@@ -581,14 +590,16 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
 
     The energy counter's readings are never taken as fresher than the data shows: each lags its scrape by the
     counter's hold (bridge/sources `COUNTER_HOLD_S`) and, from an exporter, by up to one of its refreshes
-    (`ages.fresh_ages`); a fresh series is read at the edges moved by its readings' mean age."""
+    (`ages.fresh_ages`); a fresh series is read at the edges moved by its readings' mean age. Where the scrapes'
+    ends are known (`ends`), a response may have read its values as late as its end: a fresh series is timed at
+    the ends, its readings up to the longest response older still; a refresh is bracketed by them."""
     energy_key, _ = energy_keys(values)
     energy = key == energy_key
     power = values.get(slope_key(values)) if energy else None
     if not energy:
         if cadence.fresh:
             return WindowDelta(fresh)
-        return WindowDelta(refreshed_delta(ts, values[key], cadence, start, end))
+        return WindowDelta(refreshed_delta(ts, values[key], cadence, start, end, ends=ends))
     if cadence.fresh:
         from bridge.report.stats import counter_delta_interpolated
 
@@ -596,19 +607,19 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
         ages = _fresh_ages(ts, values[key], 0.0 if local else _slowest_refresh(ts, cadence), local)
         stale, shown = ages.stale, ages.instants_ns  # each reading at the instant it shows, where its age is known
         shift = round(stale.shift_s * 1e9)
-        once, counter = _first_showings(shown, values[key])
+        once, counter, late = _first_showings(shown, values[key], _lateness(ts, shown, ends))
         read = counter_delta_interpolated(once, counter, start + shift, end + shift,
                                           _reaching(once, end + shift, grace_ns + shift)) or fresh
         edge_bounds = stale_edge_bounds(ts, values[key], start, end, read_at(shown, ts, (start + shift, end + shift)),
-                                        round(stale.most_s * 1e9))
+                                        round(stale.most_s * 1e9), ends)
         if edge_bounds is None:
             return WindowDelta(read)
         expected = fresh_uncertainty(once, counter, start + shift, end + shift, edge_bounds, ENERGY_RESOLUTION_MJ,
-                                     stale)
+                                     stale, late)
         return WindowDelta(read, sum(edge_bounds), expected)
     # Timed at DCGM's refreshes: each refresh read the counter's last update, up to the hold before it.
     timed = refreshed_delta(ts, values[key], cadence, start, end, None if power is None else power * 1e-6,  # W → MJ/s
-                            ENERGY_RESOLUTION_MJ, COUNTER_HOLD_S)
+                            ENERGY_RESOLUTION_MJ, COUNTER_HOLD_S, ends)
     if timed is None:
         return WindowDelta(timed)
     return WindowDelta(timed, timed.bound, timed.uncertainty)
@@ -625,17 +636,31 @@ def _reaching(t: NDArray[np.int64], end: int, grace_ns: int) -> int:
     return max(grace_ns, int(t[after]) - end) if after < t.size else grace_ns
 
 
-def _first_showings(shown: NDArray[np.int64], values: NDArray[np.float64]) -> tuple[NDArray[np.int64],
-                                                                                    NDArray[np.float64]]:
+def _first_showings(shown: NDArray[np.int64], values: NDArray[np.float64], late: NDArray[np.float64] | None = None
+                    ) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.float64] | None]:
     """The valid readings, each update once: readings of the same update show the same instant, and a line read
-    through two readings at one instant has no slope to extrapolate with."""
+    through two readings at one instant has no slope to extrapolate with (`late`, per reading, alongside)."""
     import numpy as np
 
     valid = np.flatnonzero(~np.isnan(values))
     t = shown[valid]
     first = np.ones(t.size, dtype=bool)
     first[1:] = t[1:] != t[:-1]
-    return t[first], values[valid][first]
+    return t[first], values[valid][first], None if late is None else late[valid][first]
+
+
+def _lateness(ts: NDArray[np.int64], shown: NDArray[np.int64], ends: NDArray[np.int64] | None
+              ) -> NDArray[np.float64] | None:
+    """How much newer than the instant it is read at (`shown`) each reading's value may be (s): a response reads its
+    values between its scrape's start and its end (dcgm-exporter gathers from DCGM as it serves a request; a local
+    reader reads field after field). Timed at its scrape's start, up to the response's length; timed at an update of
+    the fitted hold grid (`ages.fresh_ages`), a later update where one fell before the response ended: whole holds.
+    None: no ends known."""
+    if ends is None:
+        return None
+    if shown is ts:
+        return (ends - ts).astype(float) / 1e9
+    return COUNTER_HOLD_S * ((ends - shown).astype(float) / 1e9 // COUNTER_HOLD_S)
 
 
 def _slowest_refresh(ts: NDArray[np.int64], cadence: Cadence) -> float:
@@ -660,11 +685,13 @@ def read_at(shown: NDArray[np.int64], ts: NDArray[np.int64], instants: tuple[int
 
 
 def stale_edge_bounds(ts: NDArray[np.int64], values: NDArray[np.float64], start: int, end: int,
-                      at: tuple[int, int], most_ns: int) -> tuple[float, float] | None:
+                      at: tuple[int, int], most_ns: int, ends: NDArray[np.int64] | None = None
+                      ) -> tuple[float, float] | None:
     """How far the counter's true value at each edge can be from its reading (read at `at`, on the scrapes' clock),
     for readings that lag their scrape by up to `most_ns`: the truth lies between the last reading at or before the
     edge (its value is older still) and the first one scraped `most_ns` after it, plus the counter's step (it counts
-    whole mJ, rounding down). None: no valid sample."""
+    whole mJ, rounding down). Where the scrapes' `ends` are known, a reading may be as new as its end: the floor is
+    the last reading whose scrape ended by the edge. None: no valid sample."""
     import numpy as np
 
     from bridge.report.stats import cumulative_increase
@@ -673,22 +700,24 @@ def stale_edge_bounds(ts: NDArray[np.int64], values: NDArray[np.float64], start:
     t, v = ts[valid], values[valid]
     if t.size == 0:
         return None
+    e = t if ends is None else ends[valid]
     cum, _ = cumulative_increase(t, v)
-    return tuple(_stale_edge_bound(t, cum, edge, read, most_ns) + ENERGY_RESOLUTION_MJ  # type: ignore[return-value]
+    return tuple(_stale_edge_bound(t, e, cum, edge, read, most_ns) + ENERGY_RESOLUTION_MJ  # type: ignore[return-value]
                  for edge, read in zip((start, end), at, strict=True))
 
 
-def _stale_edge_bound(t: NDArray[np.int64], cum: NDArray[np.float64], edge: int, at: int, most_ns: int) -> float:
+def _stale_edge_bound(t: NDArray[np.int64], e: NDArray[np.int64], cum: NDArray[np.float64], edge: int, at: int,
+                      most_ns: int) -> float:
     import numpy as np
 
     n = int(t.size)
     if n < 2:
         return 0.0
     rel = (t - t[0]).astype(np.float64)
-    rate = _RATE_MARGIN * _highest_rate(rel, cum, most_ns)  # per ns
-    before = int(np.searchsorted(t, edge, side="right")) - 1
+    rate = _RATE_MARGIN * _highest_rate(rel, cum, most_ns + int((e - t).max()))  # per ns
+    before = int(np.searchsorted(e, edge, side="right")) - 1
     after = int(np.searchsorted(t, edge + most_ns, side="left"))
-    floor = float(cum[before]) if before >= 0 else float(cum[0]) - rate * float(t[0] - edge + most_ns)
+    floor = float(cum[before]) if before >= 0 else float(cum[0]) - rate * float(e[0] - edge + most_ns)
     ceiling = float(cum[after]) if after < n else float(cum[-1]) + rate * float(edge + most_ns - t[-1])
     x = float(at - t[0])
     value = float(np.interp(x, rel, cum)) if rel[0] <= x <= rel[-1] else (

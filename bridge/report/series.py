@@ -32,6 +32,9 @@ from bridge.samples import GpuRecord
 # its series' columns, its timestamp's token, and the rows and times read since the last hand-over.
 LineTarget = tuple[tuple[bytes, ...], tuple[int, ...], int, bytearray, bytearray]
 _MAX_SHAPES = 8  # lines of a series given (or refused) a shape before the series stops trying
+# A record's `scrape_end_ns` rides in its series' rows as one more column under this name (no telemetry key starts
+# with a NUL), and leaves them as `Series.ends`.
+END_COLUMN = "\x00scrape_end_ns"
 
 if TYPE_CHECKING:
     import numpy as np
@@ -84,6 +87,10 @@ class Series:
     meta: GpuMeta
     timestamps: NDArray[np.int64]  # sorted
     values: Mapping[str, NDArray[np.float64]]  # report key -> values aligned with timestamps, NaN = absent
+    # When each scrape was complete (`scrape_end_ns`; its start where a record lacks it; never before an earlier
+    # scrape's), aligned with timestamps: a value is read between its scrape's start and its end. None: no record
+    # carried one (AIPerf's logs).
+    ends: NDArray[np.int64] | None = None
 
     def __len__(self) -> int:
         return int(self.timestamps.size)
@@ -274,11 +281,23 @@ class SeriesRows:
                     column = values[key] = np.full(count, np.nan)
                 column[at:until] = block[:, k]
         values = _merge_aliases(values)
+        ended = values.pop(END_COLUMN, None)
         if ts.size > 1 and bool(np.any(ts[1:] < ts[:-1])):
             order = np.argsort(ts, kind="stable")
             ts = ts[order]
             values = {key: col[order] for key, col in values.items()}
-        return Series(endpoint, self.url, self.meta(), ts, values)
+            ended = None if ended is None else ended[order]
+        ends = None
+        if ended is not None:  # (float64 holds the ns to within 256) never before the start, and in time order: each
+            with np.errstate(invalid="ignore"):  # value was read before its own end and every later one
+                ends = np.maximum.accumulate(np.maximum(np.where(np.isnan(ended), ts, np.nan_to_num(ended)).astype(
+                    np.int64), ts))
+        return Series(endpoint, self.url, self.meta(), ts, values, ends)
+
+
+def with_end(data: Mapping[str, Any], end: object) -> Mapping[str, Any]:
+    """A record's values and its scrape's end among them (`END_COLUMN`), where it has one."""
+    return data if end is None else {**data, END_COLUMN: end}
 
 
 def _merge_aliases(values: dict[str, NDArray[np.float64]]) -> dict[str, NDArray[np.float64]]:
@@ -332,7 +351,7 @@ class SeriesAccumulator:
     def add(self, record: GpuRecord) -> None:
         key = (endpoint_of(self._display, record.telemetry_source_url), record.gpu_uuid, record.gpu_instance_id)
         rows = self._rows.get(key) or SeriesRows(record)
-        rows.add(record.timestamp_ns, record.telemetry_data)
+        rows.add(record.timestamp_ns, with_end(record.telemetry_data, record.scrape_end_ns))
         if record.run_id is not None:
             self._run_ids.setdefault(record.run_id, None)
         self._rows[key] = rows  # (a new series only once it holds its first record)
@@ -358,7 +377,7 @@ class SeriesAccumulator:
         uuid = obj.get("gpu_uuid") or dict_to_record(obj).gpu_uuid
         key = (endpoint_of(self._display, str(url)), str(uuid), obj.get("gpu_instance_id"))
         rows = self._rows.get(key) or SeriesRows(dict_to_record(obj))
-        rows.add(t_ns, data)
+        rows.add(t_ns, with_end(data, obj.get("scrape_end_ns")))
         self._rows[key] = rows  # (a new series only once it holds its first record)
         if rows.missing:
             rows.fill(obj.get)
@@ -402,7 +421,7 @@ class SeriesAccumulator:
         for obj in batch:
             try:
                 rows = as_read[obj.get("telemetry_source_url"), obj.get("gpu_uuid"), obj.get("gpu_instance_id")]
-                data = obj["telemetry_data"]
+                data = with_end(obj["telemetry_data"], obj.get("scrape_end_ns"))
                 if len(data) != rows.width:
                     raise KeyError
                 # (struct.error too when the buffer is full: `add_dict` makes room)
@@ -473,7 +492,8 @@ def _register(line: bytes, obj: dict[str, Any], rows: SeriesRows, shapes: dict[i
     bytes of the decoded object: no duplicate key, no white space, numbers as orjson writes them) and every
     value of its telemetry_data is a number: its tokens are then the object's numbers in document order."""
     data = obj.get("telemetry_data")
-    if not isinstance(data, dict) or len(data) != rows.width or set(data) != set(rows.keys):
+    if not isinstance(data, dict) or set(with_end(data, obj.get("scrape_end_ns"))) != set(rows.keys) \
+            or len(data) + (obj.get("scrape_end_ns") is not None) != rows.width:
         return False
     if orjson.dumps(obj) != line:
         return False
@@ -492,10 +512,11 @@ def _register(line: bytes, obj: dict[str, Any], rows: SeriesRows, shapes: dict[i
         return False
     slot = {(top, sub): k for k, (top, sub, _) in enumerate(numbers)}
     ts_slot = slot.get(("timestamp_ns", None))
+    where = {name: ("telemetry_data", name) for name in rows.keys} | {END_COLUMN: ("scrape_end_ns", None)}
     if ts_slot is None or not isinstance(obj["timestamp_ns"], int) or any(
-            ("telemetry_data", name) not in slot for name in rows.keys):
+            where[name] not in slot for name in rows.keys):
         return False
-    columns = tuple(slot[("telemetry_data", name)] for name in rows.keys)
+    columns = tuple(slot[where[name]] for name in rows.keys)
     known = shapes.setdefault(key, [])
     if any(t[0] == segments and t[1] == columns and t[2] == ts_slot for t in known):
         return True

@@ -267,7 +267,7 @@ def refreshed_counters(s: Series, counters: Sequence[MetricLabel], cadence: Cade
             out[label.key] = None  # unsupported or stuck: never its 0 J (the verdict says which)
             continue
         read = window_delta(s.timestamps, s.values, label.key, cadence, window.start_ns, window.end_ns, fresh,
-                            window.grace_ns, s.endpoint)
+                            window.grace_ns, s.endpoint, s.ends)
         out[label.key] = _counter_result(label.unit, read.delta, bound=read.bound, uncertainty=read.uncertainty)
     return out
 
@@ -297,7 +297,7 @@ def series_metrics(s: Series, labels: Sequence[MetricLabel], window: Window, mod
     deltas = counter_deltas_interpolated(s.timestamps, matrix[g:c], start, end, grace, scratch=scratch)
     results: dict[str, dict[str, Any] | None] = {label.key: result for label, result in zip(gauges, stats, strict=True)}
     if mode == "interpolated":
-        cadence = source_cadence(s.endpoint, s.timestamps, s.values)
+        cadence = source_cadence(s.endpoint, s.timestamps, s.values, s.ends)
         results.update(refreshed_counters(s, counters, cadence, window, deltas))
         if not cadence.fresh:  # what the gauges rest on: how many distinct DCGM refreshes the window holds
             refreshes = refreshes_in(s.timestamps, matrix[:c], start, end)
@@ -402,7 +402,7 @@ def build_block(series: Sequence[Series], window: Window, table: FieldTable, mod
                 gpus[keys[s.meta.identity]] = gpu_entry(s, labels, window, mode, scratch)
         endpoints[endpoint] = {"gpus": gpus}
         if mode == "interpolated":
-            cadences = [source_cadence(s.endpoint, s.timestamps, s.values) for s in members]
+            cadences = [source_cadence(s.endpoint, s.timestamps, s.values, s.ends) for s in members]
             cadence = endpoint_cadence(cadences)
             speaker = members[cadences.index(cadence)]
             endpoints[endpoint]["refresh"] = refresh_summary(cadence, field_periods(speaker.timestamps,

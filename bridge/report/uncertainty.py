@@ -83,7 +83,8 @@ GAUGE_AVERAGING_S = 1.0
 
 
 def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start: int, end: int,
-                      edge_bounds: tuple[float, float], resolution: float, stale: Staleness) -> float:
+                      edge_bounds: tuple[float, float], resolution: float, stale: Staleness,
+                      late: NDArray[np.float64] | None = None) -> float:
     """The expected error of a fresh counter's increase over [start, end] (the counter's unit, MJ for energy), the
     edges already moved by the readings' mean age. Per edge, inside the interval of readings h apart that holds it at
     fraction x, from the counter's own rates (a power gauge may be a one-second average, nvmlDeviceGetPowerUsage, and
@@ -96,7 +97,9 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start
       have the 95 % quantile `q95`; the share every reading may hide moves the two edges alike and leaves the
       power's change across the window times how far the mean age can be off (`mean_error_s`);
     - a part no reading shows (readings at one phase of the hold, `Staleness.walk_between`): the higher edge power
-      times its walk between the edges, in quadrature with the ages.
+      times its walk between the edges, in quadrature with the ages;
+    - a late response (`late`: how much newer than its instant each reading's value may be, refresh.py `_lateness`):
+      the edge's power times the later of its two readings', in quadrature with the ages.
     The edges' shapes add (a load that starts with the window and stops with it misses the same way at both), the ages
     in quadrature with them, the shared age and the counter's resolution at each edge on top; never more than the
     bound."""
@@ -107,12 +110,15 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start
     shapes: list[float] = []
     ages: list[float] = []
     edge_power: list[float] = []
+    lateness = None if late is None else late[valid]
     for edge, edge_bound in zip((start, end), edge_bounds, strict=True):
         i = int(np.searchsorted(t, edge, side="right"))
         if (i == 0 or i == t.size) and t.size >= 4:  # beyond the readings: the line of the nearest interval, extended
             beyond = _extended(t, v, i, edge, stale)
             shapes.append(min(beyond[0], edge_bound))
             ages.append(beyond[1] * stale.q95_s / math.sqrt(2))
+            if lateness is not None:
+                ages.append(beyond[1] * float(lateness[min(i, t.size - 1)]))
             edge_power.append(beyond[1])
             continue
         if not 0 < i < t.size or t[i] <= t[i - 1]:
@@ -135,6 +141,8 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start
         transient = _beyond(abs(here - (before + after) / 2) * h, math.sqrt(5 / 2) * power * stale.q95_s)
         shapes.append(change * x * (1 - x) + transient * max(x, 1 - x))
         ages.append(power * stale.q95_s / math.sqrt(2))
+        if lateness is not None:
+            ages.append(power * float(max(lateness[a], lateness[i])))
         edge_power.append(power)
     shared = abs(edge_power[1] - edge_power[0]) * stale.mean_error_s
     walk = max(edge_power) * stale.walk_between(start, end)  # (a part no reading shows: not noise in the rates)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge.endpoints import display_key
-from bridge.report.series import SeriesRows
+from bridge.report.series import END_COLUMN, SeriesRows, with_end
 from bridge.samples import GpuRecord
 
 if TYPE_CHECKING:
@@ -80,15 +80,17 @@ class _Spooled:
 
 class _PlanBlock:
     """An endpoint's latest pages of one kernel plan (its key): their rows one after the other (each page's the
-    same width), their times, and each record's series, entry and row width in page order."""
+    same width), their times and ends (none where the pages carry none), and each record's series, entry and row
+    width in page order."""
 
-    __slots__ = ("plan", "targets", "rows", "ts")
+    __slots__ = ("plan", "targets", "rows", "ts", "ends")
 
     def __init__(self, plan: int, targets: list[tuple[_Spooled, PlanEntry, int]]) -> None:
         self.plan = plan
         self.targets = targets
         self.rows = bytearray()
         self.ts: array[int] = array("q")
+        self.ends: array[float] = array("d")
 
 
 class LiveSeries:
@@ -104,6 +106,7 @@ class LiveSeries:
         self.complete = True  # False once a record could not be kept: the report re-reads the log
         self.error: str | None = None
         self._unspooled = 0
+        self._ended_keys: dict[tuple[str, ...], tuple[str, ...]] = {}  # an entry's keys -> with END_COLUMN (one tuple)
 
     def add(self, records: Sequence[GpuRecord], endpoint: str | None = None) -> None:
         """Records of one scrape (`endpoint`: their display key, when the caller knows it)."""
@@ -130,6 +133,8 @@ class LiveSeries:
                 block = self._blocks[endpoint] = _PlanBlock(compiled.plan, self._targets_of(compiled, endpoint))
             block.rows += compiled.rows
             block.ts.append(compiled.timestamp_ns)
+            if compiled.scrape_end_ns is not None:  # (a plan's pages all carry one or none: it is in the plan's key)
+                block.ends.append(compiled.scrape_end_ns)
             if len(block.rows) >= _BLOCK_BYTES:
                 self._hand_out(block)
             self.records += len(compiled.entries)
@@ -149,7 +154,11 @@ class LiveSeries:
             column = view[offset: offset + width] if pages == 1 else \
                 b"".join([view[at: at + width] for at in range(offset, len(view), stride)])
             offset += width
-            rows.add_rows(block.ts, entry.keys, column)
+            keys = entry.keys
+            if block.ends:  # each page's end, one more column of every row (report/series.py `END_COLUMN`)
+                column = _with_ends(column, width, block.ends)
+                keys = self._ended_keys.setdefault(keys, (*keys, END_COLUMN))
+            rows.add_rows(block.ts, keys, column)
             if rows.missing and spooled.filled_from != block.plan:  # (a plan's entries keep their metadata)
                 spooled.filled_from = block.plan
                 rows.fill(partial(getattr, entry.meta))
@@ -158,6 +167,7 @@ class LiveSeries:
         view.release()
         block.rows = bytearray()
         block.ts = array("q")
+        block.ends = array("d")
 
     def _hand_out_all(self) -> None:
         for block in list(self._blocks.values()):  # (a spool that gives up empties the dict)
@@ -181,7 +191,7 @@ class LiveSeries:
         if spooled is None:
             spooled = self._series[key] = _Spooled(len(self._series), record)
         rows = spooled.rows
-        rows.add(record.timestamp_ns, record.telemetry_data)
+        rows.add(record.timestamp_ns, with_end(record.telemetry_data, record.scrape_end_ns))
         if rows.missing:
             rows.fill(partial(getattr, record))
         if rows.used >= spooled.flush_at:
@@ -311,3 +321,11 @@ def _map_file(path: Path) -> Any:
     buffer = (ctypes.c_char * size).from_address(address)
     weakref.finalize(buffer, _libc.munmap, address, size)
     return buffer
+
+
+def _with_ends(column: bytes | memoryview, width: int, ends: array[float]) -> bytes:
+    """A series' rows of `width` bytes each, one a page, with the page's end after each."""
+    import numpy as np
+
+    rows = np.frombuffer(column, dtype=np.float64).reshape(len(ends), width // 8)
+    return np.column_stack((rows, np.frombuffer(ends, dtype=np.float64))).tobytes()

@@ -124,9 +124,10 @@ def test_report_prometheus_command_rebuilds_telemetry_data(run, victoria_metrics
 
 
 def _at_ms(record):
+    """The record as a store keeps it: its time in ms, and no scrape end (a sample has one time)."""
     from dataclasses import replace
 
-    return replace(record, timestamp_ns=record.timestamp_ns // 1_000_000 * 1_000_000)
+    return replace(record, timestamp_ns=record.timestamp_ns // 1_000_000 * 1_000_000, scrape_end_ns=None)
 
 
 def _assert_same_numbers(a, b, path="endpoints"):

@@ -15,7 +15,8 @@ import pytest
 from bridge import kernel
 from bridge.record_log import record_to_line
 from bridge.report.runs import read_log
-from tests.report.helpers import T0, S, rec
+from bridge.report.series import SeriesAccumulator
+from tests.report.helpers import MS, T0, S, rec
 
 PATHS = ["compiled", "python"]
 
@@ -112,3 +113,38 @@ def test_pods_of_a_log_of_two_runs_are_read_from_the_log(tmp_path: Path) -> None
                                        "--end-ns", str(T0 + 128 * S), "--gpu-pods", "team/trainer-*"])
     assert result.exit_code == 0, result.output
     assert "reporting run r1" in result.output and "pods: 1 GPU" in result.output
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_a_scrapes_end_reaches_its_series_whoever_reads_the_line(tmp_path: Path, which: str) -> None:
+    """`scrape_end_ns` rides beside each record's values: `Series.ends` holds it (its start where a record lacks one,
+    and never before an earlier scrape's end), no telemetry key shows it, and a log without any has none."""
+    ends = [T0 + 5 * MS, None, T0 + 2 * S + 900 * MS, T0 + 3 * S + 1 * MS, T0 + 4 * S + 7 * MS] + [None] * 20
+    records = [dataclasses.replace(rec(T0 + i * S, {"nvidia_power_usage": 100.0 + i}), scrape_end_ns=end)
+               for i, end in enumerate(ends)]
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(b"".join(record_to_line(r) for r in [*records[3:], *records[:3]]))  # (out of order)
+    with reader(which):
+        (series,) = SeriesAccumulator().add_path(log).finish()
+        (plain,) = SeriesAccumulator().add_path(_without_ends(tmp_path, records)).finish()
+    assert series.ends is not None and list(series.values) == ["nvidia_power_usage"]
+    expected = [T0 + 5 * MS, T0 + S, T0 + 2 * S + 900 * MS, T0 + 3 * S + 1 * MS, T0 + 4 * S + 7 * MS]
+    assert _near(series.ends.tolist(), expected + [T0 + i * S for i in range(5, 25)])  # (float64 holds them: ±256 ns)
+    assert series.values["nvidia_power_usage"].tolist() == [100.0 + i for i in range(25)]
+    assert plain.ends is None
+    (direct,) = SeriesAccumulator().add_all(records).finish()
+    assert direct.ends is not None and direct.ends.tolist() == series.ends.tolist()
+    late = dataclasses.replace(records[1], timestamp_ns=T0 + S, scrape_end_ns=T0 + S + 10)
+    (earlier,) = SeriesAccumulator().add_all([records[0], late, dataclasses.replace(records[2], scrape_end_ns=T0)]
+                                             ).finish()
+    assert earlier.ends is not None and _near(earlier.ends.tolist(), [T0 + 5 * MS, T0 + S + 10, T0 + 2 * S])
+
+
+def _near(ends: list[int], expected: list[int]) -> bool:
+    return len(ends) == len(expected) and all(abs(a - b) <= 256 for a, b in zip(ends, expected, strict=True))
+
+
+def _without_ends(tmp_path: Path, records: list) -> Path:
+    path = tmp_path / "plain.jsonl"
+    path.write_bytes(b"".join(record_to_line(dataclasses.replace(r, scrape_end_ns=None)) for r in records))
+    return path
