@@ -442,11 +442,11 @@ GroupKey = tuple[str, float, str, str]  # (shape, refresh s, gauge, counter)
 
 
 def grid_specs(seeds: Iterable[int], shapes: Iterable[str] = SHAPES, refreshes: Iterable[float] = REFRESHES,
-               sensors: Iterable[tuple[str, str]] = SENSORS) -> list[RunSpec]:
+               sensors: Iterable[tuple[str, str]] = SENSORS, late_ms: int = 0) -> list[RunSpec]:
     """Every run of the grid, group by group (shape, refresh, sensors), each group's windows × seeds together."""
     seeds, sensors = list(seeds), list(sensors)
-    return [RunSpec(shape, refresh_s, window_s, gauge, counter, seed) for shape in shapes for refresh_s in refreshes
-            for gauge, counter in sensors for window_s in WINDOWS for seed in seeds]
+    return [RunSpec(shape, refresh_s, window_s, gauge, counter, seed, late_ms=late_ms) for shape in shapes
+            for refresh_s in refreshes for gauge, counter in sensors for window_s in WINDOWS for seed in seeds]
 
 
 def judge_groups(specs: Sequence[RunSpec]) -> dict[GroupKey, list[Judged]]:
