@@ -714,7 +714,7 @@ def _stale_edge_bound(t: NDArray[np.int64], e: NDArray[np.int64], cum: NDArray[n
     if n < 2:
         return 0.0
     rel = (t - t[0]).astype(np.float64)
-    rate = _RATE_MARGIN * _highest_rate(rel, cum, most_ns + int((e - t).max()))  # per ns
+    rate = _RATE_MARGIN * _highest_rate(rel, cum, most_ns, None if e is t else (e - t[0]).astype(np.float64))  # per ns
     before = int(np.searchsorted(e, edge, side="right")) - 1
     after = int(np.searchsorted(t, edge + most_ns, side="left"))
     floor = float(cum[before]) if before >= 0 else float(cum[0]) - rate * float(e[0] - edge + most_ns)
@@ -726,19 +726,23 @@ def _stale_edge_bound(t: NDArray[np.int64], e: NDArray[np.int64], cum: NDArray[n
     return float(max(value - floor, ceiling - value))
 
 
-def _highest_rate(rel: NDArray[np.float64], cum: NDArray[np.float64], most_ns: int) -> float:
+def _highest_rate(rel: NDArray[np.float64], cum: NDArray[np.float64], most_ns: int,
+                  ended: NDArray[np.float64] | None = None) -> float:
     """The highest mean rate the readings allow, per ns. Readings that lag their scrapes by up to `most_ns` can show an
     update between two scrapes a few ms apart: each reading is paired with the first at least 2·`most_ns` later, whose
-    values are at least `most_ns` apart in truth."""
+    values are at least `most_ns` apart in truth. `ended`: the scrapes' ends (relative as `rel`), where a value may be
+    as new as its end: a pair then lies apart from the first one's end."""
     import numpy as np
 
-    if most_ns <= 0:
+    newest = rel if ended is None else ended
+    if most_ns <= 0 and ended is None:
         return max(float(np.max(np.diff(cum) / np.maximum(np.diff(rel), 1.0))), 0.0)
-    later = np.searchsorted(rel, rel + 2 * most_ns, side="left")
+    later = np.searchsorted(rel, newest + 2 * max(most_ns, 1), side="left")
     paired = np.flatnonzero(later < rel.size)
     if not paired.size:  # the readings span less: their whole span, less the lag
-        return max(float(cum[-1] - cum[0]) / max(float(rel[-1] - rel[0]) - most_ns, float(most_ns)), 0.0)
-    spans = rel[later[paired]] - rel[paired] - most_ns
+        span = float(rel[-1] - newest[0]) - most_ns
+        return max(float(cum[-1] - cum[0]) / max(span, float(most_ns), 1.0), 0.0)
+    spans = rel[later[paired]] - newest[paired] - most_ns
     return max(float(np.max((cum[later[paired]] - cum[paired]) / spans)), 0.0)
 
 

@@ -288,11 +288,19 @@ class SeriesRows:
             values = {key: col[order] for key, col in values.items()}
             ended = None if ended is None else ended[order]
         ends = None
-        if ended is not None:  # (float64 holds the ns to within 256) never before the start, and in time order: each
-            with np.errstate(invalid="ignore"):  # value was read before its own end and every later one
-                ends = np.maximum.accumulate(np.maximum(np.where(np.isnan(ended), ts, np.nan_to_num(ended)).astype(
-                    np.int64), ts))
+        if ended is not None:  # (float64 holds the ns to within 256)
+            ends = _scrape_ends(ts, ended)
         return Series(endpoint, self.url, self.meta(), ts, values, ends)
+
+
+def _scrape_ends(ts: NDArray[np.int64], ended: NDArray[np.float64]) -> NDArray[np.int64]:
+    """Each scrape's end as the records give it, never before its start (its start where a record gave none), and
+    never before an earlier scrape's end: each value was read before its own end, so before every later one."""
+    import numpy as np
+
+    with np.errstate(invalid="ignore"):  # (an end past int64's range: as late as it goes)
+        within = np.clip(np.nan_to_num(ended, nan=-1.0), ts.astype(np.float64), float(np.iinfo(np.int64).max // 2))
+    return np.maximum.accumulate(np.maximum(within.astype(np.int64), ts))
 
 
 def with_end(data: Mapping[str, Any], end: object) -> Mapping[str, Any]:

@@ -148,3 +148,30 @@ def _without_ends(tmp_path: Path, records: list) -> Path:
     path = tmp_path / "plain.jsonl"
     path.write_bytes(b"".join(record_to_line(dataclasses.replace(r, scrape_end_ns=None)) for r in records))
     return path
+
+
+@pytest.mark.parametrize("which", PATHS)
+def test_an_end_a_writer_could_not_have_given_is_read_within_what_it_can_be(tmp_path: Path, which: str) -> None:
+    """A hand-edited log's ends (before the start, beyond int64, not a number) never fail the read or the report: an
+    end is never before its start nor an earlier end, and a report over it still states its energy."""
+    from bridge.report import build_report
+    from bridge.report.window import explicit_window
+
+    good = [dataclasses.replace(rec(T0 + i * S, {"nvidia_energy_consumption": 1.0 + 0.0003 * i,
+                                                 "nvidia_power_usage": 300.0}), scrape_end_ns=T0 + i * S + 4 * MS)
+            for i in range(30)]
+    text = b"".join(record_to_line(r) for r in good).decode()
+    text = text.replace(f'"scrape_end_ns":{T0 + 5 * S + 4 * MS}', '"scrape_end_ns":1e30', 1)
+    text = text.replace(f'"scrape_end_ns":{T0 + 9 * S + 4 * MS}', f'"scrape_end_ns":{T0 - 10 * S}', 1)
+    text = text.replace(f'"scrape_end_ns":{T0 + 12 * S + 4 * MS}', '"scrape_end_ns":"soon"', 1)
+    log = tmp_path / "edited.jsonl"
+    log.write_text(text)
+    with reader(which):
+        (series,) = SeriesAccumulator().add_path(log).finish()
+    assert series.ends is not None and len(series.ends) == 30
+    assert (series.ends >= series.timestamps).all() and (series.ends[1:] >= series.ends[:-1]).all()
+    assert _near(series.ends[:5].tolist(), [T0 + i * S + 4 * MS for i in range(5)])
+    assert series.ends[5] > T0 + 10**9 * S  # (as late as it goes: the readings after it are late too)
+    built = build_report([dataclasses.replace(r, scrape_end_ns=int(e)) for r, e in zip(good, series.ends, strict=True)],
+                         window=explicit_window(T0 + 3 * S, T0 + 20 * S, 0))
+    assert built.energy.total_energy_j is not None and built.energy.uncertainty_j is not None
