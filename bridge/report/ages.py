@@ -62,6 +62,9 @@ class Staleness:
     most_s: float  # the most any reading can lag (hard): the exporter's slowest possible refresh + the hold
     walk_s: float = 0.0  # 95 % of the time, a part no reading shows differs at most this much between the edges
     beneath: Beneath | None = None  # readings at one phase of the hold: what may hide beneath them, per window
+    # A fitted hold grid's updates jitter about its instants by up to this (the fit's residual spread, ±): a reading
+    # scraped this close to an update may show the update before it or the one after, a whole hold apart.
+    near_s: float = 0.0
 
     def walk_between(self, start: int, end: int) -> float:
         """`walk_s`, or what hides beneath readings at one phase of the hold walks between edges at these instants."""
@@ -145,9 +148,9 @@ def fresh_ages(ts: NDArray[np.int64], counter: NDArray[np.float64], hold_s: floa
     spread = min(4 * _median_abs(rest), most)
     q95 = min(math.hypot(_q95_apart(rest, most), walk), most)  # (the walk: how well the readings pin the period)
     if local:  # the reads show the counter's own updates: nothing hides beneath the grid
-        return FreshAges(instants, Staleness(q95, 0.0, spread / 2, most))
+        return FreshAges(instants, Staleness(q95, 0.0, spread / 2, most, near_s=spread / 2))
     # From an exporter the grid found may be DCGM's, locked to the counter's own, whose hold then hides beneath it.
-    stale = Staleness(q95, hold_s / 2, hold_s / 2 + spread / 2, most)
+    stale = Staleness(q95, hold_s / 2, hold_s / 2 + spread / 2, most, near_s=spread / 2)
     # Nothing tells whether the two clocks drift apart (a drift too slow to wrap within the run moves the hidden hold
     # slowly, and the neighbours' quadratic takes it up): the two edges' shares are independent.
     return FreshAges(instants, with_hidden(stale, hold_s))

@@ -607,7 +607,7 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
         ages = _fresh_ages(ts, values[key], 0.0 if local else _slowest_refresh(ts, cadence), local)
         stale, shown = ages.stale, ages.instants_ns  # each reading at the instant it shows, where its age is known
         shift = round(stale.shift_s * 1e9)
-        once, counter, late = _first_showings(shown, values[key], _lateness(ts, shown, ends))
+        once, counter, late = _first_showings(shown, values[key], _lateness(ts, shown, ends, stale.near_s))
         read = counter_delta_interpolated(once, counter, start + shift, end + shift,
                                           _reaching(once, end + shift, grace_ns + shift)) or fresh
         edge_bounds = stale_edge_bounds(ts, values[key], start, end, read_at(shown, ts, (start + shift, end + shift)),
@@ -649,18 +649,21 @@ def _first_showings(shown: NDArray[np.int64], values: NDArray[np.float64], late:
     return t[first], values[valid][first], None if late is None else late[valid][first]
 
 
-def _lateness(ts: NDArray[np.int64], shown: NDArray[np.int64], ends: NDArray[np.int64] | None
-              ) -> NDArray[np.float64] | None:
-    """How much newer than the instant it is read at (`shown`) each reading's value may be (s): a response reads its
-    values between its scrape's start and its end (dcgm-exporter gathers from DCGM as it serves a request; a local
-    reader reads field after field). Timed at its scrape's start, up to the response's length; timed at an update of
-    the fitted hold grid (`ages.fresh_ages`), a later update where one fell before the response ended: whole holds.
-    None: no ends known."""
-    if ends is None:
-        return None
+def _lateness(ts: NDArray[np.int64], shown: NDArray[np.int64], ends: NDArray[np.int64] | None,
+              near_s: float = 0.0) -> NDArray[np.float64] | None:
+    """How far from the instant it is read at (`shown`) each reading's value may be (s). A response reads its values
+    between its scrape's start and its end (dcgm-exporter gathers from DCGM as it serves a request; a local reader
+    reads field after field): timed at its scrape's start, up to the response's length newer. Timed at an update of
+    the fitted hold grid (`ages.fresh_ages`): a later update where one fell before the response ended (whole holds),
+    and a hold either way for a reading scraped within the grid's jitter (`near_s`) of an update. None: neither."""
+    import numpy as np
+
     if shown is ts:
-        return (ends - ts).astype(float) / 1e9
-    return COUNTER_HOLD_S * ((ends - shown).astype(float) / 1e9 // COUNTER_HOLD_S)
+        return None if ends is None else (ends - ts).astype(float) / 1e9
+    whole = 0.0 if ends is None else COUNTER_HOLD_S * ((ends - shown).astype(float) / 1e9 // COUNTER_HOLD_S)
+    age = (ts - shown).astype(float) / 1e9
+    near = (age < near_s) | (age > COUNTER_HOLD_S - near_s)
+    return np.maximum(whole, np.where(near, COUNTER_HOLD_S, 0.0))
 
 
 def _slowest_refresh(ts: NDArray[np.int64], cadence: Cadence) -> float:
