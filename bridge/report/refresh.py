@@ -591,8 +591,8 @@ def window_delta(ts: NDArray[np.int64], values: Mapping[str, NDArray[np.float64]
     The energy counter's readings are never taken as fresher than the data shows: each lags its scrape by the
     counter's hold (bridge/sources `COUNTER_HOLD_S`) and, from an exporter, by up to one of its refreshes
     (`ages.fresh_ages`); a fresh series is read at the edges moved by its readings' mean age. Where the scrapes'
-    ends are known (`ends`), a response may have read its values as late as its end: a fresh series is timed at
-    the ends, its readings up to the longest response older still; a refresh is bracketed by them."""
+    ends are known (`ends`), a response may have read its values as late as its end: a refresh is bracketed by them,
+    an edge's bound floored by them, and a fresh series' edge readings may be that much newer (`_lateness`)."""
     energy_key, _ = energy_keys(values)
     energy = key == energy_key
     power = values.get(slope_key(values)) if energy else None

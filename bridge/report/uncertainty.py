@@ -98,8 +98,9 @@ def fresh_uncertainty(ts: NDArray[np.int64], counter: NDArray[np.float64], start
       power's change across the window times how far the mean age can be off (`mean_error_s`);
     - a part no reading shows (readings at one phase of the hold, `Staleness.walk_between`): the higher edge power
       times its walk between the edges, in quadrature with the ages;
-    - a late response (`late`: how much newer than its instant each reading's value may be, refresh.py `_lateness`):
-      the edge's power times the later of its two readings', in quadrature with the ages.
+    - a reading's instant in doubt (`late`: how far from its instant each reading's value may be, refresh.py
+      `_lateness`: a late response, an update the fitted grid's jitter leaves either side): the edge's power times
+      the larger of its two readings', in quadrature with the ages.
     The edges' shapes add (a load that starts with the window and stops with it misses the same way at both), the ages
     in quadrature with them, the shared age and the counter's resolution at each edge on top; never more than the
     bound."""
