@@ -366,9 +366,9 @@ def _root(f: Callable[[float], float], inside: float, outside: float) -> float:
     return (inside + outside) / 2
 
 
-# id(timestamps) -> their cadence; (id(timestamps), id(counter), …) -> the counter's readings' ages. An entry is
-# removed when one of its arrays is freed (`weakref.finalize`), so an id that numpy reuses for a new array never
-# finds the old array's entry (numpy arrays are not hashable: no value key).
+# (id(timestamps), and id(ends) where the series has them) -> their cadence; (id(timestamps), id(counter), …) -> the
+# counter's readings' ages. An entry is removed when one of its arrays is freed (`weakref.finalize`), so an id that
+# numpy reuses for a new array never finds the old array's entry (numpy arrays are not hashable: no value key).
 _CADENCES: dict[tuple[int, ...], Cadence] = {}
 _AGES: dict[tuple[object, ...], FreshAges] = {}
 
