@@ -6,6 +6,7 @@ before its first run; development reads the figures here, on other seeds, so tha
     .venv/bin/python bench/accuracy_groups.py                     # seeds 0-7, every group (~2 min on 2 cores)
     .venv/bin/python bench/accuracy_groups.py --shapes square,ramp --refreshes 0.5,1 --failing
     .venv/bin/python bench/accuracy_groups.py --late-ms 300     # values read up to 300 ms after each scrape's start
+    .venv/bin/python bench/accuracy_groups.py --scrape-ms 1000  # scrapes every second instead of AIPerf's 333 ms
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def main() -> int:
     parser.add_argument("--misses", action="store_true", help="print each uncovered valid window")
     parser.add_argument("--late-ms", type=int, default=0,
                         help="values read up to this long after their scrape's start (tests/report/sensor_runs.py)")
+    parser.add_argument("--scrape-ms", type=int, default=333, help="the scrapes' interval (AIPerf's 333 ms)")
     args = parser.parse_args()
     if "-" in args.seeds:
         a, b = args.seeds.split("-")
@@ -39,7 +41,7 @@ def main() -> int:
         seeds = [int(s) for s in args.seeds.split(",")]
     sensors = [(g, c) for g, c in (s.split("/") for s in args.sensors.split(","))]
     refreshes = [float(r) if "." in r else int(r) for r in args.refreshes.split(",")]
-    groups = judge_groups(grid_specs(seeds, args.shapes.split(","), refreshes, sensors, args.late_ms))
+    groups = judge_groups(grid_specs(seeds, args.shapes.split(","), refreshes, sensors, args.late_ms, args.scrape_ms))
     failing = 0
     for key, group in groups.items():
         valid = [j for j in group if j.valid]

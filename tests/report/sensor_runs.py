@@ -302,6 +302,7 @@ class RunSpec:
     seed: int = 0
     boundary: bool | None = None  # boundary scrapes at the edges (None: on even seeds)
     late_ms: int = 0  # the most a response's values are read after its scrape starts (0: at its start)
+    scrape_ms: int = 333  # the scrapes' interval (AIPerf's 333 ms; each ± 20 ms, a response's time, whatever it is)
 
 
 # A late response: dcgm-exporter gathers a request's values from DCGM when it serves it (NVIDIA/dcgm-exporter
@@ -343,7 +344,7 @@ def make_run(spec: RunSpec) -> Run:
         elif final is not None and (sampled(reads[-1]) > sampled(reads[final]) or t > scrapes[final] + 40 * S) \
                 and t >= end + GRACE:
             break
-        t += 333 * MS + rng.randrange(-20 * MS, 20 * MS)
+        t += spec.scrape_ms * MS + rng.randrange(-20 * MS, 20 * MS)
     times = np.array(reads, dtype=np.int64)
     counter, gauge = read_sensors(sensors, shape, times - (times - refresh_phase) % refresh if refresh else times)
     ends = None if late is None else [r + late.randrange(0, _RENDER_MS * MS + 1) for r in reads]
@@ -442,10 +443,11 @@ GroupKey = tuple[str, float, str, str]  # (shape, refresh s, gauge, counter)
 
 
 def grid_specs(seeds: Iterable[int], shapes: Iterable[str] = SHAPES, refreshes: Iterable[float] = REFRESHES,
-               sensors: Iterable[tuple[str, str]] = SENSORS, late_ms: int = 0) -> list[RunSpec]:
+               sensors: Iterable[tuple[str, str]] = SENSORS, late_ms: int = 0, scrape_ms: int = 333) -> list[RunSpec]:
     """Every run of the grid, group by group (shape, refresh, sensors), each group's windows × seeds together."""
     seeds, sensors = list(seeds), list(sensors)
-    return [RunSpec(shape, refresh_s, window_s, gauge, counter, seed, late_ms=late_ms) for shape in shapes
+    return [RunSpec(shape, refresh_s, window_s, gauge, counter, seed, late_ms=late_ms, scrape_ms=scrape_ms)
+            for shape in shapes
             for refresh_s in refreshes for gauge, counter in sensors for window_s in WINDOWS for seed in seeds]
 
 
@@ -455,3 +457,36 @@ def judge_groups(specs: Sequence[RunSpec]) -> dict[GroupKey, list[Judged]]:
     for j in on_two_processes(judge, specs):
         groups.setdefault((j.spec.shape, j.spec.refresh_s, j.spec.gauge, j.spec.counter), []).append(j)
     return groups
+
+
+def side_groups(shapes: Iterable[str], refreshes: Iterable[float], sensors: Iterable[tuple[str, str]],
+                missed: dict[tuple[str, float, str], str]) -> list[object]:
+    """The pytest parameters (shape, refresh s, "gauge/counter") of a side grid beside issue 42's (late responses,
+    other scrape intervals), each group in `missed` an xfail (strict) with its figures."""
+    import pytest
+
+    params: list[object] = []
+    for shape in shapes:
+        for refresh in refreshes:
+            for gauge, counter in sensors:
+                case = (shape, refresh, f"{gauge}/{counter}")
+                marks = [pytest.mark.xfail(strict=True, reason=f"issue 42 (open): {missed[case]}")] \
+                    if case in missed else []
+                params.append(pytest.param(*case, marks=marks, id=f"{shape}-{refresh}s-{gauge}-{counter}"))
+    return params
+
+
+def assert_group_holds(judged: Sequence[Judged], shape: str, refresh: float, sensors: str, size: int) -> None:
+    """Issue 42's criteria on one group of a side grid (`size` windows): the bound holds in every window; the
+    uncertainty covers the error in ≥ 95 % of the valid ones; ≥ 90 % of those with ≥ 5 refreshes are valid."""
+    group = [j for j in judged if j.spec.shape == shape and j.spec.refresh_s == refresh
+             and f"{j.spec.gauge}/{j.spec.counter}" == sensors]
+    assert len(group) == size
+    broken = [(j.spec.window_s, j.spec.seed, round(j.error, 1), round(j.bound, 1)) for j in group if j.error > j.bound]
+    assert not broken
+    valid = [j for j in group if j.valid]
+    missed = [(j.spec.window_s, j.spec.seed, round(j.error / j.uncertainty, 2)) for j in valid
+              if j.error > j.uncertainty]
+    assert len(missed) <= 0.05 * len(valid), missed
+    enough = [j for j in group if j.refreshes is None or j.refreshes >= 5]
+    assert sum(j.valid for j in enough) >= 0.9 * len(enough), sorted({r for j in enough for r in j.reasons})

@@ -16,7 +16,7 @@ import functools
 import pytest
 
 from tests.ahead import on_two_processes
-from tests.report.sensor_runs import WINDOWS, Judged, RunSpec, judge
+from tests.report.sensor_runs import WINDOWS, Judged, RunSpec, assert_group_holds, judge, side_groups
 
 SHAPES = ("model", "steady", "ramp", "steps", "square", "bursts")
 REFRESHES = (0, 0.1, 1, 2, 10)
@@ -42,26 +42,8 @@ def _judged() -> list[Judged]:
     return on_two_processes(judge, GRID)
 
 
-def _group(shape: str, refresh: float, sensors: str) -> object:
-    case = (shape, refresh, sensors)
-    marks = [pytest.mark.xfail(strict=True, reason=f"issue 42 (open): {MISSED[case]}")] if case in MISSED else []
-    return pytest.param(*case, marks=marks, id=f"{shape}-{refresh}s-{sensors.replace('/', '-')}")
-
-
-@pytest.mark.parametrize(("shape", "refresh", "sensors"), [
-    _group(shape, refresh, f"{gauge}/{counter}") for shape in SHAPES for refresh in REFRESHES
-    for gauge, counter in SENSORS])
+@pytest.mark.parametrize(("shape", "refresh", "sensors"), side_groups(SHAPES, REFRESHES, SENSORS, MISSED))
 def test_late_responses_stay_inside_their_uncertainty_and_bound(shape: str, refresh: float, sensors: str) -> None:
     """40 windows (5-300 s × 8 seeds): the bound holds in every one; the uncertainty covers the error in ≥ 95 % of
     the valid ones; ≥ 90 % of those with ≥ 5 refreshes are valid (issue 42's criteria)."""
-    group = [j for j in _judged() if j.spec.shape == shape and j.spec.refresh_s == refresh
-             and f"{j.spec.gauge}/{j.spec.counter}" == sensors]
-    assert len(group) == len(WINDOWS) * len(SEEDS)
-    broken = [(j.spec.window_s, j.spec.seed, round(j.error, 1), round(j.bound, 1)) for j in group if j.error > j.bound]
-    assert not broken
-    valid = [j for j in group if j.valid]
-    missed = [(j.spec.window_s, j.spec.seed, round(j.error / j.uncertainty, 2)) for j in valid
-              if j.error > j.uncertainty]
-    assert len(missed) <= 0.05 * len(valid), missed
-    enough = [j for j in group if j.refreshes is None or j.refreshes >= 5]
-    assert sum(j.valid for j in enough) >= 0.9 * len(enough), sorted({r for j in enough for r in j.reasons})
+    assert_group_holds(_judged(), shape, refresh, sensors, len(WINDOWS) * len(SEEDS))
