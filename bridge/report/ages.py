@@ -135,7 +135,7 @@ def fresh_ages(ts: NDArray[np.int64], counter: NDArray[np.float64], hold_s: floa
     # many (a latency that drifts wraps them as a drifting clock does, but leaves every age as it was between wraps).
     beneath = _beneath(t, operator, deviations, hold_s, ts[valid])
     fit = None if beneath is not None else _fit_hold_grid(t, operator, deviations, hold_s)
-    walking = 0.0 if local else _walking_refresh(t, counter[valid], refresh_most_s, hold_s, fitted=fit is not None)
+    walking = 0.0 if local else _walking_refresh(t, counter[valid], refresh_most_s, hold_s)
     if fit is None:
         stale = _statistical(deviations, hold_s, most)
         if beneath is not None:  # the hold's mean age anywhere in it, the edges moved alike but for its walk
@@ -157,34 +157,30 @@ def fresh_ages(ts: NDArray[np.int64], counter: NDArray[np.float64], hold_s: floa
     return FreshAges(instants, _with_walking(with_hidden(stale, hold_s), walking))
 
 
-def _walking_refresh(t: NDArray[np.float64], counter: NDArray[np.float64], refresh_most_s: float, hold_s: float,
-                     fitted: bool) -> float:
+def _walking_refresh(t: NDArray[np.float64], counter: NDArray[np.float64], refresh_most_s: float,
+                     hold_s: float) -> float:
     """How slow an exporter's refresh may be whose ages walk beneath a fresh series' readings unseen (s; 0: none).
     A refresh that divides the scrapes' spacing (dcgm-exporter's `-c 500` or `-c 1000` under scrapes every second)
     is read at nearly one phase of it: each value's age walks only with the scrapes' jitter, the neighbours' quadratic
-    takes the walk up, and the two edges' ages can lie up to a refresh apart (tests/report/test_scrape_intervals.py).
+    takes the walk up (and a hold grid fits it as well as a 100 ms one: both walk alike between wraps), and the two
+    edges' ages can lie up to a refresh apart (tests/report/test_scrape_intervals.py).
     - Scrapes that see no new value, a median spacing longer than the hold apart (the counter moves while the GPU
       draws power), show a refresh at least that slow: one as slow as the new values' spacing (`refresh_most_s`).
     - Otherwise a refresh slower than half the spacing steps its phase by a share of itself each scrape, which the
-      deviations show; one that divides the spacing is at most half of it.
-    Where a hold grid explains the deviations (`fitted`), that grid is DCGM's own (`-c 100`, the hold's) unless the
-    scrapes' spacing is a whole number of holds: under AIPerf's 333 ms the grid's phase steps a third of a hold each
-    scrape, as no slower refresh's would."""
+      deviations show; one that divides it is at most half of it, and, as exporters' refreshes are whole holds
+      (`-c` 100, 500, 1000 ms), only where the spacing is a whole number of holds within its own jitter (under AIPerf's
+      333 ms a refresh's phase steps a third of a hold or more each scrape, which the deviations show)."""
     import numpy as np
 
     if refresh_most_s <= hold_s:
         return 0.0
     spacings = np.diff(t)
     same = np.flatnonzero(np.diff(counter) == 0)
-    slowest = refresh_most_s if same.size >= 2 and float(np.median(spacings[same])) > hold_s else refresh_most_s / 2
-    if not fitted:
-        return slowest
-    # A hold grid fitted to readings whose spacing is a whole number of holds (within the spacings' own sd) walks with
-    # their jitter as a refresh of a whole number of holds would: the fit times the readings between the grid's wraps,
-    # yet the refresh's own wraps, a hold or more apart, fall elsewhere.
+    if same.size >= 2 and float(np.median(spacings[same])) > hold_s:
+        return refresh_most_s
     typical = float(np.median(spacings))
     jitter = _SD_PER_MAD * _median_abs(spacings - typical)  # (robust: boundary scrapes at phase marks cut spacings)
-    return slowest if abs(typical - hold_s * round(typical / hold_s)) < jitter else 0.0
+    return refresh_most_s / 2 if abs(typical - hold_s * round(typical / hold_s)) < jitter else 0.0
 
 
 def _with_walking(ages: Staleness, walking_s: float) -> Staleness:

@@ -58,9 +58,11 @@ def test_scrapes_at_one_phase_of_the_hold_are_inside_their_uncertainty_in_95_per
     assert len(counter_missed) <= 0.05 * len(valid), counter_missed
 
 
-MISSED = {  # the first run's figures (2026-12-07); issue 42 is open
-    "idle": "0.1 s, exporter: 2 of 30 valid windows outside (0.7 J against ± 0.6 J and ± 0.7 J)",
-    "square": "0.5 s and 1 s, exporter: 2 of 30 valid windows outside each (up to 42.9 J against ± 17.9 J)"}
+# The first run's figures (2026-12-07): idle at 0.1 s from an exporter, 2 of 30 valid windows outside (0.7 J against
+# ± 0.6 J and ± 0.7 J); square at 0.5 s and 1 s from an exporter, 2 of 30 each (up to 42.9 J against ± 17.9 J). Both
+# pass since session 28 states the exporter's refresh that may walk beneath scrapes at whole holds (ages.py
+# `_walking_refresh`).
+MISSED: dict[str, str] = {}
 # (bursts, 1 s, local, failed its first run too: one window 223.9 J off against a bound of ± 200.5 J, the end edge
 # extrapolated at a burst's rate past a reading 0.69 s after it, beyond AIPerf's grace; fixed in refresh.py
 # `_reaching`, since when it passes)
