@@ -447,8 +447,8 @@ def grid_specs(seeds: Iterable[int], shapes: Iterable[str] = SHAPES, refreshes: 
     """Every run of the grid, group by group (shape, refresh, sensors), each group's windows × seeds together."""
     seeds, sensors = list(seeds), list(sensors)
     return [RunSpec(shape, refresh_s, window_s, gauge, counter, seed, late_ms=late_ms, scrape_ms=scrape_ms)
-            for shape in shapes
-            for refresh_s in refreshes for gauge, counter in sensors for window_s in WINDOWS for seed in seeds]
+            for shape in shapes for refresh_s in refreshes for gauge, counter in sensors for window_s in WINDOWS
+            for seed in seeds]
 
 
 def judge_groups(specs: Sequence[RunSpec]) -> dict[GroupKey, list[Judged]]:

@@ -16,15 +16,14 @@ import functools
 import pytest
 
 from tests.ahead import on_two_processes
-from tests.report.sensor_runs import WINDOWS, Judged, RunSpec, assert_group_holds, judge, side_groups
+from tests.report.sensor_runs import WINDOWS, Judged, assert_group_holds, grid_specs, judge, side_groups
 
 SHAPES = ("model", "steady", "ramp", "steps", "square", "bursts")
 REFRESHES = (0, 0.1, 1, 2, 10)
 SENSORS = (("average", "held"), ("instant", "continuous"))
 SEEDS = range(5100, 5108)
 LATE_MS = 300
-GRID = [RunSpec(shape, refresh, window, gauge, counter, seed, late_ms=LATE_MS) for shape in SHAPES
-        for refresh in REFRESHES for gauge, counter in SENSORS for window in WINDOWS for seed in SEEDS]
+GRID = grid_specs(SEEDS, SHAPES, REFRESHES, SENSORS, late_ms=LATE_MS)
 
 AHEAD = {"test_late_responses_stay_inside_their_uncertainty_and_bound": [(judge, GRID)]}
 

@@ -16,15 +16,14 @@ import functools
 import pytest
 
 from tests.ahead import on_two_processes
-from tests.report.sensor_runs import WINDOWS, Judged, RunSpec, assert_group_holds, judge, side_groups
+from tests.report.sensor_runs import WINDOWS, Judged, assert_group_holds, grid_specs, judge, side_groups
 
 SHAPES = ("model", "steady", "ramp", "steps", "square", "bursts")
 REFRESHES = (0, 0.1, 0.5, 1, 2)
 SENSORS = (("average", "held"), ("instant", "continuous"))
 SEEDS = range(5200, 5208)
 SCRAPE_MS = 1000
-GRID = [RunSpec(shape, refresh, window, gauge, counter, seed, scrape_ms=SCRAPE_MS) for shape in SHAPES
-        for refresh in REFRESHES for gauge, counter in SENSORS for window in WINDOWS for seed in SEEDS]
+GRID = grid_specs(SEEDS, SHAPES, REFRESHES, SENSORS, scrape_ms=SCRAPE_MS)
 
 AHEAD = {"test_scrapes_a_second_apart_stay_inside_their_uncertainty_and_bound": [(judge, GRID)]}
 
